@@ -1,0 +1,262 @@
+"""`DataSet` and `Partition`: the data a run reads, split along the nav axis."""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from raytile.errors import DataSetException
+from raytile.io.shape import Shape
+from raytile.io.slice import Slice
+from raytile.io.tiling import DataTile, TilingScheme
+
+#: Partition size aimed for by default, in bytes of raw data.
+DEFAULT_PARTITION_BYTES = 128 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class DataSetMeta:
+    """What every partition needs to know about its data set."""
+
+    shape: Shape
+    raw_dtype: np.dtype
+    sync_offset: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def num_frames(self) -> int:
+        return self.shape.nav.size
+
+
+def partition_slices(shape: Shape, num_partitions: int) -> list[Slice]:
+    """Split the flat nav axis of ``shape`` into ``num_partitions`` near-equal slices."""
+    n = shape.nav.size
+    num_partitions = max(1, min(num_partitions, n))
+    bounds = np.linspace(0, n, num_partitions + 1).astype(np.int64)
+    sig = shape.sig.to_tuple()
+    return [
+        Slice((int(a),) + (0,) * len(sig), Shape((int(b - a),) + sig, sig_dims=len(sig)))
+        for a, b in zip(bounds[:-1], bounds[1:])
+        if b > a
+    ]
+
+
+def choose_num_partitions(
+    shape: Shape, dtype: np.dtype, num_workers: int = 1, target_bytes: int = DEFAULT_PARTITION_BYTES
+) -> int:
+    """Enough partitions to keep each near ``target_bytes``, and at least one per worker."""
+    total = shape.size * np.dtype(dtype).itemsize
+    return max(1, min(shape.nav.size, max(math.ceil(total / target_bytes), num_workers)))
+
+
+def validate_roi(roi: Any, shape: Shape) -> np.ndarray | None:
+    """Check an ROI against the nav shape; return it as a flat bool array (or None)."""
+    if roi is None:
+        return None
+    roi = np.asarray(roi)
+    nav = shape.nav.to_tuple()
+    if roi.dtype != bool:
+        raise DataSetException(f"roi must be a boolean array, got dtype {roi.dtype}")
+    if roi.shape != nav and roi.shape != (math.prod(nav),):
+        raise DataSetException(
+            f"roi shape {roi.shape} does not match the data set's nav shape {nav}"
+        )
+    return roi.reshape(-1)
+
+
+class Partition(ABC):
+    """A contiguous run of frames of a data set, read by one task.
+
+    Subclasses provide frame data through :meth:`get_tiles`. The base class
+    implements tiling over an array-like source (:meth:`_source`), reading
+    "straight" (views, no copy) when no ROI and no dtype conversion is asked
+    for, and into a reused buffer otherwise.
+    """
+
+    def __init__(self, meta: DataSetMeta, partition_slice: Slice, idx: int):
+        self.meta = meta
+        self.slice = partition_slice
+        self.idx = idx
+
+    @property
+    def shape(self) -> Shape:
+        return self.slice.shape
+
+    @property
+    def start(self) -> int:
+        return self.slice.origin[0]
+
+    @property
+    def stop(self) -> int:
+        return self.slice.origin[0] + self.slice.shape[0]
+
+    def get_base_shape(self, roi: np.ndarray | None) -> tuple[int, ...]:
+        """Tile shapes are multiples of this; override for natively tiled layouts."""
+        return (1,) + (1,) * self.meta.shape.sig_dims
+
+    def adjust_tileshape(self, tileshape: tuple[int, ...], roi: np.ndarray | None) -> tuple[int, ...]:
+        """Last word on a tile shape; override to veto shapes the format cannot read."""
+        return tileshape
+
+    def get_locations(self) -> Sequence[str] | None:
+        """Hosts where this partition is local, or None for anywhere."""
+        return None
+
+    def count_frames(self, roi: np.ndarray | None) -> int:
+        if roi is None:
+            return self.shape[0]
+        return int(np.count_nonzero(roi[self.start:self.stop]))
+
+    def roi_offset(self, roi: np.ndarray | None) -> int:
+        """Index of this partition's first frame in the ROI-compressed nav space."""
+        if roi is None:
+            return self.start
+        return int(np.count_nonzero(roi[: self.start]))
+
+    def describe(self) -> str:
+        return f"partition {self.idx} (frames {self.start}:{self.stop})"
+
+    @abstractmethod
+    def _source(self) -> Any:
+        """This partition's frames as an array-like ``(frames, *sig)`` (an mmap view, an ndarray)."""
+
+    def get_tiles(
+        self,
+        tiling_scheme: TilingScheme,
+        roi: np.ndarray | None = None,
+        dest_dtype: Any = None,
+    ) -> Iterator[DataTile]:
+        """Yield this partition's tiles in nav order, all signal slices per nav block.
+
+        Reads "straight" (views of the source, no copy) when there is no ROI
+        and no dtype conversion; otherwise gathers and converts into buffers
+        reused from tile to tile, so a UDF must not keep a tile past its call.
+        """
+        source = self._source()
+        dest_dtype = np.dtype(dest_dtype if dest_dtype is not None else self.meta.raw_dtype)
+        part_roi = None if roi is None else roi[self.start:self.stop]
+        nav_origin = self.roi_offset(roi)
+        yield from iter_array_tiles(source, tiling_scheme, part_roi, dest_dtype, nav_origin)
+
+
+def iter_array_tiles(
+    source, scheme: TilingScheme, roi: np.ndarray | None, dest_dtype: np.dtype, nav_origin: int,
+) -> Iterator[DataTile]:
+    """Tile an array-like ``(frames, *sig)`` ``source`` by ``scheme``.
+
+    ``roi`` is a flat bool mask over the source's frames (or None);
+    ``nav_origin`` is the (ROI-compressed) nav index of the first frame yielded.
+    """
+    depth = scheme.depth
+    sig_dims = len(scheme.sig_shape)
+    straight = roi is None and np.dtype(source.dtype) == dest_dtype
+    frame_idx = None if roi is None else np.flatnonzero(roi)
+    n = source.shape[0] if frame_idx is None else len(frame_idx)
+    buffers: dict[tuple, np.ndarray] = {}
+    for block_start in range(0, n, depth):
+        block_stop = min(block_start + depth, n)
+        count = block_stop - block_start
+        if frame_idx is None:
+            nav_sl = slice(block_start, block_stop)
+        else:
+            idx = frame_idx[block_start:block_stop]
+            contiguous = idx[-1] - idx[0] + 1 == len(idx)
+            nav_sl = slice(idx[0], idx[-1] + 1) if contiguous else idx
+        for scheme_idx, sig_slice in enumerate(scheme.slices):
+            tile_slice = Slice(
+                (nav_origin + block_start,) + sig_slice.origin,
+                Shape((count,) + sig_slice.shape.to_tuple(), sig_dims=sig_dims),
+            )
+            src = source[(nav_sl,) + sig_slice.get()]
+            if straight:
+                data = src
+            else:
+                shape = (count,) + sig_slice.shape.to_tuple()
+                buf = buffers.get(shape)
+                if buf is None:
+                    buf = buffers[shape] = np.empty(shape, dtype=dest_dtype)
+                np.copyto(buf, src, casting="unsafe")
+                data = buf
+            yield DataTile(data, tile_slice, scheme_idx)
+
+
+class DataSet(ABC):
+    """A data set: nav x sig frames of one dtype, split into partitions.
+
+    Formats subclass this and implement :meth:`initialize` (open files, read
+    headers, check sizes) and :meth:`get_partitions`.
+    """
+
+    #: Name under which ``Context.load`` finds this format.
+    format_name: str = ""
+
+    def __init__(self, num_partitions: int | None = None, partition_bytes: int = DEFAULT_PARTITION_BYTES):
+        self._meta: DataSetMeta | None = None
+        self._num_partitions = num_partitions
+        self._partition_bytes = partition_bytes
+        self._num_workers = 1
+
+    # -- lifecycle ---------------------------------------------------------
+    def initialize(self, executor: Any = None) -> "DataSet":
+        """Open the data set and check it; returns ``self``. Called by ``Context.load``."""
+        if executor is not None:
+            self._num_workers = max(1, getattr(executor, "num_workers", 1))
+        self._meta = self._do_initialize()
+        self.check_valid()
+        return self
+
+    @abstractmethod
+    def _do_initialize(self) -> DataSetMeta:
+        """Read headers and return the data set's meta (may run on a worker)."""
+
+    def check_valid(self) -> None:
+        """Raise DataSetException if the data set cannot be read as declared."""
+
+    def get_cache_key(self) -> Any:
+        """A key that differs between data sets returning different data."""
+        return (type(self).__name__, id(self))
+
+    def get_diagnostics(self) -> list[dict[str, Any]]:
+        """Name/value pairs describing the data set, for GUIs and logs."""
+        return [
+            {"name": "shape", "value": str(self.shape.to_tuple())},
+            {"name": "dtype", "value": str(self.dtype)},
+            {"name": "partitions", "value": str(len(self.get_partitions()))},
+        ]
+
+    # -- properties --------------------------------------------------------
+    @property
+    def meta(self) -> DataSetMeta:
+        if self._meta is None:
+            raise DataSetException(f"{type(self).__name__} is not initialized; load it with Context.load")
+        return self._meta
+
+    @property
+    def shape(self) -> Shape:
+        return self.meta.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.meta.raw_dtype
+
+    @property
+    def num_partitions(self) -> int:
+        if self._num_partitions is not None:
+            return max(1, min(int(self._num_partitions), self.shape.nav.size))
+        return choose_num_partitions(self.shape, self.dtype, self._num_workers, self._partition_bytes)
+
+    def get_slices(self) -> list[Slice]:
+        return partition_slices(self.shape.flatten_nav(), self.num_partitions)
+
+    @abstractmethod
+    def get_partitions(self) -> list[Partition]:
+        """All partitions, in nav order."""
+
+    def __repr__(self) -> str:
+        if self._meta is None:
+            return f"<{type(self).__name__} (not initialized)>"
+        return f"<{type(self).__name__} shape={self.shape.to_tuple()} dtype={self.dtype}>"

@@ -1,0 +1,36 @@
+"""Data set formats, found by name through :func:`get_format`."""
+
+from __future__ import annotations
+
+from typing import Type
+
+from raytile.errors import DataSetException
+from raytile.io.dataset import DataSet
+
+_FORMATS: dict[str, str] = {
+    "memory": "raytile.io.formats.memory:MemoryDataSet",
+    "raw": "raytile.io.formats.raw:RawFileDataSet",
+    "npy": "raytile.io.formats.npy:NPYDataSet",
+}
+
+
+def register_format(name: str, target: str) -> None:
+    """Make ``Context.load(name, ...)`` create ``target`` ("module:Class")."""
+    _FORMATS[name.lower()] = target
+
+
+def get_format(name: str) -> Type[DataSet]:
+    """The DataSet class registered under ``name`` (case-insensitive)."""
+    import importlib
+
+    target = _FORMATS.get(str(name).lower())
+    if target is None:
+        raise DataSetException(
+            f"unknown data set format {name!r}; known formats: {', '.join(sorted(_FORMATS))}"
+        )
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def known_formats() -> list[str]:
+    return sorted(_FORMATS)

@@ -1,0 +1,78 @@
+"""The ``memory`` format: a numpy array already in RAM."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from raytile.errors import DataSetException
+from raytile.io.dataset import DataSet, DataSetMeta, Partition
+from raytile.io.shape import Shape
+from raytile.io.slice import Slice
+
+
+class MemoryPartition(Partition):
+    """A partition that carries its own frames (``data``: ``(frames, *sig)``).
+
+    ``data`` may be replaced by an executor with a read-only view of shared
+    memory (the Ray object store) so that no copy is made on the worker.
+    """
+
+    def __init__(self, meta: DataSetMeta, partition_slice: Slice, idx: int, data: Any):
+        super().__init__(meta, partition_slice, idx)
+        self.data = data
+
+    def _source(self):
+        return self.data
+
+
+class MemoryDataSet(DataSet):
+    """Wrap an in-memory array; the last ``sig_dims`` axes are the signal.
+
+    >>> ds = ctx.load("memory", data=np.zeros((8, 8, 32, 32), dtype="uint16"))
+    """
+
+    format_name = "memory"
+
+    def __init__(self, data: Any, sig_dims: int = 2, nav_shape=None, sig_shape=None, **kwargs):
+        super().__init__(**kwargs)
+        if not hasattr(data, "shape") or not hasattr(data, "dtype"):
+            raise DataSetException(f"memory data set needs an array, got {type(data).__name__}")
+        self._data = data
+        self._sig_dims = int(sig_dims if sig_shape is None else len(sig_shape))
+        self._nav_shape = None if nav_shape is None else tuple(nav_shape)
+        self._sig_shape = None if sig_shape is None else tuple(sig_shape)
+
+    def _do_initialize(self) -> DataSetMeta:
+        data = self._data
+        if data.ndim < self._sig_dims + 1 and self._nav_shape is None:
+            raise DataSetException(
+                f"memory data of shape {data.shape} has no nav axis for sig_dims={self._sig_dims}"
+            )
+        sig = self._sig_shape or tuple(data.shape[data.ndim - self._sig_dims:])
+        nav = self._nav_shape or tuple(data.shape[: data.ndim - self._sig_dims])
+        shape = Shape(nav + sig, sig_dims=len(sig))
+        if shape.size != int(np.prod(data.shape)):
+            raise DataSetException(
+                f"memory data of shape {data.shape} cannot be viewed as nav {nav} x sig {sig}"
+            )
+        if isinstance(data, np.ndarray):
+            self._flat = data.reshape(shape.flatten_nav().to_tuple())
+        else:
+            self._flat = data.reshape(shape.flatten_nav().to_tuple())
+        return DataSetMeta(shape=shape, raw_dtype=np.dtype(data.dtype))
+
+    @property
+    def data(self):
+        """The data, frames flattened: ``(num_frames, *sig)``."""
+        return self._flat
+
+    def get_cache_key(self):
+        return ("memory", id(self._data), self.shape.to_tuple())
+
+    def get_partitions(self) -> list[Partition]:
+        return [
+            MemoryPartition(self.meta, sl, idx, self._flat[sl.origin[0]:sl.origin[0] + sl.shape[0]])
+            for idx, sl in enumerate(self.get_slices())
+        ]

@@ -1,0 +1,81 @@
+"""The ``npy`` format: a .npy file, its shape and dtype read from the header."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from raytile.errors import DataSetException
+from raytile.io.dataset import DataSet, DataSetMeta, Partition
+from raytile.io.formats.raw import FileFramesPartition, check_file
+from raytile.io.shape import Shape
+
+
+def read_npy_header(path: str) -> tuple[tuple[int, ...], np.dtype, bool, int]:
+    """Return (shape, dtype, fortran_order, data offset) of a .npy file."""
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            return shape, dtype, fortran, f.tell()
+    except ValueError as e:
+        raise DataSetException(f"{path}: not a valid .npy file ({e})") from None
+
+
+class NPYDataSet(DataSet):
+    """A .npy file; the last ``sig_dims`` axes are the signal.
+
+    ``nav_shape``/``sig_shape`` may reshape it (same number of elements).
+    """
+
+    format_name = "npy"
+
+    def __init__(self, path, sig_dims: int = 2, nav_shape=None, sig_shape=None, sync_offset: int = 0,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self._path = str(path)
+        self._sig_dims = int(sig_dims if sig_shape is None else len(sig_shape))
+        self._nav_shape = None if nav_shape is None else tuple(int(v) for v in nav_shape)
+        self._sig_shape = None if sig_shape is None else tuple(int(v) for v in sig_shape)
+        self._sync_offset = int(sync_offset)
+
+    def _do_initialize(self) -> DataSetMeta:
+        check_file(self._path)
+        shape, dtype, fortran, offset = read_npy_header(self._path)
+        if fortran:
+            raise DataSetException(f"{self._path}: Fortran-ordered .npy files are not supported")
+        if dtype.hasobject:
+            raise DataSetException(f"{self._path}: object arrays cannot be read")
+        if len(shape) <= self._sig_dims and self._nav_shape is None:
+            raise DataSetException(f"{self._path}: array of shape {shape} has no nav axis")
+        sig = self._sig_shape or tuple(shape[len(shape) - self._sig_dims:])
+        nav = self._nav_shape or tuple(shape[: len(shape) - self._sig_dims])
+        total = math.prod(shape)
+        frame = math.prod(sig)
+        if total % frame:
+            raise DataSetException(f"{self._path}: array of shape {shape} does not hold whole frames of {sig}")
+        self._file_frames = total // frame
+        if math.prod(nav) + max(self._sync_offset, 0) > self._file_frames and self._sync_offset == 0:
+            raise DataSetException(
+                f"{self._path}: array of shape {shape} holds {self._file_frames} frames, "
+                f"nav_shape {nav} needs {math.prod(nav)}"
+            )
+        self._offset = offset
+        return DataSetMeta(shape=Shape(nav + sig, sig_dims=len(sig)), raw_dtype=np.dtype(dtype),
+                           sync_offset=self._sync_offset)
+
+    def get_cache_key(self):
+        import os
+
+        st = os.stat(self._path)
+        return ("npy", os.path.abspath(self._path), st.st_mtime_ns, st.st_size, self.shape.to_tuple())
+
+    def get_partitions(self) -> list[Partition]:
+        return [
+            FileFramesPartition(self.meta, sl, idx, self._path, self._offset, self._file_frames)
+            for idx, sl in enumerate(self.get_slices())
+        ]

@@ -1,0 +1,106 @@
+"""`Negotiator`: meets the UDFs' tiling wishes and the data set's constraints."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from raytile.io.shape import Shape
+from raytile.io.tiling import TilingScheme
+
+if TYPE_CHECKING:
+    from raytile.io.dataset import Partition
+    from raytile.udf.base import UDF
+
+#: Tile size in bytes aimed for when no UDF asks for another: fits L2/L3 caches.
+DEFAULT_TILE_BYTES = 1024 * 1024
+#: Frames per tile when UDFs have no depth preference.
+DEFAULT_DEPTH = 32
+
+
+def _round_down_to(value: int, base: int) -> int:
+    return max(base, (value // base) * base)
+
+
+class Negotiator:
+    """Picks one :class:`TilingScheme` for a run.
+
+    Inputs are: each UDF's method (``partition`` wants whole partitions,
+    ``frame`` whole frames, ``tile`` anything), its
+    ``get_tiling_preferences()`` (``depth`` and ``total_size`` in bytes), the
+    partition's ``get_base_shape`` (a tile shape is a multiple of it) and its
+    ``adjust_tileshape`` veto.
+    """
+
+    def get_scheme(
+        self,
+        udfs: Sequence["UDF"],
+        partition: "Partition",
+        read_dtype: np.dtype,
+        roi: np.ndarray | None = None,
+        max_partition_frames: int | None = None,
+    ) -> TilingScheme:
+        ds_shape = partition.meta.shape
+        sig_shape = ds_shape.sig.to_tuple()
+        itemsize = np.dtype(read_dtype).itemsize
+        base_shape = tuple(partition.get_base_shape(roi))
+        if len(base_shape) != 1 + len(sig_shape):
+            raise ValueError(f"base shape {base_shape} does not match signal shape {sig_shape}")
+        methods = {udf.get_method() for udf in udfs}
+        frames = max_partition_frames or partition.shape[0]
+
+        if "partition" in methods:
+            tileshape = (max(frames, 1),) + sig_shape
+        else:
+            depth, total_size = self._preferences(udfs, frames)
+            whole_frames = "frame" in methods
+            tileshape = self._fit(depth, total_size, itemsize, sig_shape, base_shape, whole_frames)
+            tileshape = tuple(int(v) for v in partition.adjust_tileshape(tileshape, roi))
+        return TilingScheme.make_for_shape(
+            Shape(tileshape, sig_dims=len(sig_shape)), ds_shape
+        )
+
+    @staticmethod
+    def _preferences(udfs: Sequence["UDF"], frames: int) -> tuple[int, int]:
+        depths, sizes = [], []
+        for udf in udfs:
+            prefs = udf.get_tiling_preferences()
+            depth = prefs.get("depth", udf.TILE_DEPTH_DEFAULT)
+            size = prefs.get("total_size", udf.TILE_SIZE_BEST_FIT)
+            if depth == udf.TILE_DEPTH_MAX:
+                depth = frames
+            elif depth == udf.TILE_DEPTH_DEFAULT:
+                depth = None
+            if size == udf.TILE_SIZE_MAX:
+                size = math.inf
+            elif size == udf.TILE_SIZE_BEST_FIT:
+                size = None
+            if depth is not None:
+                depths.append(int(depth))
+            if size is not None:
+                sizes.append(size)
+        depth = min(depths) if depths else DEFAULT_DEPTH
+        depth = max(1, min(depth, frames))
+        size = min(sizes) if sizes else DEFAULT_TILE_BYTES
+        if not depths and size == math.inf:
+            depth = frames
+        return depth, size
+
+    @staticmethod
+    def _fit(depth, total_size, itemsize, sig_shape, base_shape, whole_frames) -> tuple[int, ...]:
+        frame_bytes = math.prod(sig_shape) * itemsize
+        if total_size != math.inf and depth * frame_bytes > total_size:
+            depth = max(1, int(total_size // frame_bytes))
+        depth = _round_down_to(depth, base_shape[0])
+        sig_tile = list(sig_shape)
+        if not whole_frames and total_size != math.inf:
+            # Split the signal along its leading dims, in multiples of the base shape,
+            # until one tile fits the byte budget.
+            for dim in range(len(sig_tile)):
+                while depth * math.prod(sig_tile) * itemsize > total_size and sig_tile[dim] > base_shape[dim + 1]:
+                    sig_tile[dim] = _round_down_to(sig_tile[dim] // 2, base_shape[dim + 1])
+                if depth * math.prod(sig_tile) * itemsize <= total_size:
+                    break
+        return (depth,) + tuple(sig_tile)

@@ -1,0 +1,71 @@
+"""The executor interface: where partition tasks run.
+
+A small surface so the coordinator drives the inline executor and the Ray
+actors through one code path: put the run's parameters somewhere workers
+can read them (:meth:`Executor.put_params`), submit a task, wait for some to
+finish, collect or cancel them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Callable, Sequence
+
+from raytile.runtime.params import PartitionResult, PartitionTask
+
+
+class WorkerLost(Exception):
+    """A task's worker died; the task may be retried elsewhere (internal)."""
+
+
+class TaskHandle:
+    """An executor's token for one submitted task."""
+
+    def __init__(self, task: PartitionTask, version: int):
+        self.task = task
+        self.version = version
+
+
+#: Per-tile progress callback: (run_id, frames) -> None.
+ProgressSink = Callable[[str, int], None]
+
+
+class Executor(ABC):
+    """Runs partition tasks. Implementations: InlineExecutor, RayExecutor."""
+
+    #: Tasks the coordinator keeps in flight at most.
+    max_in_flight: int = 1
+    #: Worker slots; data sets pick at least this many partitions.
+    num_workers: int = 1
+    #: Device classes with at least one worker ("cpu", "cuda").
+    device_classes: frozenset = frozenset({"cpu"})
+
+    @abstractmethod
+    def put_params(self, params: Any) -> Any:
+        """Store a run's parameters once; returns a handle tasks receive."""
+
+    @abstractmethod
+    def submit(self, task: PartitionTask, params_handle: Any, version: int,
+               progress: ProgressSink | None = None) -> TaskHandle:
+        """Start ``task``; may run it lazily (inline) or remotely (Ray)."""
+
+    @abstractmethod
+    def wait(self, handles: Sequence[TaskHandle], timeout: float) -> list[TaskHandle]:
+        """Return the handles that are finished (at least one unless ``timeout`` passed)."""
+
+    @abstractmethod
+    def result(self, handle: TaskHandle) -> PartitionResult:
+        """The finished task's result; raises its UDFException, or WorkerLost to retry."""
+
+    def cancel(self, handles: Sequence[TaskHandle]) -> None:
+        """Stop tasks in flight, as far as possible."""
+
+    def prepare_dataset(self, dataset: Any) -> None:
+        """Hook: share a data set's in-memory partitions with workers once."""
+
+    def run_function(self, fn: Callable, *args: Any) -> Any:
+        """Run ``fn(*args)`` on a worker and return its value (e.g. reading headers)."""
+        return fn(*args)
+
+    def close(self) -> None:
+        """Release workers."""

@@ -1,0 +1,67 @@
+"""`InlineExecutor`: runs tasks in the calling process, one after the other.
+
+It drives the same coordinator and part runner as the Ray executor, which
+makes it the debugging executor (breakpoints and print work) and lets
+most tests run without a cluster.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+from raytile.runtime.executor import Executor, ProgressSink, TaskHandle
+from raytile.runtime.params import PartitionResult, PartitionTask
+from raytile.runtime.part_runner import run_partition
+
+
+class _InlineHandle(TaskHandle):
+    def __init__(self, task, version, params, progress):
+        super().__init__(task, version)
+        self.params = params
+        self.progress = progress
+        self.outcome: PartitionResult | None = None
+        self.error: BaseException | None = None
+        self.done = False
+
+    def run(self) -> None:
+        if self.done:
+            return
+        on_tile = None
+        if self.progress is not None:
+            run_id, sink = self.params.run_id, self.progress
+            on_tile = lambda frames: sink(run_id, frames)  # noqa: E731
+        try:
+            self.outcome = run_partition(self.task, self.params, on_tile=on_tile,
+                                         threads_per_worker=os.cpu_count())
+        except BaseException as e:  # delivered by result()
+            self.error = e
+        self.done = True
+
+
+class InlineExecutor(Executor):
+    """Executes each task when the coordinator waits for it."""
+
+    max_in_flight = 1
+    num_workers = 1
+
+    def put_params(self, params: Any) -> Any:
+        return params
+
+    def submit(self, task: PartitionTask, params_handle: Any, version: int,
+               progress: ProgressSink | None = None) -> TaskHandle:
+        return _InlineHandle(task, version, params_handle, progress)
+
+    def wait(self, handles: Sequence[TaskHandle], timeout: float) -> list[TaskHandle]:
+        if not handles:
+            return []
+        first = handles[0]
+        first.run()  # type: ignore[attr-defined]
+        return [first]
+
+    def result(self, handle: TaskHandle) -> PartitionResult:
+        assert isinstance(handle, _InlineHandle) and handle.done
+        if handle.error is not None:
+            raise handle.error
+        assert handle.outcome is not None
+        return handle.outcome

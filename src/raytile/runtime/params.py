@@ -1,0 +1,60 @@
+"""What travels to a worker: the run's parameters (once) and one task per partition."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from raytile.io.dataset import Partition
+from raytile.io.shape import Shape
+from raytile.io.tiling import TilingScheme
+
+
+@dataclass
+class RunParams:
+    """Everything every task of a run shares; put into the object store once per version.
+
+    ``udfs`` are the UDF instances with the parameters of this ``version``;
+    ``backend_plan`` maps an array backend to the indices of the UDFs that
+    consume tiles in it (per device class).
+    """
+
+    udfs: list
+    roi: np.ndarray | None
+    tiling_scheme: TilingScheme
+    input_dtype: np.dtype
+    dataset_shape: Shape
+    dataset_dtype: np.dtype
+    corrections: Any = None
+    backend_plan: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    version: int = 0
+    run_id: str = ""
+    trace_context: dict | None = None
+
+
+@dataclass
+class PartitionTask:
+    """One partition to process. ``device_class`` is what the task needs ("cpu", "cuda", "any")."""
+
+    partition: Partition
+    idx: int
+    device_class: str = "cpu"
+    num_frames: int = 0
+
+    def describe(self) -> str:
+        return self.partition.describe()
+
+
+@dataclass
+class PartitionResult:
+    """A partition's result buffers, one dict per UDF, plus where/how it ran."""
+
+    idx: int
+    buffers: list[dict[str, np.ndarray]]
+    version: int
+    worker: str = ""
+    device_class: str = "cpu"
+    num_frames: int = 0
+    backends: dict[int, str] = field(default_factory=dict)

@@ -1,0 +1,113 @@
+"""Planning a run: check the inputs, pick the dtype, negotiate tiles, make the tasks."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from raytile.errors import DataSetException, UDFException
+from raytile.io.dataset import DataSet, validate_roi
+from raytile.io.negotiator import Negotiator
+from raytile.runtime.backends import device_classes_for, execution_plan
+from raytile.runtime.params import PartitionTask, RunParams
+from raytile.udf.base import UDF
+from raytile.udf.meta import UDFMeta
+
+
+def input_dtype(udfs: Sequence[UDF], dataset_dtype: Any, corrections: Any = None) -> np.dtype:
+    """``np.result_type`` of the data set's dtype and every UDF's preference (float32 with corrections)."""
+    dtypes = [np.dtype(dataset_dtype)]
+    for udf in udfs:
+        dtypes.append(np.dtype(udf.get_preferred_input_dtype()))
+    if corrections is not None and getattr(corrections, "have_corrections", lambda: True)():
+        dtypes.append(np.dtype(np.float32))
+    return np.result_type(*dtypes)
+
+
+def check_udfs(udfs: Any) -> list[UDF]:
+    if isinstance(udfs, UDF):
+        udfs = [udfs]
+    udfs = list(udfs)
+    if not udfs:
+        raise UDFException("run_udf needs at least one UDF")
+    for udf in udfs:
+        if not isinstance(udf, UDF):
+            raise UDFException(f"expected a raytile UDF instance, got {udf!r}")
+        udf.get_method()  # raises UDFException naming the class if none is implemented
+    return udfs
+
+
+@dataclass
+class RunPlan:
+    """A checked, negotiated run, ready for the coordinator."""
+
+    dataset: DataSet
+    udfs: list[UDF]
+    params: RunParams
+    tasks: list[PartitionTask]
+    partition_offsets: dict[int, tuple[int, int]]
+    total_partitions: int
+
+    def metas(self) -> list[UDFMeta]:
+        """Metas for the coordinator's UDFs (merge and get_results)."""
+        return [
+            UDFMeta(None, self.params.dataset_shape, self.params.roi, self.params.dataset_dtype,
+                    self.params.input_dtype, self.params.tiling_scheme, self.params.corrections)
+            for _ in self.udfs
+        ]
+
+
+def make_plan(
+    dataset: DataSet,
+    udfs: Any,
+    roi: Any = None,
+    corrections: Any = None,
+    backends: Iterable[str] | None = None,
+    device_classes: Iterable[str] = ("cpu",),
+) -> RunPlan:
+    """Check preconditions and build the run's parameters and tasks."""
+    if not isinstance(dataset, DataSet):
+        raise DataSetException(f"expected a DataSet (from Context.load), got {type(dataset).__name__}")
+    udfs = check_udfs(udfs)
+    roi = validate_roi(roi, dataset.shape)
+    if corrections is None:
+        corrections = getattr(dataset, "corrections", None)
+    if corrections is not None:
+        corrections.check(dataset.shape) if hasattr(corrections, "check") else None
+        if hasattr(corrections, "have_corrections") and not corrections.have_corrections():
+            corrections = None
+    dtype = input_dtype(udfs, dataset.dtype, corrections)
+
+    usable = device_classes_for(udfs, backends) & set(device_classes)
+    if not usable:
+        raise UDFException(
+            f"no worker can run {[type(u).__name__ for u in udfs]}: they need "
+            f"{sorted(device_classes_for(udfs, backends))}, the executor has {sorted(device_classes)}"
+        )
+    native = getattr(dataset, "native_backend", "numpy")
+    backend_plan = {dc: execution_plan(udfs, dc, native, backends) for dc in usable}
+    device_class = "cpu" if usable == {"cpu"} else ("cuda" if usable == {"cuda"} else "any")
+
+    partitions = dataset.get_partitions()
+    if not partitions:
+        raise DataSetException(f"{dataset!r} has no partitions")
+    largest = max(partitions, key=lambda p: p.shape[0])
+    max_frames = max(p.count_frames(roi) for p in partitions) if roi is not None else largest.shape[0]
+    scheme = Negotiator().get_scheme(udfs, largest, dtype, roi=roi, max_partition_frames=max(1, max_frames))
+
+    tasks, offsets = [], {}
+    for p in partitions:
+        n = p.count_frames(roi)
+        offsets[p.idx] = (p.roi_offset(roi), n)
+        if n > 0:
+            tasks.append(PartitionTask(p, p.idx, device_class, n))
+    params = RunParams(
+        udfs=[u.copy_for_partition(0, dataset.shape.nav.size, None) for u in udfs],
+        roi=roi, tiling_scheme=scheme, input_dtype=dtype,
+        dataset_shape=dataset.shape, dataset_dtype=dataset.dtype, corrections=corrections,
+        backend_plan=backend_plan, version=0, run_id=uuid.uuid4().hex,
+    )
+    return RunPlan(dataset, udfs, params, tasks, offsets, len(partitions))

@@ -1,0 +1,220 @@
+"""Merged results: `ResultBuffer`, `UDFResults` and the `ResultAccumulator` that builds them."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from raytile.errors import UDFException
+from raytile.io.shape import Shape
+from raytile.runtime.params import PartitionResult
+from raytile.udf.base import UDF, ArrayWithMask, MergeAttrMapping, UDFData, check_cast
+from raytile.udf.buffers import BufferWrapper
+
+
+class ResultBuffer:
+    """One named result: ``.data`` shaped like the data set, with a validity mask.
+
+    For a ``nav`` buffer ``.data`` has the data set's nav shape (+ extra
+    shape); positions outside the ROI or not yet merged are zero and False in
+    ``.valid_mask``. ``.raw_data`` is the ROI-compressed array the UDF sees.
+    """
+
+    def __init__(self, kind: str, raw_data: np.ndarray, data: np.ndarray, valid_mask: np.ndarray | bool):
+        self.kind = kind
+        self.raw_data = raw_data
+        self.data = data
+        self.valid_mask = valid_mask
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def masked_data(self) -> np.ma.MaskedArray:
+        mask = np.broadcast_to(~np.asarray(self.valid_mask), self.data.shape[: np.ndim(self.valid_mask)]
+                               ) if np.ndim(self.valid_mask) else (not self.valid_mask)
+        if np.ndim(mask) and mask.ndim < self.data.ndim:
+            mask = mask.reshape(mask.shape + (1,) * (self.data.ndim - mask.ndim))
+            mask = np.broadcast_to(mask, self.data.shape)
+        return np.ma.MaskedArray(self.data, mask=mask)
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self.data, dtype=dtype)
+
+    def __repr__(self) -> str:
+        return f"<ResultBuffer kind={self.kind} shape={self.data.shape} dtype={self.data.dtype}>"
+
+
+class Damage:
+    """Which nav positions have been merged so far: ``.data`` is a bool nav-shaped map."""
+
+    def __init__(self, data: np.ndarray):
+        self.data = data
+
+    @property
+    def fraction(self) -> float:
+        return float(self.data.mean()) if self.data.size else 1.0
+
+    def __repr__(self) -> str:
+        return f"<Damage {self.fraction:.0%} merged>"
+
+
+class UDFResults:
+    """A partial or final result of a run.
+
+    ``buffers``: one dict ``name -> ResultBuffer`` per UDF; ``damage``: the
+    merged nav positions; ``param_versions``: partition index -> the params
+    version it was computed with; ``finished``: True for the last one.
+    """
+
+    def __init__(self, buffers: Sequence[dict[str, ResultBuffer]], damage: Damage,
+                 param_versions: dict[int, int], partitions_done: int, partitions_total: int,
+                 finished: bool):
+        self.buffers = tuple(buffers)
+        self.damage = damage
+        self.param_versions = dict(param_versions)
+        self.partitions_done = partitions_done
+        self.partitions_total = partitions_total
+        self.finished = finished
+
+    def __repr__(self) -> str:
+        return (f"<UDFResults {self.partitions_done}/{self.partitions_total} partitions, "
+                f"finished={self.finished}>")
+
+
+def expand_nav(arr: np.ndarray, nav_shape: tuple[int, ...], roi: np.ndarray | None,
+               extra_shape: tuple[int, ...]) -> np.ndarray:
+    """Place ROI-compressed nav values ``(n_roi, *extra)`` into a full nav-shaped array."""
+    arr = np.asarray(arr)
+    full_shape = tuple(nav_shape) + tuple(extra_shape)
+    if roi is None:
+        return arr.reshape(full_shape)
+    out = np.zeros((roi.size,) + tuple(extra_shape), dtype=arr.dtype)
+    out[roi] = arr
+    return out.reshape(full_shape)
+
+
+class ResultAccumulator:
+    """Holds the run's full result buffers on the coordinator and merges partitions into them."""
+
+    def __init__(self, udfs: Sequence[UDF], dataset_shape: Shape, roi: np.ndarray | None,
+                 metas: Sequence[Any], partition_offsets: dict[int, tuple[int, int]], total_partitions: int):
+        self._templates = list(udfs)
+        self._metas = list(metas)
+        self._shape = dataset_shape
+        self._roi = roi
+        self._offsets = partition_offsets  # partition idx -> (compressed nav start, frames)
+        self._total = total_partitions
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything merged (used when a patch asks to recompute)."""
+        n = int(np.count_nonzero(self._roi)) if self._roi is not None else self._shape.nav.size
+        sig = self._shape.sig.to_tuple()
+        self.udfs: list[UDF] = []
+        self._merge_all_parts: list[dict] = []
+        for udf, meta in zip(self._templates, self._metas):
+            udf.set_meta(meta)
+            buffers = udf.get_result_buffers()
+            for buf in buffers.values():
+                if buf.use is None:
+                    buf.allocate(n, sig)
+            udf.results = UDFData(buffers)
+            self.udfs.append(udf)
+            self._merge_all_parts.append({})
+        self._damage = np.zeros(n, dtype=bool)
+        self.versions: dict[int, int] = {}
+
+    def update_udf_params(self, patches: Sequence[dict]) -> None:
+        for udf, patch in zip(self._templates, patches):
+            if patch:
+                udf.update_parameters(patch)
+
+    @property
+    def done(self) -> int:
+        return len(self.versions)
+
+    def merge(self, result: PartitionResult) -> None:
+        start, count = self._offsets[result.idx]
+        for i, (udf, part) in enumerate(zip(self.udfs, result.buffers)):
+            udf.meta.set_valid_nav_mask(self._damage.copy())
+            if _overrides(udf, "merge_all") and not _overrides(udf, "merge"):
+                self._merge_all_parts[i][start] = part
+                continue
+            dest = {}
+            for name, buf in udf.results.buffers():
+                if buf.use is not None:
+                    continue
+                dest[name] = buf.data[start:start + count] if buf.kind == "nav" else buf.data
+            missing = set(dest) - set(part)
+            if missing:
+                raise UDFException(f"{type(udf).__name__}: partition result lacks buffers {sorted(missing)}")
+            udf.merge(MergeAttrMapping(dest), MergeAttrMapping(part))
+        self._damage[start:start + count] = True
+        self.versions[result.idx] = result.version
+
+    def _apply_merge_all(self, i: int, udf: UDF) -> None:
+        parts = self._merge_all_parts[i]
+        if not parts:
+            return
+        ordered = {k: MergeAttrMapping(parts[k]) for k in sorted(parts)}
+        merged = udf.merge_all(ordered)
+        starts = sorted(parts)
+        for name, arr in merged.items():
+            buf = udf.results.get_buffer(name)
+            if buf.kind == "nav":
+                pos = 0
+                for s in starts:
+                    n = parts[s][name].shape[0]
+                    buf.data[s:s + n] = arr[pos:pos + n]
+                    pos += n
+            else:
+                check_cast(np.asarray(arr), buf.data, f"{type(udf).__name__}.{name}")
+                buf.data[...] = arr
+
+    def snapshot(self, finished: bool) -> UDFResults:
+        """Run every UDF's ``get_results`` on copies of what is merged so far."""
+        nav_shape = self._shape.nav.to_tuple()
+        damage_full = expand_nav(self._damage, nav_shape, self._roi, ())
+        out = []
+        for i, udf in enumerate(self.udfs):
+            self._apply_merge_all(i, udf)
+            udf.meta.set_valid_nav_mask(self._damage.copy())
+            udf.results.clear_views()
+            try:
+                results = udf.get_results()
+            except UDFException:
+                raise
+            except Exception as e:
+                raise UDFException(f"{type(udf).__name__}.get_results raised {type(e).__name__}: {e}") from e
+            declared = dict(udf.results.buffers())
+            out.append({
+                name: self._wrap(name, value, declared.get(name), damage_full, nav_shape)
+                for name, value in results.items()
+            })
+        return UDFResults(out, Damage(damage_full), self.versions, self.done, self._total, finished)
+
+    def _wrap(self, name: str, value: Any, decl: BufferWrapper | None, damage_full: np.ndarray,
+              nav_shape: tuple) -> ResultBuffer:
+        mask = None
+        if isinstance(value, ArrayWithMask):
+            value, mask = value.data, value.mask
+        arr = np.array(value, copy=True)
+        kind = decl.kind if decl is not None else "single"
+        if kind == "nav":
+            extra = decl.extra_shape
+            n_compressed = self._damage.size
+            if arr.shape[:1] == (n_compressed,) and arr.shape[1:] == tuple(extra):
+                data = expand_nav(arr, nav_shape, self._roi, extra)
+            else:
+                data = arr.reshape(tuple(nav_shape) + tuple(extra))
+            valid = damage_full if mask is None else np.asarray(mask)
+            return ResultBuffer("nav", arr, data, valid)
+        valid = bool(self._damage.any()) if mask is None else mask
+        return ResultBuffer(kind, arr, arr, valid)
+
+
+def _overrides(udf: UDF, name: str) -> bool:
+    return getattr(type(udf), name) is not getattr(UDF, name)

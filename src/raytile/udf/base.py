@@ -1,0 +1,378 @@
+"""The `UDF` base class: the interface every user-defined function follows.
+
+A UDF declares result buffers in :meth:`UDF.get_result_buffers` and
+implements one of ``process_tile``, ``process_frame`` or
+``process_partition``. The runtime calls that method on every unit of data
+with ``self.results`` viewing the part of the buffers that belongs to the
+unit, sends the partition's buffers back, and merges them into the full
+result with :meth:`UDF.merge`. Example::
+
+    class MaxUDF(UDF):
+        def get_result_buffers(self):
+            return {"maxval": self.buffer(kind="sig", dtype=self.meta.input_dtype)}
+
+        def process_tile(self, tile):
+            self.results.maxval[:] = self.xp.maximum(self.results.maxval, tile.max(axis=0))
+
+        def merge(self, dest, src):
+            dest.maxval[:] = np.maximum(dest.maxval, src.maxval)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Literal, Mapping, Sequence
+
+import numpy as np
+
+from raytile.errors import UDFException
+from raytile.udf.buffers import AuxBufferWrapper, BufferWrapper
+from raytile.udf.meta import UDFMeta
+
+UDFMethod = Literal["tile", "frame", "partition"]
+
+#: Array backend names (the ones sparseconverter uses, plus "cuda").
+BACKEND_NUMPY = "numpy"
+BACKEND_CUPY = "cupy"
+BACKEND_SPARSE_COO = "sparse.COO"
+BACKEND_SPARSE_GCXS = "sparse.GCXS"
+BACKEND_SCIPY_CSR = "scipy.sparse.csr_matrix"
+BACKEND_SCIPY_CSC = "scipy.sparse.csc_matrix"
+BACKEND_CUPY_SCIPY_CSR = "cupyx.scipy.sparse.csr_matrix"
+BACKEND_CUPY_SCIPY_CSC = "cupyx.scipy.sparse.csc_matrix"
+BACKEND_CUDA = "cuda"
+
+
+class ArrayWithMask:
+    """A result array with an explicit validity mask (see :meth:`UDF.with_mask`)."""
+
+    def __init__(self, data: np.ndarray, mask: np.ndarray | bool):
+        self.data = data
+        self.mask = mask
+
+
+class MergeAttrMapping:
+    """Attribute access to named arrays; assigning an attribute writes into the array."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray]):
+        object.__setattr__(self, "_arrays", dict(arrays))
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        try:
+            return self._arrays[name]
+        except KeyError:
+            raise AttributeError(f"no buffer named {name!r}; have {sorted(self._arrays)}") from None
+
+    def __setattr__(self, name: str, value) -> None:
+        self._arrays[name][...] = value
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._arrays[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._arrays
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._arrays)
+
+    def items(self):
+        return self._arrays.items()
+
+
+class UDFData:
+    """``self.results`` and ``self.params``: names to buffers, read through the current view.
+
+    Attribute access returns the view for the unit being processed (the
+    frame's row of a nav buffer, the tile's slice of a sig buffer) or, for
+    plain parameters, the value. Assigning an attribute writes into the view.
+    """
+
+    def __init__(self, data: Mapping[str, Any]):
+        object.__setattr__(self, "_data", dict(data))
+        object.__setattr__(self, "_views", {})
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        views = self._views
+        if name in views:
+            return views[name]
+        try:
+            value = self._data[name]
+        except KeyError:
+            raise AttributeError(f"no buffer or parameter named {name!r}; have {sorted(self._data)}") from None
+        if isinstance(value, BufferWrapper):
+            return value.data
+        return value
+
+    def __setattr__(self, name: str, value) -> None:
+        getattr(self, name)[...] = value
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._data
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def get(self, name: str, default=None):
+        try:
+            return getattr(self, name)
+        except AttributeError:
+            return default
+
+    def get_buffer(self, name: str) -> BufferWrapper:
+        return self._data[name]
+
+    def items(self):
+        return self._data.items()
+
+    def keys(self):
+        return self._data.keys()
+
+    def buffers(self) -> Iterator[tuple[str, BufferWrapper]]:
+        for k, v in self._data.items():
+            if isinstance(v, BufferWrapper):
+                yield k, v
+
+    def set_views(self, views: dict[str, Any]) -> None:
+        object.__setattr__(self, "_views", views)
+
+    def clear_views(self) -> None:
+        object.__setattr__(self, "_views", {})
+
+    def __repr__(self) -> str:
+        return f"UDFData({sorted(self._data)})"
+
+
+class UDF:
+    """Base class of user-defined functions.
+
+    Keyword arguments to the constructor become ``self.params``. Subclasses
+    with named parameters pass them on::
+
+        class RingUDF(UDF):
+            def __init__(self, ri, ro, **kwargs):
+                super().__init__(ri=ri, ro=ro, **kwargs)
+
+    Available while running: ``self.params``, ``self.results``,
+    ``self.task_data`` (from :meth:`get_task_data`), ``self.meta``
+    (:class:`UDFMeta`) and ``self.xp`` (numpy, or cupy on a GPU).
+    """
+
+    #: Ask for the data set's own dtype in ``get_preferred_input_dtype``.
+    USE_NATIVE_DTYPE = np.dtype(bool)
+    #: ``get_tiling_preferences`` values: any depth / the largest possible depth.
+    TILE_DEPTH_DEFAULT = -1
+    TILE_DEPTH_MAX = -2
+    #: ``total_size`` values: what fits caches best / as large as possible.
+    TILE_SIZE_BEST_FIT = -1
+    TILE_SIZE_MAX = -2
+
+    BACKEND_NUMPY = BACKEND_NUMPY
+    BACKEND_CUPY = BACKEND_CUPY
+    BACKEND_SPARSE_COO = BACKEND_SPARSE_COO
+    BACKEND_SPARSE_GCXS = BACKEND_SPARSE_GCXS
+    BACKEND_SCIPY_CSR = BACKEND_SCIPY_CSR
+    BACKEND_SCIPY_CSC = BACKEND_SCIPY_CSC
+    BACKEND_CUPY_SCIPY_CSR = BACKEND_CUPY_SCIPY_CSR
+    BACKEND_CUPY_SCIPY_CSC = BACKEND_CUPY_SCIPY_CSC
+    BACKEND_CUDA = BACKEND_CUDA
+    BACKEND_ALL = (
+        BACKEND_NUMPY, BACKEND_CUPY, BACKEND_SPARSE_COO, BACKEND_SPARSE_GCXS, BACKEND_SCIPY_CSR,
+        BACKEND_SCIPY_CSC, BACKEND_CUPY_SCIPY_CSR, BACKEND_CUPY_SCIPY_CSC, BACKEND_CUDA,
+    )
+
+    def __init__(self, **kwargs: Any):
+        self._kwargs = dict(kwargs)
+        self.params = UDFData(self._kwargs)
+        self.results = UDFData({})
+        self.task_data = UDFData({})
+        self._meta: UDFMeta | None = None
+        self._backend: str = BACKEND_NUMPY
+
+    # -- parameters and copies --------------------------------------------
+    def copy(self) -> "UDF":
+        """A new instance of the same class with the same parameters."""
+        return self.__class__(**self._kwargs)
+
+    def update_parameters(self, patch: Mapping[str, Any]) -> None:
+        """Change parameters (a live patch); unknown names are an error."""
+        unknown = set(patch) - set(self._kwargs)
+        if unknown:
+            raise UDFException(
+                f"{type(self).__name__} has no parameters {sorted(unknown)}; it has {sorted(self._kwargs)}"
+            )
+        self._kwargs.update(patch)
+        self.params = UDFData(self._kwargs)
+
+    def copy_for_partition(self, start: int, stop: int, roi: np.ndarray | None) -> "UDF":
+        """A copy whose aux-data parameters hold only the frames ``[start, stop)`` in the ROI."""
+        kwargs = {
+            k: (v.for_partition(start, stop, roi) if isinstance(v, AuxBufferWrapper) else v)
+            for k, v in self._kwargs.items()
+        }
+        new = self.__class__.__new__(self.__class__)
+        new.__dict__.update(self.__dict__)
+        new._kwargs = kwargs
+        new.params = UDFData(kwargs)
+        new.results = UDFData({})
+        new.task_data = UDFData({})
+        return new
+
+    # -- declaration ---------------------------------------------------------
+    def get_result_buffers(self) -> dict[str, BufferWrapper]:
+        """Declare result buffers with :meth:`buffer`. Called where ``self.meta`` is set."""
+        return {}
+
+    def get_task_data(self) -> dict[str, Any]:
+        """Per-partition data computed on the worker before processing (e.g. masks)."""
+        return {}
+
+    def get_preferred_input_dtype(self) -> Any:
+        """dtype the UDF wants its data in; combined with the data set's by ``np.result_type``.
+
+        Return ``UDF.USE_NATIVE_DTYPE`` to get the data set's own dtype.
+        """
+        return np.dtype(np.float32)
+
+    def get_tiling_preferences(self) -> dict[str, int]:
+        """``{"depth": frames, "total_size": bytes}``; either may be left out."""
+        return {"depth": self.TILE_DEPTH_DEFAULT, "total_size": self.TILE_SIZE_BEST_FIT}
+
+    def get_backends(self) -> str | Sequence[str]:
+        """Array backends ``process_*`` accepts, in order of preference."""
+        return (BACKEND_NUMPY,)
+
+    def get_method(self) -> UDFMethod:
+        """Which ``process_*`` runs: tile before frame before partition."""
+        cls = type(self)
+        for method in ("tile", "frame", "partition"):
+            if getattr(cls, f"process_{method}", None) is not None:
+                return method  # type: ignore[return-value]
+        raise UDFException(
+            f"{cls.__name__} implements none of process_tile, process_frame, process_partition"
+        )
+
+    @staticmethod
+    def buffer(kind: str, extra_shape: tuple = (), dtype: Any = "float32", where: str | None = None,
+               use: str | None = None) -> BufferWrapper:
+        """Declare a result buffer (see :class:`~raytile.udf.buffers.BufferWrapper`)."""
+        return BufferWrapper(kind, extra_shape, dtype, where, use)  # type: ignore[arg-type]
+
+    @classmethod
+    def aux_data(cls, data: np.ndarray, kind: str = "nav", extra_shape: tuple = (),
+                 dtype: Any = "float32") -> AuxBufferWrapper:
+        """Wrap per-frame data to pass as a parameter; the UDF sees the current frame's/tile's part.
+
+        >>> udf = MyUDF(offsets=MyUDF.aux_data(offsets, kind="nav", extra_shape=(2,)))
+        """
+        return AuxBufferWrapper(data, kind, extra_shape, dtype)  # type: ignore[arg-type]
+
+    @staticmethod
+    def with_mask(data: np.ndarray, mask: np.ndarray | bool) -> ArrayWithMask:
+        """Return from ``get_results`` to give a result its own validity mask."""
+        return ArrayWithMask(data, mask)
+
+    # -- running -------------------------------------------------------------
+    @property
+    def meta(self) -> UDFMeta:
+        if self._meta is None:
+            raise UDFException(f"{type(self).__name__}.meta is only available while the UDF runs")
+        return self._meta
+
+    def set_meta(self, meta: UDFMeta) -> None:
+        self._meta = meta
+
+    def set_backend(self, backend: str) -> None:
+        self._backend = backend
+
+    @property
+    def xp(self):
+        """The array module for the current backend: numpy, or cupy on a GPU."""
+        if self._backend in (BACKEND_CUPY, BACKEND_CUPY_SCIPY_CSR, BACKEND_CUPY_SCIPY_CSC):
+            import cupy
+
+            return cupy
+        return np
+
+    def forbuf(self, arr, target):
+        """Bring ``arr`` into the array type of the result buffer view ``target``."""
+        if isinstance(target, np.ndarray) and not isinstance(arr, np.ndarray):
+            from sparseconverter import NUMPY, for_backend
+
+            return for_backend(arr, NUMPY)
+        return arr
+
+    def requires_custom_merge(self) -> bool:
+        return any(
+            buf.kind != "nav" and buf.use is None for buf in self.get_result_buffers().values()
+        )
+
+    def merge(self, dest: MergeAttrMapping, src: MergeAttrMapping) -> None:
+        """Merge a partition's results ``src`` into the full results ``dest``.
+
+        The default copies nav buffers, which is all a nav-only UDF needs.
+        UDFs with sig or single buffers must implement their own merge.
+        """
+        for name in src:
+            buf = self.results.get_buffer(name)
+            if buf.kind != "nav":
+                raise UDFException(
+                    f"{type(self).__name__} has a {buf.kind!r} buffer {name!r}: implement "
+                    f"{type(self).__name__}.merge(dest, src) to combine partitions"
+                )
+            check_cast(src[name], dest[name], f"{type(self).__name__}.{name}")
+            dest[name][...] = src[name]
+
+    def merge_all(self, ordered_results: Mapping[Any, MergeAttrMapping]) -> dict[str, np.ndarray]:
+        """Combine all partitions' results at once (nav buffers only by default).
+
+        ``ordered_results`` maps partition slices, in nav order, to their results.
+        """
+        merged: dict[str, list] = {}
+        for part in ordered_results.values():
+            for name, arr in part.items():
+                buf = self.results.get_buffer(name)
+                if buf.kind != "nav":
+                    raise UDFException(
+                        f"{type(self).__name__} has a {buf.kind!r} buffer {name!r}: implement merge_all"
+                    )
+                merged.setdefault(name, []).append(arr)
+        return {k: np.concatenate(v, axis=0) for k, v in merged.items()}
+
+    def get_results(self) -> dict[str, Any]:
+        """Final results from the merged buffers; override to compute derived values.
+
+        Return nav results in the ROI-compressed shape (as buffers hold them),
+        optionally wrapped with :meth:`with_mask`. ``result_only`` buffers must
+        be returned here.
+        """
+        out = {}
+        for name, buf in self.results.buffers():
+            if buf.use == "private":
+                continue
+            if buf.use == "result_only":
+                raise UDFException(
+                    f"{type(self).__name__}: buffer {name!r} is result_only; compute it in get_results"
+                )
+            out[name] = buf.data
+        return out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self._kwargs.items())})"
+
+    # Subclasses implement one of these (left as None so get_method can tell):
+    process_tile = None
+    process_frame = None
+    process_partition = None
+    preprocess = None
+    postprocess = None
+
+
+def check_cast(src, dest, name: str) -> None:
+    """Refuse to merge a partial result that would lose precision in the result buffer."""
+    src_dtype = getattr(src, "dtype", None)
+    dest_dtype = getattr(dest, "dtype", None)
+    if src_dtype is None or dest_dtype is None:
+        return
+    if not np.can_cast(src_dtype, dest_dtype, casting="safe"):
+        raise UDFException(f"cannot merge {name}: {src_dtype} does not fit safely into {dest_dtype}")
