@@ -17,12 +17,15 @@ from raytile.runtime.context import Context
 from raytile.runtime.progress import ProgressReporter
 from raytile.runtime.results import ResultBuffer, UDFResults
 from raytile.runtime.run import UDFRun
-from raytile.udf import UDF, NoOpUDF, SumSigUDF, SumUDF
+from raytile.udf import (
+    UDF, ApplyMasksUDF, AutoUDF, CoMUDF, LogsumUDF, NoOpUDF, PickUDF, StdDevUDF, SumSigUDF, SumUDF,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Context", "UDF", "udf", "SumUDF", "SumSigUDF", "NoOpUDF", "UDFResults", "ResultBuffer", "UDFRun",
+    "Context", "UDF", "udf", "SumUDF", "SumSigUDF", "NoOpUDF", "StdDevUDF", "LogsumUDF", "ApplyMasksUDF",
+    "CoMUDF", "PickUDF", "AutoUDF", "UDFResults", "ResultBuffer", "UDFRun",
     "ProgressReporter", "RaytileError", "DataSetException", "UDFException", "UDFRunCancelled",
     "BackendError", "ExecutorError", "ConfigValidationError",
 ]

@@ -9,8 +9,16 @@ from raytile.udf.meta import UDFMeta
 from raytile.udf.noop import NoOpUDF
 from raytile.udf.sum import SumUDF
 from raytile.udf.sumsig import SumSigUDF
+from raytile.udf.stddev import StdDevUDF
+from raytile.udf.logsum import LogsumUDF
+from raytile.udf.applymasks import ApplyMasksUDF
+from raytile.udf.com import CoMUDF
+from raytile.udf.pick import PickUDF
+from raytile.udf.auto import AutoUDF
+from raytile.udf import masks
 
 __all__ = [
     "UDF", "UDFMeta", "UDFData", "MergeAttrMapping", "ArrayWithMask", "BufferWrapper",
-    "AuxBufferWrapper", "NoOpUDF", "SumUDF", "SumSigUDF",
+    "AuxBufferWrapper", "NoOpUDF", "SumUDF", "SumSigUDF", "StdDevUDF", "LogsumUDF", "ApplyMasksUDF",
+    "CoMUDF", "PickUDF", "AutoUDF", "masks",
 ]

@@ -295,11 +295,27 @@ class UDF:
         return np
 
     def forbuf(self, arr, target):
-        """Bring ``arr`` into the array type of the result buffer view ``target``."""
-        if isinstance(target, np.ndarray) and not isinstance(arr, np.ndarray):
-            from sparseconverter import NUMPY, for_backend
+        """Bring ``arr`` into the array type of the result buffer view ``target``.
 
-            return for_backend(arr, NUMPY)
+        Sparse arrays/matrices and ``np.matrix`` become plain numpy arrays for
+        numpy buffers (cupy arrays for cupy buffers); 2D scipy results of a
+        matching size are reshaped to ``target.shape``.
+        """
+        if isinstance(target, np.ndarray):
+            if isinstance(arr, np.matrix):
+                arr = np.asarray(arr)
+            elif not isinstance(arr, np.ndarray) and not np.isscalar(arr):
+                from sparseconverter import NUMPY, for_backend
+
+                arr = np.asarray(for_backend(arr, NUMPY))
+        elif type(target).__module__.startswith("cupy") and type(arr).__module__.startswith("scipy"):
+            arr = self.xp.asarray(arr.toarray())
+        shape = getattr(target, "shape", None)
+        arr_shape = getattr(arr, "shape", None)
+        if (shape is not None and arr_shape is not None and tuple(arr_shape) != tuple(shape)
+                and int(np.prod(arr_shape)) == int(np.prod(shape)) and len(arr_shape) == 2
+                and 1 in arr_shape):
+            arr = arr.reshape(shape)
         return arr
 
     def requires_custom_merge(self) -> bool:

@@ -57,6 +57,8 @@ class BufferWrapper:
     # -- views into ``data`` for one unit of work ---------------------------
     def view_for_tile(self, nav_start: int, count: int, sig_index: tuple):
         """``nav_start``: tile's first frame relative to the partition."""
+        if self.data is None:  # result_only buffers have no data on workers
+            return None
         if self.kind == "nav":
             return self.data[nav_start:nav_start + count]
         if self.kind == "sig":
@@ -64,6 +66,8 @@ class BufferWrapper:
         return self.data
 
     def view_for_frame(self, nav_idx: int, sig_index: tuple):
+        if self.data is None:
+            return None
         if self.kind == "nav":
             if self.extra_shape:
                 return self.data[nav_idx]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from raytile.udf._tiles import dense, flat2d
 from raytile.udf.base import UDF
 
 
@@ -11,16 +14,24 @@ class SumUDF(UDF):
     """Sum over all frames: ``intensity`` has the signal shape.
 
     ``dtype`` is the accumulation dtype; it is combined with the data's dtype
-    by ``np.result_type`` (int32 data with float32 sums in float64).
+    by ``np.result_type`` (int32 data with float32 sums in float64). Works on
+    dense (numpy, cupy) and sparse (``sparse.COO``/``GCXS``, scipy CSR/CSC)
+    tiles.
+
+    Example::
+
+        >>> res = ctx.run_udf(dataset=ds, udf=SumUDF())
+        >>> res["intensity"].data.shape == ds.shape.sig.to_tuple()
+        True
     """
 
-    def __init__(self, dtype="float32", **kwargs):
+    def __init__(self, dtype: Any = "float32", **kwargs: Any):
         super().__init__(dtype=dtype, **kwargs)
 
-    def get_preferred_input_dtype(self):
-        return self.params.dtype
+    def get_preferred_input_dtype(self) -> np.dtype:
+        return np.dtype(self.params.dtype)
 
-    def get_backends(self):
+    def get_backends(self) -> tuple[str, ...]:
         return (self.BACKEND_NUMPY, self.BACKEND_SPARSE_COO, self.BACKEND_SPARSE_GCXS,
                 self.BACKEND_SCIPY_CSR, self.BACKEND_SCIPY_CSC, self.BACKEND_CUPY,
                 self.BACKEND_CUPY_SCIPY_CSR, self.BACKEND_CUPY_SCIPY_CSC)
@@ -29,8 +40,10 @@ class SumUDF(UDF):
         dtype = np.result_type(self.meta.input_dtype, self.params.dtype)
         return {"intensity": self.buffer(kind="sig", dtype=dtype, where="device")}
 
-    def process_tile(self, tile):
-        self.results.intensity[:] += self.forbuf(tile.sum(axis=0), self.results.intensity)
+    def process_tile(self, tile) -> None:
+        out = self.results.intensity
+        sums = flat2d(tile).sum(axis=0)
+        out += dense(sums, out.shape, xp=self.xp).astype(out.dtype, copy=False)
 
-    def merge(self, dest, src):
+    def merge(self, dest, src) -> None:
         dest.intensity[:] += src.intensity

@@ -2,21 +2,35 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from raytile.udf._tiles import dense, flat2d
 from raytile.udf.base import UDF
 
 
 class SumSigUDF(UDF):
-    """Integrated intensity of every frame: ``intensity`` has the nav shape."""
+    """Integrated intensity of every frame: ``intensity`` has the nav shape.
 
-    def __init__(self, dtype="float32", **kwargs):
+    ``dtype`` is the accumulation dtype, combined with the data's dtype by
+    ``np.result_type``. Works on dense and sparse tiles alike; nav results
+    need no custom merge.
+
+    Example::
+
+        >>> res = ctx.run_udf(dataset=ds, udf=SumSigUDF())
+        >>> res["intensity"].data.shape == ds.shape.nav.to_tuple()
+        True
+    """
+
+    def __init__(self, dtype: Any = "float32", **kwargs: Any):
         super().__init__(dtype=dtype, **kwargs)
 
-    def get_preferred_input_dtype(self):
-        return self.params.dtype
+    def get_preferred_input_dtype(self) -> np.dtype:
+        return np.dtype(self.params.dtype)
 
-    def get_backends(self):
+    def get_backends(self) -> tuple[str, ...]:
         return (self.BACKEND_NUMPY, self.BACKEND_SPARSE_COO, self.BACKEND_SPARSE_GCXS,
                 self.BACKEND_SCIPY_CSR, self.BACKEND_SCIPY_CSC, self.BACKEND_CUPY,
                 self.BACKEND_CUPY_SCIPY_CSR, self.BACKEND_CUPY_SCIPY_CSC)
@@ -25,7 +39,7 @@ class SumSigUDF(UDF):
         dtype = np.result_type(self.meta.input_dtype, self.params.dtype)
         return {"intensity": self.buffer(kind="nav", dtype=dtype, where="device")}
 
-    def process_tile(self, tile):
-        flat = tile.reshape((tile.shape[0], -1))
-        sums = flat.sum(axis=1)
-        self.results.intensity[:] += self.forbuf(self.xp.asarray(sums).reshape(-1), self.results.intensity)
+    def process_tile(self, tile) -> None:
+        out = self.results.intensity
+        sums = flat2d(tile).sum(axis=1)
+        out += dense(sums, out.shape, xp=self.xp).astype(out.dtype, copy=False)

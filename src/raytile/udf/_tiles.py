@@ -1,0 +1,63 @@
+"""Helpers that let built-in UDFs treat every array backend alike.
+
+Tiles arrive as ``(n, *sig)`` arrays (numpy, cupy, ``sparse.COO``,
+``sparse.GCXS``) or, for the scipy/cupyx backends, as 2D matrices
+``(n, prod(sig))``. These helpers give a 2D ``(n, pixels)`` view of either
+kind and bring reductions back as dense arrays of a requested shape.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+
+def is_scipy_like(tile: Any) -> bool:
+    """True for scipy.sparse / cupyx.scipy.sparse matrices (always 2D)."""
+    mod = type(tile).__module__
+    return mod.startswith("scipy.sparse") or mod.startswith("cupyx.scipy.sparse")
+
+
+def is_pydata_sparse(tile: Any) -> bool:
+    return type(tile).__module__.startswith("sparse")
+
+
+def flat2d(tile: Any) -> Any:
+    """``tile`` as a 2D ``(frames, pixels)`` array or matrix of the same backend."""
+    if is_scipy_like(tile):
+        return tile
+    n = tile.shape[0]
+    pixels = math.prod(tile.shape[1:])
+    if tuple(tile.shape) == (n, pixels):
+        return tile
+    return tile.reshape((n, pixels))
+
+
+def dense(arr: Any, shape: tuple[int, ...] | None = None, xp=np) -> Any:
+    """A dense ``xp`` array of ``arr`` (np.matrix, sparse, scipy or cupy), reshaped to ``shape``."""
+    if is_scipy_like(arr) or is_pydata_sparse(arr):
+        arr = arr.toarray() if hasattr(arr, "toarray") else arr.todense()
+    if isinstance(arr, np.matrix):
+        arr = np.asarray(arr)
+    if xp is np and not isinstance(arr, np.ndarray):
+        get = getattr(arr, "get", None)  # cupy -> numpy
+        arr = get() if get is not None else np.asarray(arr)
+    else:
+        arr = xp.asarray(arr)
+    if shape is not None:
+        arr = arr.reshape(shape)
+    return arr
+
+
+def sparse_entries(tile: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stored entries of a sparse 2D-able tile as ``(rows, flat_pixel_cols, values)`` (numpy)."""
+    if is_scipy_like(tile):
+        coo = tile.tocoo()
+        return np.asarray(coo.row), np.asarray(coo.col), np.asarray(coo.data)
+    t2 = flat2d(tile)
+    if hasattr(t2, "tocoo"):
+        t2 = t2.tocoo()
+    coords = np.asarray(t2.coords)
+    return coords[0], coords[1], np.asarray(t2.data)

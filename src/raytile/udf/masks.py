@@ -1,0 +1,44 @@
+"""Mask helpers for :class:`~raytile.udf.applymasks.ApplyMasksUDF` and friends.
+
+Each returns a ``float32`` array of ``shape`` (y, x) with 1 inside and 0
+outside. Distances are measured from pixel centres at integer coordinates.
+
+>>> from raytile.udf import masks
+>>> m = masks.ring(cy=8, cx=8, ri=2, ro=5, shape=(16, 16))
+>>> m.dtype, m.shape
+(dtype('float32'), (16, 16))
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _radius(cy: float, cx: float, shape: tuple[int, int]) -> np.ndarray:
+    if len(shape) != 2:
+        raise ValueError(f"mask shape must be 2D (y, x), got {shape}")
+    y, x = np.ogrid[: shape[0], : shape[1]]
+    return np.sqrt((y - cy) ** 2 + (x - cx) ** 2)
+
+
+def disk(cy: float, cx: float, r: float, shape: tuple[int, int]) -> np.ndarray:
+    """1 where the distance to ``(cy, cx)`` is at most ``r``."""
+    return (_radius(cy, cx, shape) <= r).astype(np.float32)
+
+
+def ring(cy: float, cx: float, ri: float, ro: float, shape: tuple[int, int]) -> np.ndarray:
+    """1 where ``ri < distance <= ro``: ``disk(ro) - disk(ri)``."""
+    if ri > ro:
+        raise ValueError(f"ring needs ri <= ro, got ri={ri}, ro={ro}")
+    d = _radius(cy, cx, shape)
+    return ((d <= ro) & (d > ri)).astype(np.float32)
+
+
+def point(cy: float, cx: float, shape: tuple[int, int]) -> np.ndarray:
+    """1 at the pixel nearest to ``(cy, cx)``; that pixel must lie inside ``shape``."""
+    iy, ix = int(round(cy)), int(round(cx))
+    if len(shape) != 2 or not (0 <= iy < shape[0] and 0 <= ix < shape[1]):
+        raise ValueError(f"point ({cy}, {cx}) lies outside a mask of shape {shape}")
+    out = np.zeros(shape, dtype=np.float32)
+    out[iy, ix] = 1
+    return out
