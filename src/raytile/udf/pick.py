@@ -30,8 +30,10 @@ class PickUDF(UDF):
 
     def get_result_buffers(self):
         sig = self.meta.dataset_shape.sig.to_tuple()
-        return {"intensity": self.buffer(kind="nav", extra_shape=sig, dtype=self.meta.input_dtype,
-                                         where="device")}
+        # the data set's own dtype, even when other UDFs in the run asked for float tiles
+        # (the conversion back is exact); corrected data keeps the (float) input dtype
+        dtype = self.meta.dataset_dtype if self.meta.corrections is None else self.meta.input_dtype
+        return {"intensity": self.buffer(kind="nav", extra_shape=sig, dtype=dtype, where="device")}
 
     def process_tile(self, tile) -> None:
         view = self.results.intensity[(slice(None),) + self.meta.sig_slice.get()]
