@@ -25,9 +25,17 @@ def is_pydata_sparse(tile: Any) -> bool:
 
 
 def flat2d(tile: Any) -> Any:
-    """``tile`` as a 2D ``(frames, pixels)`` array or matrix of the same backend."""
+    """``tile`` as a 2D ``(frames, pixels)`` array or matrix.
+
+    Dense tiles keep their backend (a reshaped view). pydata ``sparse`` tiles
+    become a scipy CSR matrix built from their coordinates: that is cheap and
+    avoids the JIT compilation that pydata sparse reductions trigger on first
+    use in every worker process.
+    """
     if is_scipy_like(tile):
         return tile
+    if is_pydata_sparse(tile):
+        return pydata_to_csr(tile)
     n = tile.shape[0]
     pixels = math.prod(tile.shape[1:])
     if tuple(tile.shape) == (n, pixels):
@@ -56,8 +64,17 @@ def sparse_entries(tile: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if is_scipy_like(tile):
         coo = tile.tocoo()
         return np.asarray(coo.row), np.asarray(coo.col), np.asarray(coo.data)
-    t2 = flat2d(tile)
-    if hasattr(t2, "tocoo"):
-        t2 = t2.tocoo()
-    coords = np.asarray(t2.coords)
-    return coords[0], coords[1], np.asarray(t2.data)
+    coo = flat2d(tile).tocoo()
+    return np.asarray(coo.row), np.asarray(coo.col), np.asarray(coo.data)
+
+
+def pydata_to_csr(tile: Any):
+    """A ``sparse.COO``/``GCXS`` tile ``(n, *sig)`` as a scipy CSR matrix ``(n, prod(sig))``."""
+    import scipy.sparse as sp
+
+    coo = tile if hasattr(tile, "coords") else tile.tocoo()
+    shape = tuple(coo.shape)
+    n, pixels = shape[0], math.prod(shape[1:])
+    coords = np.asarray(coo.coords)
+    cols = coords[1] if len(shape) == 2 else np.ravel_multi_index(tuple(coords[1:]), shape[1:])
+    return sp.csr_matrix((np.asarray(coo.data), (coords[0], cols)), shape=(n, pixels))

@@ -175,10 +175,6 @@ class ApplyMasksUDF(UDF):
             self._process_shifted(flat, out)
             return
         masks = self._masks_for_tile()
-        if is_pydata_sparse(flat):
-            from sparseconverter import for_backend
-
-            flat = for_backend(flat, "scipy.sparse.csr_matrix")
         if _is_sparse(masks) and not is_scipy_like(flat):
             res = (masks.T @ flat.T).T  # scipy @ dense: ndarray
         else:
