@@ -28,7 +28,7 @@ def input_dtype(udfs: Sequence[UDF], dataset_dtype: Any, corrections: Any = None
 
 
 def check_udfs(udfs: Any) -> list[UDF]:
-    if isinstance(udfs, UDF):
+    if isinstance(udfs, (UDF, str, bytes)) or not hasattr(udfs, "__iter__"):
         udfs = [udfs]
     udfs = list(udfs)
     if not udfs:

@@ -117,7 +117,14 @@ class ResultAccumulator:
         self._merge_all_parts: list[dict] = []
         for udf, meta in zip(self._templates, self._metas):
             udf.set_meta(meta)
-            buffers = udf.get_result_buffers()
+            try:
+                buffers = udf.get_result_buffers()
+            except UDFException:
+                raise
+            except Exception as e:
+                raise UDFException(
+                    f"{type(udf).__name__}.get_result_buffers raised {type(e).__name__}: {e}"
+                ) from e
             for buf in buffers.values():
                 if buf.use is None:
                     buf.allocate(n, sig)

@@ -64,6 +64,15 @@ class NPYDataSet(DataSet):
                 f"{self._path}: array of shape {shape} holds {self._file_frames} frames, "
                 f"nav_shape {nav} needs {math.prod(nav)}"
             )
+        import os
+
+        expected = offset + total * np.dtype(dtype).itemsize
+        actual = os.path.getsize(self._path)
+        if actual < expected:
+            raise DataSetException(
+                f"{self._path}: file is too short: the header promises {shape} {dtype} "
+                f"({expected} bytes), the file has {actual} bytes (truncated?)"
+            )
         self._offset = offset
         return DataSetMeta(shape=Shape(nav + sig, sig_dims=len(sig)), raw_dtype=np.dtype(dtype),
                            sync_offset=self._sync_offset)
