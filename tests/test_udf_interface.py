@@ -1,0 +1,421 @@
+"""The UDF interface: parameters, method choice, hooks, merging, results, aux data, meta."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import raytile as rt
+from raytile.errors import UDFException
+from raytile.udf import UDF, NoOpUDF, SumUDF
+from raytile.udf.base import check_cast
+
+NAV, SIG = (5, 6), (8, 4)
+
+
+@pytest.fixture
+def data(rng):
+    return rng.integers(0, 500, size=NAV + SIG).astype(np.uint16)
+
+
+@pytest.fixture
+def roi(rng):
+    r = rng.random(NAV) > 0.4
+    r[0, 0] = True
+    return r
+
+
+def frames_of(data, roi=None):
+    sel = np.ones(NAV, dtype=bool) if roi is None else roi
+    return data[sel].astype(np.float64)
+
+
+# -- parameters, copies, method choice -------------------------------------------
+
+class Scaled(UDF):
+    def __init__(self, factor, offset=0.0, **kwargs):
+        super().__init__(factor=factor, offset=offset, **kwargs)
+
+    def get_result_buffers(self):
+        return {"v": self.buffer(kind="nav", dtype="float64")}
+
+    def process_frame(self, frame):
+        self.results.v[:] = frame.sum() * self.params.factor + self.params.offset
+
+
+def test_params_from_kwargs_and_copy(inline_ctx, data):
+    udf = Scaled(3.0, offset=1.5)
+    assert udf.params.factor == 3.0 and udf.params.offset == 1.5
+    cp = udf.copy()
+    assert type(cp) is Scaled and cp is not udf and cp.params.factor == 3.0
+    cp.update_parameters({"factor": 2.0})
+    assert udf.params.factor == 3.0 and cp.params.factor == 2.0
+    with pytest.raises(UDFException, match=r"Scaled has no parameters \['nope'\]"):
+        cp.update_parameters({"nope": 1})
+    ds = inline_ctx.load("memory", data=data, num_partitions=2)
+    r1, r2 = inline_ctx.run_udf(dataset=ds, udf=[udf, cp])
+    sums = data.astype(np.float64).sum(axis=(2, 3))
+    np.testing.assert_allclose(r1["v"].data, sums * 3.0 + 1.5)
+    np.testing.assert_allclose(r2["v"].data, sums * 2.0 + 1.5)
+
+
+class AllThree(UDF):
+    def get_result_buffers(self):
+        return {"which": self.buffer(kind="nav", dtype="int64")}
+
+    def process_tile(self, tile):
+        self.results.which[:] = 1
+
+    def process_frame(self, frame):
+        self.results.which[:] = 2
+
+    def process_partition(self, partition):
+        self.results.which[:] = 3
+
+
+class FrameAndPartition(AllThree):
+    process_tile = None
+
+
+class PartitionOnly(AllThree):
+    process_tile = None
+    process_frame = None
+
+
+class Chosen(AllThree):
+    def get_method(self):
+        return "partition"
+
+
+@pytest.mark.parametrize("cls,method,code", [
+    (AllThree, "tile", 1), (FrameAndPartition, "frame", 2), (PartitionOnly, "partition", 3), (Chosen, "partition", 3),
+])
+def test_get_method_precedence(ctx, data, cls, method, code):
+    assert cls().get_method() == method
+    ds = ctx.load("memory", data=data, num_partitions=2)
+    res = ctx.run_udf(dataset=ds, udf=cls())
+    assert np.all(res["which"].data == code)
+
+
+def test_no_process_method():
+    with pytest.raises(UDFException, match="implements none of"):
+        UDF().get_method()
+
+
+# -- hooks --------------------------------------------------------------------------
+
+class Hooks(UDF):
+    def get_result_buffers(self):
+        return {"v": self.buffer(kind="nav", dtype="float64"),
+                "total": self.buffer(kind="single", dtype="float64")}
+
+    def get_task_data(self):
+        return {"weights": np.arange(np.prod(SIG), dtype=np.float64).reshape(SIG)}
+
+    def preprocess(self):
+        self.results.v[:] = 1000.0  # whole partition buffer visible
+
+    def process_frame(self, frame):
+        self.results.v[:] += (frame * self.task_data.weights).sum()
+
+    def postprocess(self):
+        self.results.total[:] = self.results.v.sum()
+
+    def merge(self, dest, src):
+        dest.v[:] = src.v
+        dest.total[:] += src.total
+
+
+def test_preprocess_postprocess_task_data(ctx, data, roi):
+    ds = ctx.load("memory", data=data, num_partitions=3)
+    res = ctx.run_udf(dataset=ds, udf=Hooks(), roi=roi)
+    w = np.arange(np.prod(SIG), dtype=np.float64).reshape(SIG)
+    ref = 1000.0 + (frames_of(data, roi) * w).sum(axis=(1, 2))
+    np.testing.assert_allclose(res["v"].data[roi], ref)
+    np.testing.assert_allclose(res["total"].data[0], ref.sum())
+
+
+# -- merging ------------------------------------------------------------------------
+
+class SigNoMerge(UDF):
+    def get_result_buffers(self):
+        return {"s": self.buffer(kind="sig", dtype="float64")}
+
+    def process_tile(self, tile):
+        self.results.s[:] += tile.sum(axis=0)
+
+
+class NavOnly(UDF):
+    def get_result_buffers(self):
+        return {"a": self.buffer(kind="nav", dtype="float64"),
+                "b": self.buffer(kind="nav", extra_shape=(2,), dtype="int64")}
+
+    def process_tile(self, tile):
+        self.results.a[:] = tile.reshape(tile.shape[0], -1).max(axis=1)
+        self.results.b[:, 0] = self.meta.coordinates[:, 0]
+        self.results.b[:, 1] = self.meta.coordinates[:, 1]
+
+
+def test_default_merge_nav_only(ctx, data, roi):
+    ds = ctx.load("memory", data=data, num_partitions=3)
+    res = ctx.run_udf(dataset=ds, udf=NavOnly(), roi=roi)
+    np.testing.assert_array_equal(res["a"].data[roi], frames_of(data, roi).max(axis=(1, 2)))
+    np.testing.assert_array_equal(res["b"].data[roi], np.argwhere(roi))
+
+
+def test_sig_buffer_without_merge_asks_for_one(ctx, data):
+    ds = ctx.load("memory", data=data, num_partitions=2)
+    with pytest.raises(UDFException, match=r"SigNoMerge has a 'sig' buffer 's': implement SigNoMerge\.merge"):
+        ctx.run_udf(dataset=ds, udf=SigNoMerge())
+
+
+class DtypeDrift(UDF):
+    """Declares float64 on workers but float32 on the coordinator: merging must refuse."""
+
+    def get_result_buffers(self):
+        dtype = "float64" if self.meta.array_backend is not None else "float32"
+        return {"a": self.buffer(kind="nav", dtype=dtype)}
+
+    def process_tile(self, tile):
+        self.results.a[:] = 1.0
+
+
+def test_safe_cast_check(ctx, data):
+    with pytest.raises(UDFException, match=r"cannot merge X\.y: float64 does not fit safely into float32"):
+        check_cast(np.zeros(2, np.float64), np.zeros(2, np.float32), "X.y")
+    check_cast(np.zeros(2, np.float32), np.zeros(2, np.float64), "X.y")  # widening is fine
+    ds = ctx.load("memory", data=data)
+    with pytest.raises(UDFException, match=r"cannot merge DtypeDrift\.a: float64 does not fit safely into float32"):
+        ctx.run_udf(dataset=ds, udf=DtypeDrift())
+
+
+class MergeAll(UDF):
+    def get_result_buffers(self):
+        return {"s": self.buffer(kind="sig", dtype="float64"),
+                "n": self.buffer(kind="nav", dtype="float64")}
+
+    def process_tile(self, tile):
+        self.results.s[:] += tile.sum(axis=0)
+        self.results.n[:] = tile.reshape(tile.shape[0], -1).sum(axis=1)
+
+    def merge_all(self, ordered_results):
+        parts = list(ordered_results.values())
+        return {"s": np.sum([p.s for p in parts], axis=0),
+                "n": np.concatenate([p.n for p in parts])}
+
+
+def test_merge_all_override(ctx, data, roi):
+    ds = ctx.load("memory", data=data, num_partitions=3)
+    res = ctx.run_udf(dataset=ds, udf=MergeAll(), roi=roi)
+    f = frames_of(data, roi)
+    np.testing.assert_allclose(res["s"].data, f.sum(axis=0))
+    np.testing.assert_allclose(res["n"].data[roi], f.sum(axis=(1, 2)))
+
+
+# -- results -----------------------------------------------------------------------------
+
+class Masked(UDF):
+    def get_result_buffers(self):
+        return {"v": self.buffer(kind="nav", dtype="float64"),
+                "hidden": self.buffer(kind="nav", dtype="float64", use="private"),
+                "twice": self.buffer(kind="nav", dtype="float64", use="result_only")}
+
+    def process_frame(self, frame):
+        self.results.hidden[:] = 7.0
+        self.results.v[:] = frame.sum() + self.results.hidden
+
+    def get_results(self):
+        valid = self.meta.get_valid_nav_mask(full_nav=True).reshape(self.meta.dataset_shape.nav.to_tuple())
+        assert self.meta.get_valid_nav_mask().shape == self.results.v.shape  # ROI-compressed
+        return {"v": self.results.v, "twice": self.with_mask(self.results.v * 2, valid)}
+
+
+def test_get_results_with_mask_private_and_result_only(ctx, data, roi):
+    ds = ctx.load("memory", data=data, num_partitions=3)
+    parts = list(ctx.run_udf_iter(dataset=ds, udf=Masked(), roi=roi))
+    assert len(parts) == 3
+    ref = frames_of(data, roi).sum(axis=(1, 2)) + 7.0
+    for p in parts:
+        bufs = p.buffers[0]
+        assert set(bufs) == {"v", "twice"}  # private never leaves the worker
+        # the mask passed through with_mask is the valid-nav mask: what was merged so far
+        assert np.array_equal(bufs["twice"].valid_mask, p.damage.data)
+        assert np.array_equal(bufs["v"].valid_mask, p.damage.data)
+        merged = p.damage.data
+        full = np.zeros(NAV)
+        full[roi] = ref
+        np.testing.assert_allclose(bufs["twice"].data[merged], 2 * full[merged])
+    assert np.array_equal(parts[-1].damage.data, roi)
+    assert parts[0].damage.data.sum() < parts[-1].damage.data.sum()
+
+
+class ResultOnlyForgotten(UDF):
+    def get_result_buffers(self):
+        return {"v": self.buffer(kind="nav"), "r": self.buffer(kind="nav", use="result_only")}
+
+    def process_tile(self, tile):
+        self.results.v[:] = 1
+
+
+def test_result_only_must_be_computed(inline_ctx, data):
+    ds = inline_ctx.load("memory", data=data)
+    with pytest.raises(UDFException, match=r"ResultOnlyForgotten: buffer 'r' is result_only"):
+        inline_ctx.run_udf(dataset=ds, udf=ResultOnlyForgotten())
+
+
+# -- dtypes -------------------------------------------------------------------------------
+
+class DtypeProbe(UDF):
+    def __init__(self, want, **kwargs):
+        super().__init__(want=want, **kwargs)
+
+    def get_preferred_input_dtype(self):
+        return self.params.want
+
+    def get_result_buffers(self):
+        return {"code": self.buffer(kind="single", extra_shape=(2,), dtype="int64")}
+
+    def process_tile(self, tile):
+        assert tile.dtype == self.meta.input_dtype
+        self.results.code[:] = (ord(tile.dtype.kind), tile.dtype.itemsize)
+
+    def merge(self, dest, src):
+        dest.code[:] = src.code
+
+
+@pytest.mark.parametrize("wants,expected", [
+    ([UDF.USE_NATIVE_DTYPE], np.uint16),
+    ([None], np.float32),  # the default preference
+    ([UDF.USE_NATIVE_DTYPE, np.int64], np.int64),
+    ([UDF.USE_NATIVE_DTYPE, np.float64], np.float64),
+])
+def test_preferred_input_dtype(ctx, data, wants, expected):
+    ds = ctx.load("memory", data=data, num_partitions=2)
+    udfs = [DtypeProbe(w) if w is not None else _DefaultDtype() for w in wants]
+    res = ctx.run_udf(dataset=ds, udf=udfs)
+    exp = np.dtype(expected)
+    for r in res:
+        assert tuple(r["code"].data) == (ord(exp.kind), exp.itemsize)
+
+
+class _DefaultDtype(DtypeProbe):
+    def __init__(self, want=None, **kwargs):
+        super().__init__(want=want, **kwargs)
+
+    def get_preferred_input_dtype(self):
+        return UDF.get_preferred_input_dtype(self)
+
+
+# -- aux data -----------------------------------------------------------------------------
+
+class AuxCopy(UDF):
+    def __init__(self, aux, **kwargs):
+        super().__init__(aux=aux, **kwargs)
+
+    def get_result_buffers(self):
+        return {"out": self.buffer(kind="nav", extra_shape=(2,), dtype="float64")}
+
+
+class AuxTile(AuxCopy):
+    def get_tiling_preferences(self):
+        return {"depth": 2, "total_size": 2 * 32 * 4}
+
+    def process_tile(self, tile):
+        assert self.params.aux.shape == (tile.shape[0], 2)
+        self.results.out[:] = self.params.aux
+
+
+class AuxFrame(AuxCopy):
+    def process_frame(self, frame):
+        assert self.params.aux.shape == (2,)
+        self.results.out[:] = self.params.aux
+
+
+class AuxPartition(AuxCopy):
+    def process_partition(self, partition):
+        assert self.params.aux.shape == (partition.shape[0], 2)
+        self.results.out[:] = self.params.aux
+
+
+@pytest.mark.parametrize("cls", [AuxTile, AuxFrame, AuxPartition])
+def test_aux_data_sliced(ctx, data, roi, rng, cls):
+    aux = rng.normal(size=NAV + (2,))
+    ds = ctx.load("memory", data=data, num_partitions=3)
+    udf = cls(aux=UDF.aux_data(aux, kind="nav", extra_shape=(2,), dtype="float64"))
+    for r in (None, roi):
+        res = ctx.run_udf(dataset=ds, udf=udf, roi=r)
+        sel = np.ones(NAV, dtype=bool) if r is None else r
+        np.testing.assert_array_equal(res["out"].data[sel], aux[sel])
+
+
+# -- meta --------------------------------------------------------------------------------
+
+class MetaProbe(UDF):
+    def get_tiling_preferences(self):
+        return {"depth": 3, "total_size": 64}  # float32: 1 frame, sig split in two
+
+    def get_result_buffers(self):
+        nav_dims = len(self.meta.dataset_shape.nav)
+        return {"coords": self.buffer(kind="nav", extra_shape=(nav_dims,), dtype="int64"),
+                "flat": self.buffer(kind="nav", dtype="int64"),
+                "sig_px": self.buffer(kind="sig", dtype="int64")}
+
+    def process_tile(self, tile):
+        m = self.meta
+        assert m.dataset_shape.to_tuple() == NAV + SIG
+        assert m.input_dtype == tile.dtype
+        assert m.slice.shape.to_tuple() == tile.shape
+        self.results.coords[:] = m.coordinates
+        self.results.flat[:] = m.slice.origin[0] + np.arange(tile.shape[0])
+        # the sig part of the slice says where the tile lies in the frame
+        self.results.sig_px[:] += 1
+        assert len(m.tiling_scheme) == 2
+        assert self.results.sig_px.shape == tuple(m.slice.shape.to_tuple()[1:])
+        assert m.slice.origin[1:] == m.sig_slice.origin
+
+    def merge(self, dest, src):
+        dest.coords[:] = src.coords
+        dest.flat[:] = src.flat
+        dest.sig_px[:] += src.sig_px
+
+
+def test_meta_fields(ctx, data, roi):
+    ds = ctx.load("memory", data=data, num_partitions=3)
+    res = ctx.run_udf(dataset=ds, udf=MetaProbe(), roi=roi)
+    idx = np.flatnonzero(roi.reshape(-1))
+    np.testing.assert_array_equal(res["coords"].data[roi], np.stack(np.unravel_index(idx, NAV), axis=1))
+    np.testing.assert_array_equal(res["flat"].data[roi], np.arange(len(idx)))  # ROI-compressed nav index
+    np.testing.assert_array_equal(res["sig_px"].data, np.full(SIG, len(idx)))  # every pixel once per frame
+
+
+# -- NoOp, dry run, buffer declarations --------------------------------------------------
+
+def test_noop_udf(ctx, data):
+    ds = ctx.load("memory", data=data, num_partitions=2)
+    parts = list(ctx.run_udf_iter(dataset=ds, udf=NoOpUDF()))
+    assert parts[-1].finished and parts[-1].buffers[0] == {}
+    assert parts[-1].damage.data.all()
+
+
+def test_dry_run_shapes(inline_ctx, data, roi):
+    ds = inline_ctx.load("memory", data=data, num_partitions=2)
+    res = inline_ctx.dry_run(ds, [SumUDF(), rt.SumSigUDF(), rt.StdDevUDF(),
+                                  rt.ApplyMasksUDF(mask_factories=lambda: np.ones((3,) + SIG), mask_count=3)],
+                             roi=roi)
+    s, ss, sd, am = res
+    assert s["intensity"].data.shape == SIG and not s["intensity"].data.any()
+    assert ss["intensity"].data.shape == NAV and not ss["intensity"].valid_mask.any()
+    assert sd["var"].data.shape == SIG and sd["num_frames"].data[0] == 0
+    assert am["intensity"].data.shape == NAV + (3,)
+
+
+def test_buffer_declaration_errors():
+    with pytest.raises(UDFException, match="buffer kind must be"):
+        UDF.buffer(kind="pixel")
+    with pytest.raises(UDFException, match="buffer use must be"):
+        UDF.buffer(kind="nav", use="secret")
+    b = UDF.buffer(kind="nav", extra_shape=3, dtype="int16")
+    assert b.extra_shape == (3,) and b.dtype == np.int16
+    assert b.shape_for(10, SIG) == (10, 3)
+    assert UDF.buffer(kind="sig", extra_shape=(2,)).shape_for(10, SIG) == SIG + (2,)
+    assert UDF.buffer(kind="single").shape_for(10, SIG) == (1,)
