@@ -419,3 +419,20 @@ def test_buffer_declaration_errors():
     assert b.shape_for(10, SIG) == (10, 3)
     assert UDF.buffer(kind="sig", extra_shape=(2,)).shape_for(10, SIG) == SIG + (2,)
     assert UDF.buffer(kind="single").shape_for(10, SIG) == (1,)
+
+
+def test_forbuf_brings_results_into_numpy_buffers():
+    import scipy.sparse as sp
+    import sparse
+
+    udf = SumUDF()
+    target = np.zeros(4)
+    out = udf.forbuf(np.matrix([[1.0, 2.0, 3.0, 4.0]]), target)
+    assert type(out) is np.ndarray and out.shape == (4,)
+    np.testing.assert_array_equal(out, [1, 2, 3, 4])
+    out = udf.forbuf(sp.csr_matrix(np.array([[0.0, 5.0, 0.0, 1.0]])), target)
+    assert type(out) is np.ndarray
+    np.testing.assert_array_equal(out, [0, 5, 0, 1])
+    out = udf.forbuf(sparse.COO.from_numpy(np.array([0.0, 2.0, 0.0, 0.0])), target)
+    assert type(out) is np.ndarray
+    np.testing.assert_array_equal(out, [0, 2, 0, 0])

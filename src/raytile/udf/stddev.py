@@ -84,7 +84,6 @@ class StdDevUDF(UDF):
             m2 = np.bincount(cols, weights=(vals - mean[cols]) ** 2, minlength=pixels)
             m2 += (n - nnz) * mean * mean
             return s, m2, n
-        xp = self.xp
         x = flat2d(tile).astype(np.float64)
         s = x.sum(axis=0)
         dev = x - s / n
