@@ -421,6 +421,7 @@ def test_buffer_declaration_errors():
     assert UDF.buffer(kind="single").shape_for(10, SIG) == (1,)
 
 
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix is what scipy sums return
 def test_forbuf_brings_results_into_numpy_buffers():
     import scipy.sparse as sp
     import sparse

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from raytile.udf._tiles import dense
 from raytile.udf.base import UDF
 
