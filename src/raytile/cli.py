@@ -1,0 +1,534 @@
+"""The ``raytile`` command line: ``raytile demo | run | info``.
+
+``raytile demo``
+    Makes (once, in a cache folder) a synthetic 4D-STEM scan of about 1 GiB,
+    runs SumUDF, SumSigUDF and a ring virtual detector over it in one pass
+    with a progress bar, prints the throughput and writes PNG images and an
+    ``.npz`` of the results.
+``raytile run``
+    Runs a built-in UDF on a data set given on the command line and saves
+    the results as ``.npz``.
+``raytile info``
+    Versions, the Ray cluster's resources (if one is running) and the known
+    data set formats.
+
+Bad arguments end with a one-line message and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from raytile.errors import RaytileError
+
+#: Version of the synthetic data recipe; part of the cached file's name.
+DEMO_RECIPE = 1
+#: Frames generated per chunk when writing the demo file.
+GEN_CHUNK_FRAMES = 64
+BUILTIN_UDFS = ("sum", "sumsig", "ring")
+
+
+class CLIError(Exception):
+    """A bad argument found after parsing; printed as one line, exit status 2."""
+
+
+# ---------------------------------------------------------------------------
+# synthetic 4D-STEM data
+# ---------------------------------------------------------------------------
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("RAYTILE_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "raytile"
+
+
+def demo_shape(size_gib: float, sig_size: int = 256) -> tuple[tuple[int, int], tuple[int, int]]:
+    """A (nav, sig) shape of about ``size_gib`` GiB of uint16, nav twice as wide as high.
+
+    1 GiB with 256x256 frames gives nav (64, 128).
+    """
+    if not size_gib > 0:
+        raise CLIError(f"--size-gib must be positive, got {size_gib}")
+    if sig_size < 8:
+        raise CLIError(f"--sig-size must be at least 8, got {sig_size}")
+    frame_bytes = sig_size * sig_size * 2
+    frames = max(2, round(size_gib * 2**30 / frame_bytes))
+    ny = max(1, int(math.sqrt(frames / 2)))
+    nx = max(1, frames // ny)
+    return (ny, nx), (sig_size, sig_size)
+
+
+def _stamp(radius: float) -> np.ndarray:
+    r = int(math.ceil(radius))
+    y, x = np.ogrid[-r:r + 1, -r:r + 1]
+    return ((y * y + x * x) <= radius * radius).astype(np.float32)
+
+
+def _add_stamp(frame: np.ndarray, stamp: np.ndarray, cy: int, cx: int, value: float) -> None:
+    """``frame[cy-r:cy+r+1, cx-r:cx+r+1] += value * stamp``, clipped at the frame's edges."""
+    r = stamp.shape[0] // 2
+    sy, sx = frame.shape
+    y0, y1 = max(cy - r, 0), min(cy + r + 1, sy)
+    x0, x1 = max(cx - r, 0), min(cx + r + 1, sx)
+    if y1 <= y0 or x1 <= x0:
+        return
+    frame[y0:y1, x0:x1] += value * stamp[y0 - (cy - r):y1 - (cy - r), x0 - (cx - r):x1 - (cx - r)]
+
+
+class DemoScene:
+    """The synthetic specimen: a few grains seen by a moving, disk-shaped direct beam.
+
+    Each nav position belongs to one of ``n_grains`` Voronoi grains. A grain
+    sets the direct beam's brightness and the orientation and strength of six
+    Bragg spots around it; the beam centre drifts across the scan (descan).
+    Counts get Poisson-like noise (Gaussian with variance = mean, clipped at 0).
+    """
+
+    def __init__(self, nav_shape: tuple[int, int], sig_shape: tuple[int, int], seed: int = 0, n_grains: int = 5):
+        self.nav_shape = nav_shape
+        self.sig_shape = sig_shape
+        self.seed = seed
+        rng = np.random.default_rng(seed)
+        ny, nx = nav_shape
+        sy, sx = sig_shape
+        seeds = rng.uniform(0, 1, (n_grains, 2)) * (ny, nx)
+        yy, xx = np.mgrid[:ny, :nx]
+        d2 = (yy[..., None] - seeds[:, 0]) ** 2 + (xx[..., None] - seeds[:, 1]) ** 2
+        self.grain = np.argmin(d2, axis=-1).reshape(-1)
+        self.brightness = rng.uniform(0.35, 1.0, n_grains)
+        self.orientation = rng.uniform(0, np.pi / 3, n_grains)
+        self.spot_strength = rng.uniform(0.2, 1.0, n_grains)
+        amp = sy / 16
+        fy = (yy.reshape(-1) + 0.5) / ny - 0.5
+        fx = (xx.reshape(-1) + 0.5) / nx - 0.5
+        self.cy = sy / 2 + amp * fy + 0.3 * amp * np.sin(2 * np.pi * fx)
+        self.cx = sx / 2 + amp * fx
+        self.disk_radius = sy / 10
+        self.spot_radius = max(1.0, sy / 64)
+        self.spot_distance = sy / 3.2
+        self.disk_stamp = _stamp(self.disk_radius)
+        self.spot_stamp = _stamp(self.spot_radius)
+        self.background = 2.0
+        self.disk_counts = 120.0
+        self.spot_counts = 60.0
+
+    @property
+    def num_frames(self) -> int:
+        return self.nav_shape[0] * self.nav_shape[1]
+
+    def frames(self, start: int, stop: int) -> np.ndarray:
+        """Frames ``[start, stop)`` (flat nav order) as uint16, deterministic for a seed."""
+        n = stop - start
+        lam = np.full((n,) + self.sig_shape, self.background, dtype=np.float32)
+        for i in range(n):
+            f = start + i
+            g = self.grain[f]
+            cy, cx = self.cy[f], self.cx[f]
+            _add_stamp(lam[i], self.disk_stamp, int(round(cy)), int(round(cx)),
+                       self.disk_counts * self.brightness[g])
+            for k in range(6):
+                a = self.orientation[g] + k * np.pi / 3
+                _add_stamp(lam[i], self.spot_stamp, int(round(cy + self.spot_distance * np.sin(a))),
+                           int(round(cx + self.spot_distance * np.cos(a))),
+                           self.spot_counts * self.spot_strength[g])
+        rng = np.random.default_rng([self.seed, start])
+        noise = rng.standard_normal(lam.shape, dtype=np.float32)
+        noise *= np.sqrt(lam)
+        lam += noise
+        np.rint(lam, out=lam)
+        np.clip(lam, 0, 65535, out=lam)
+        return lam.astype(np.uint16)
+
+
+def demo_file(cache_dir: Path, nav_shape, sig_shape, seed: int = 0, log=print) -> Path:
+    """The demo raw file for this shape in ``cache_dir``, generated once (atomically)."""
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    name = (f"demo-r{DEMO_RECIPE}-s{seed}-nav{nav_shape[0]}x{nav_shape[1]}"
+            f"-sig{sig_shape[0]}x{sig_shape[1]}-uint16.raw")
+    path = cache_dir / name
+    expected = nav_shape[0] * nav_shape[1] * sig_shape[0] * sig_shape[1] * 2
+    if path.exists() and path.stat().st_size == expected:
+        return path
+    scene = DemoScene(tuple(nav_shape), tuple(sig_shape), seed=seed)
+    tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
+    log(f"generating {path} ({expected / 2**30:.3g} GiB, nav {nav_shape}, sig {sig_shape}, uint16) ...")
+    t0 = time.perf_counter()
+    try:
+        from tqdm.auto import tqdm
+
+        with open(tmp, "wb") as f, tqdm(total=scene.num_frames, desc="generating", unit="frame",
+                                        unit_scale=True, disable=None) as bar:
+            for start in range(0, scene.num_frames, GEN_CHUNK_FRAMES):
+                stop = min(start + GEN_CHUNK_FRAMES, scene.num_frames)
+                scene.frames(start, stop).tofile(f)
+                bar.update(stop - start)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    meta = {"nav_shape": list(nav_shape), "sig_shape": list(sig_shape), "dtype": "uint16", "seed": seed,
+            "recipe": DEMO_RECIPE}
+    path.with_suffix(".json").write_text(json.dumps(meta, indent=1))
+    log(f"generated in {time.perf_counter() - t0:.1f} s")
+    return path
+
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``"64,64"`` or ``"64x64"`` -> (64, 64); an argparse type."""
+    try:
+        parts = [p for p in text.replace("x", ",").split(",") if p.strip()]
+        shape = tuple(int(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a shape: {text!r} (use e.g. 64,64)") from None
+    if not shape or min(shape) <= 0:
+        raise argparse.ArgumentTypeError(f"not a shape: {text!r} (positive integers, e.g. 64,64)")
+    return shape
+
+
+def parse_floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from None
+
+
+def positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return v
+
+
+def make_context(executor: str, log=print):
+    """A Context on ``executor``; "ray" falls back to inline if the Ray executor is not available."""
+    import raytile as rt
+
+    if executor == "ray":
+        try:
+            import raytile.actors.executor  # noqa: F401
+        except ImportError as e:
+            log(f"note: the Ray executor is not available ({e}); running inline instead")
+            executor = "inline"
+    return rt.Context(executor=executor), executor
+
+
+def ring_udf(sig_shape: tuple[int, ...], radii: Sequence[float] | None = None,
+             center: Sequence[float] | None = None):
+    """A ring (annular) virtual detector: ApplyMasksUDF with one ``masks.ring`` mask."""
+    from raytile.udf import ApplyMasksUDF, masks
+
+    if len(sig_shape) != 2:
+        raise CLIError(f"the ring detector needs a 2D signal, got sig shape {tuple(sig_shape)}")
+    sy, sx = sig_shape
+    cy, cx = center if center else (sy / 2, sx / 2)
+    ri, ro = radii if radii else (min(sy, sx) / 4, min(sy, sx) * 0.45)
+    if ri > ro or ri < 0:
+        raise CLIError(f"--ring-radii needs 0 <= inner <= outer, got {ri}, {ro}")
+    shape = (int(sy), int(sx))
+
+    def ring_mask():
+        return masks.ring(cy, cx, ri, ro, shape)
+
+    return ApplyMasksUDF(mask_factories=[ring_mask])
+
+
+def _udf_for(name: str, sig_shape, args):
+    from raytile.udf import SumSigUDF, SumUDF
+
+    if name == "sum":
+        return SumUDF()
+    if name == "sumsig":
+        return SumSigUDF()
+    return ring_udf(sig_shape, getattr(args, "ring_radii", None), getattr(args, "ring_center", None))
+
+
+def _result_arrays(names: Sequence[str], results: Sequence[dict]) -> dict[str, np.ndarray]:
+    out = {}
+    for name, res in zip(names, results):
+        if name == "ring":
+            out[name] = np.asarray(res["intensity"].data)[..., 0]
+        else:
+            out[name] = np.asarray(res["intensity"].data)
+    return out
+
+
+def save_png(path: Path, image: np.ndarray, title: str, log_scale: bool = False) -> None:
+    """An image with a colour bar, written with the Agg canvas (no pyplot, no display)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    img = np.asarray(image, dtype=np.float64)
+    if img.ndim == 1:
+        img = img[None, :]
+    if log_scale:
+        img = np.log1p(np.maximum(img - img.min(), 0))
+    fig = Figure(figsize=(5, 4.2 if img.shape[0] <= img.shape[1] else 6), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    im = ax.imshow(img, cmap="inferno", interpolation="nearest")
+    ax.set_title(title + (" (log)" if log_scale else ""))
+    fig.colorbar(im, ax=ax, shrink=0.8)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+
+
+def _fmt_throughput(nbytes: int, frames: int, seconds: float) -> str:
+    seconds = max(seconds, 1e-9)
+    return (f"{nbytes / 1e9:.3f} GB in {seconds:.2f} s: {nbytes / seconds / 1e9:.2f} GB/s, "
+            f"{frames / seconds:,.0f} frames/s")
+
+
+# ---------------------------------------------------------------------------
+# subcommands
+# ---------------------------------------------------------------------------
+
+def cmd_demo(args) -> int:
+    nav_shape, sig_shape = demo_shape(args.size_gib, args.sig_size)
+    cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    path = demo_file(cache, nav_shape, sig_shape, seed=args.seed)
+    print(f"data: {path}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    ctx, executor = make_context(args.executor)
+    try:
+        ds = ctx.load("raw", path=str(path), nav_shape=nav_shape, sig_shape=sig_shape, dtype="uint16")
+        names = list(BUILTIN_UDFS)
+        udfs = [_udf_for(n, sig_shape, args) for n in names]
+        print(f"running SumUDF, SumSigUDF and a ring detector in one pass ({executor} executor, "
+              f"{ds.num_partitions} partitions)")
+        t0 = time.perf_counter()
+        results = ctx.run_udf(dataset=ds, udf=udfs, progress=not args.no_progress)
+        dt = time.perf_counter() - t0
+    finally:
+        ctx.close()
+    nbytes = path.stat().st_size
+    frames = nav_shape[0] * nav_shape[1]
+    print(f"throughput: {_fmt_throughput(nbytes, frames, dt)}")
+
+    arrays = _result_arrays(names, results)
+    npz = out / "results.npz"
+    np.savez(npz, **arrays)
+    titles = {"sum": "SumUDF: sum of all frames", "sumsig": "SumSigUDF: integrated intensity",
+              "ring": "ring virtual detector (ADF)"}
+    written = [npz]
+    for name in names:
+        png = out / f"{name}.png"
+        save_png(png, arrays[name], titles[name], log_scale=(name == "sum"))
+        written.append(png)
+    print("wrote " + ", ".join(str(p) for p in written))
+    print(f"again on this file: raytile run --format raw --path {path} "
+          f"--nav-shape {nav_shape[0]},{nav_shape[1]} --sig-shape {sig_shape[0]},{sig_shape[1]} "
+          f"--dtype uint16 --udf sum,sumsig,ring")
+    return 0
+
+
+def cmd_run(args) -> int:
+    names = [n.strip() for n in args.udf.split(",") if n.strip()]
+    bad = [n for n in names if n not in BUILTIN_UDFS]
+    if not names or bad:
+        raise CLIError(f"unknown --udf {', '.join(bad) or repr(args.udf)}; choose from {', '.join(BUILTIN_UDFS)}")
+    if len(set(names)) != len(names):
+        raise CLIError(f"--udf names a UDF twice: {args.udf}")
+    kwargs: dict[str, Any] = {"path": args.path}
+    if args.format == "raw":
+        missing = [o for o, v in (("--nav-shape", args.nav_shape), ("--sig-shape", args.sig_shape),
+                                  ("--dtype", args.dtype)) if v is None]
+        if missing:
+            raise CLIError(f"--format raw needs {', '.join(missing)}")
+    for key in ("nav_shape", "sig_shape", "dtype"):
+        value = getattr(args, key)
+        if value is not None:
+            kwargs[key] = value
+    if args.sync_offset:
+        kwargs["sync_offset"] = args.sync_offset
+    ctx, executor = make_context(args.executor)
+    try:
+        ds = ctx.load(args.format, **kwargs)
+        sig_shape = ds.shape.sig.to_tuple()
+        udfs = [_udf_for(n, sig_shape, args) for n in names]
+        t0 = time.perf_counter()
+        results = ctx.run_udf(dataset=ds, udf=udfs, progress=not args.no_progress)
+        dt = time.perf_counter() - t0
+        nbytes = ds.shape.size * ds.dtype.itemsize
+        frames = ds.shape.nav.size
+    finally:
+        ctx.close()
+    arrays = _result_arrays(names, results)
+    out = Path(args.out)
+    if out.parent and not out.parent.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(out, **arrays)
+    print(f"{', '.join(names)} on {ds!r} ({executor}): {_fmt_throughput(nbytes, frames, dt)}")
+    print(f"wrote {out} ({', '.join(f'{k} {v.shape}' for k, v in arrays.items())})")
+    return 0
+
+
+def _version(dist: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def cmd_info(args) -> int:
+    import raytile
+    from raytile.io.formats import known_formats
+
+    print(f"raytile {raytile.__version__}")
+    print(f"python  {platform.python_version()} ({sys.executable})")
+    for dist in ("numpy", "ray", "numba", "sparse", "sparseconverter", "scipy", "cupy-cuda12x", "h5py"):
+        print(f"{dist:<16}{_version(dist)}")
+    print(f"cpus    {os.cpu_count()}")
+    print(f"formats {', '.join(known_formats())}")
+    try:
+        import raytile.actors.executor  # noqa: F401
+
+        print("executors inline, ray")
+    except ImportError as e:
+        print(f"executors inline (ray executor not importable: {e})")
+    print(f"cache   {default_cache_dir()}")
+    print("ray     " + _ray_status(args.address))
+    return 0
+
+
+def _ray_status(address: str | None) -> str:
+    try:
+        import ray
+    except ImportError:
+        return "not installed"
+    if not ray.is_initialized():
+        addr = address or os.environ.get("RAY_ADDRESS")
+        if addr is None:
+            # "auto" finds a cluster started with `ray start` on this machine through this file
+            if not os.path.exists(os.path.join(os.environ.get("TMPDIR", "/tmp"), "ray", "ray_current_cluster")) \
+                    and not os.path.exists("/tmp/ray/ray_current_cluster"):
+                return "no cluster running here (start one with `ray start --head`, or pass --address)"
+            addr = "auto"
+        try:
+            ray.init(address=addr, logging_level="ERROR", log_to_driver=False)
+        except Exception as e:  # noqa: BLE001 - any connection failure is reported, not raised
+            return f"could not connect to {addr!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        try:
+            return _describe_resources(ray)
+        finally:
+            ray.shutdown()
+    return _describe_resources(ray)
+
+
+def _describe_resources(ray) -> str:
+    total = ray.cluster_resources()
+    avail = ray.available_resources()
+    keys = [k for k in ("CPU", "GPU", "memory", "object_store_memory") if k in total]
+    keys += sorted(k for k in total if k not in keys and not k.startswith("node:"))
+    parts = []
+    for k in keys:
+        t, a = total[k], avail.get(k, 0)
+        if "memory" in k:
+            parts.append(f"{k} {a / 2**30:.1f}/{t / 2**30:.1f} GiB free")
+        else:
+            parts.append(f"{k} {a:g}/{t:g} free")
+    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+    return f"cluster of {nodes} node(s): " + ", ".join(parts)
+
+
+# ---------------------------------------------------------------------------
+# entry point
+# ---------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="raytile", description="Run UDFs over large N-D detector data on Ray.")
+    sub = p.add_subparsers(dest="command", metavar="{demo,run,info}")
+    sub.required = True
+
+    d = sub.add_parser("demo", help="synthetic 4D-STEM scan: sum, sumsig and a ring detector in one pass",
+                       description="Create (once) a synthetic 4D-STEM raw file in the cache folder, run "
+                                   "SumUDF, SumSigUDF and a ring virtual detector over it in one pass, "
+                                   "print the throughput and write PNGs and an .npz.")
+    d.add_argument("--size-gib", type=positive_float, default=1.0, help="size of the data set (default 1)")
+    d.add_argument("--sig-size", type=int, default=256, help="frame edge in pixels (default 256)")
+    d.add_argument("--seed", type=int, default=0, help="random seed of the synthetic specimen")
+    d.add_argument("--cache-dir", default=None,
+                   help="where the data file is kept (default $RAYTILE_CACHE or ~/.cache/raytile)")
+    d.add_argument("--out", default="raytile-demo-out", help="output folder (default ./raytile-demo-out)")
+    _executor_args(d)
+    d.set_defaults(func=cmd_demo)
+
+    r = sub.add_parser("run", help="run a built-in UDF on a data set and save an .npz",
+                       description="Run built-in UDFs (one pass) on a data set and save the results as .npz.")
+    r.add_argument("--format", default="raw", help="data set format (see `raytile info`; default raw)")
+    r.add_argument("--path", required=True, help="data file")
+    r.add_argument("--nav-shape", type=parse_shape, default=None, help="e.g. 64,64")
+    r.add_argument("--sig-shape", type=parse_shape, default=None, help="e.g. 256,256")
+    r.add_argument("--dtype", default=None, help="e.g. uint16, float32")
+    r.add_argument("--sync-offset", type=int, default=0, help="frames to skip at the start of the file")
+    r.add_argument("--udf", default="sum", help="sum, sumsig, ring or a comma-separated list (default sum)")
+    r.add_argument("--ring-radii", type=parse_floats, default=None, metavar="RI,RO",
+                   help="inner and outer ring radius in pixels (default sig/4, 0.45*sig)")
+    r.add_argument("--ring-center", type=parse_floats, default=None, metavar="CY,CX",
+                   help="ring centre (default the signal centre)")
+    r.add_argument("--out", default="raytile-result.npz", help="output .npz (default ./raytile-result.npz)")
+    _executor_args(r)
+    r.set_defaults(func=cmd_run)
+
+    i = sub.add_parser("info", help="versions, Ray cluster resources, known formats")
+    i.add_argument("--address", default=None, help="Ray cluster address (default: a local one, if running)")
+    i.set_defaults(func=cmd_info)
+    return p
+
+
+def _executor_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--executor", choices=("ray", "inline"), default="ray",
+                   help="ray (default; falls back to inline if unavailable) or inline")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _check_args(args) -> None:
+    for name in ("ring_radii", "ring_center"):
+        value = getattr(args, name, None)
+        if value is not None and len(value) != 2:
+            raise CLIError(f"--{name.replace('_', '-')} needs two numbers, got {len(value)}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``raytile`` console script; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse: usage message already printed
+        return int(e.code or 0)
+    try:
+        _check_args(args)
+        return int(args.func(args) or 0)
+    except (CLIError, RaytileError, OSError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"raytile {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
