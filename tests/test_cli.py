@@ -1,0 +1,165 @@
+"""The ``raytile`` command line: real files in, real files out, checked against numpy."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from raytile.cli import demo_shape, main
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+NAV, SIG = (4, 8), (256, 256)
+
+
+def ring_reference(sig_shape, cy, cx, ri, ro):
+    """The ring mask, written out here independently of raytile.udf.masks."""
+    y = np.arange(sig_shape[0])[:, None]
+    x = np.arange(sig_shape[1])[None, :]
+    d = np.hypot(y - cy, x - cx)
+    return ((d > ri) & (d <= ro)).astype(np.float64)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    out = tmp_path_factory.mktemp("out")
+    rc = main(["demo", "--size-gib", "0.004", "--executor", "inline", "--cache-dir", str(cache),
+               "--out", str(out), "--no-progress"])
+    raws = list(cache.glob("*.raw"))
+    return rc, cache, out, raws
+
+
+def test_demo_shape():
+    assert demo_shape(1.0) == ((64, 128), (256, 256))
+    nav, sig = demo_shape(0.004)
+    assert nav == NAV and sig == SIG
+
+
+def test_demo_writes_data_once_and_atomically(demo):
+    rc, cache, _, raws = demo
+    assert rc == 0
+    assert len(raws) == 1
+    raw = raws[0]
+    assert raw.stat().st_size == np.prod(NAV) * np.prod(SIG) * 2
+    assert [p.name for p in cache.iterdir() if "tmp" in p.name] == []
+    mtime = raw.stat().st_mtime_ns
+    # a second demo reuses the cached file instead of generating it again
+    out2 = cache / "second"
+    assert main(["demo", "--size-gib", "0.004", "--executor", "inline", "--cache-dir", str(cache),
+                 "--out", str(out2), "--no-progress"]) == 0
+    assert raw.stat().st_mtime_ns == mtime
+    assert sorted(p.name for p in cache.glob("*.raw")) == [raw.name]
+
+
+def test_demo_data_has_structure(demo):
+    _, _, _, raws = demo
+    data = np.fromfile(raws[0], dtype=np.uint16).reshape(NAV + SIG).astype(np.float64)
+    mean_frame = data.mean(axis=(0, 1))
+    # the direct beam: a bright disk near the centre of the frame, dim background
+    cy, cx = np.unravel_index(np.argmax(mean_frame), SIG)
+    assert abs(cy - SIG[0] / 2) < SIG[0] / 8 and abs(cx - SIG[1] / 2) < SIG[1] / 8
+    assert mean_frame.max() > 20 * np.median(mean_frame)
+    # grains: the integrated intensity differs between scan positions beyond the noise
+    per_frame = data.sum(axis=(2, 3))
+    assert per_frame.std() / per_frame.mean() > 0.05
+
+
+def test_demo_results_equal_numpy(demo):
+    _, _, out, raws = demo
+    data = np.fromfile(raws[0], dtype=np.uint16).reshape(NAV + SIG)
+    for name in ("sum.png", "sumsig.png", "ring.png"):
+        blob = (out / name).read_bytes()
+        assert blob[:8] == PNG_MAGIC, name
+        assert len(blob) > 1000
+    with np.load(out / "results.npz") as npz:
+        assert sorted(npz.files) == ["ring", "sum", "sumsig"]
+        # integer sums: exact
+        np.testing.assert_array_equal(npz["sum"], data.sum(axis=(0, 1), dtype=np.int64))
+        np.testing.assert_array_equal(npz["sumsig"], data.sum(axis=(2, 3), dtype=np.int64))
+        mask = ring_reference(SIG, SIG[0] / 2, SIG[1] / 2, SIG[0] / 4, SIG[0] * 0.45)
+        ref = np.einsum("abyx,yx->ab", data.astype(np.float64), mask)
+        assert npz["ring"].shape == NAV
+        np.testing.assert_allclose(npz["ring"], ref, rtol=1e-5)
+        assert npz["ring"].std() > 0
+
+
+def test_run_raw(demo, tmp_path, capsys):
+    _, _, _, raws = demo
+    data = np.fromfile(raws[0], dtype=np.uint16).reshape(NAV + SIG)
+    out = tmp_path / "sub" / "res.npz"
+    rc = main(["run", "--format", "raw", "--path", str(raws[0]), "--nav-shape", "4,8", "--sig-shape", "256x256",
+               "--dtype", "uint16", "--udf", "sum,sumsig", "--out", str(out), "--executor", "inline",
+               "--no-progress"])
+    assert rc == 0
+    assert "GB/s" in capsys.readouterr().out
+    with np.load(out) as npz:
+        assert sorted(npz.files) == ["sum", "sumsig"]
+        np.testing.assert_array_equal(npz["sum"], data.sum(axis=(0, 1), dtype=np.int64))
+        np.testing.assert_array_equal(npz["sumsig"], data.sum(axis=(2, 3), dtype=np.int64))
+
+
+def test_run_npy_ring_with_radii(tmp_path):
+    rng = np.random.default_rng(3)
+    data = rng.integers(0, 1000, size=(5, 6, 16, 20)).astype(np.float32)
+    p = tmp_path / "d.npy"
+    np.save(p, data)
+    out = tmp_path / "ring.npz"
+    rc = main(["run", "--format", "npy", "--path", str(p), "--udf", "ring", "--ring-radii", "2,6",
+               "--ring-center", "7,9", "--out", str(out), "--executor", "inline", "--no-progress"])
+    assert rc == 0
+    mask = ring_reference((16, 20), 7, 9, 2, 6)
+    with np.load(out) as npz:
+        np.testing.assert_allclose(npz["ring"], np.einsum("abyx,yx->ab", data.astype(np.float64), mask),
+                                   rtol=1e-5)
+
+
+def test_info(capsys):
+    assert main(["info"]) == 0
+    text = capsys.readouterr().out
+    assert "raytile 0.1.0" in text
+    assert "numpy" in text and np.__version__ in text
+    assert "formats" in text and "raw" in text and "npy" in text
+    assert "ray" in text
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["run", "--path", "x.raw", "--nav-shape", "4,a", "--sig-shape", "8,8", "--dtype", "uint16"], "not a shape"),
+    (["run", "--path", "x.raw", "--nav-shape", "0,4", "--sig-shape", "8,8", "--dtype", "uint16"], "positive"),
+    (["demo", "--size-gib", "-1"], "must be positive"),
+    (["demo", "--executor", "dask"], "invalid choice"),
+    (["frobnicate"], "invalid choice"),
+    ([], "required"),
+])
+def test_bad_arguments_argparse(argv, needle, capsys):
+    assert main(argv) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_bad_arguments_after_parsing(demo, tmp_path, capsys):
+    _, _, _, raws = demo
+    raw = str(raws[0])
+    cases = [
+        (["run", "--path", raw, "--nav-shape", "4,8", "--sig-shape", "256,256", "--dtype", "uint16",
+          "--udf", "bogus"], "unknown --udf bogus"),
+        (["run", "--path", str(tmp_path / "missing.raw"), "--nav-shape", "4,8", "--sig-shape", "256,256",
+          "--dtype", "uint16"], "file not found"),
+        (["run", "--path", raw, "--nav-shape", "64,64", "--sig-shape", "256,256", "--dtype", "uint16"],
+         "too short"),
+        (["run", "--path", raw, "--nav-shape", "4,8", "--sig-shape", "256,256", "--dtype", "nonsense"],
+         "unknown dtype"),
+        (["run", "--path", raw, "--nav-shape", "4,8"], "--format raw needs --sig-shape, --dtype"),
+        (["run", "--path", raw, "--nav-shape", "4,8", "--sig-shape", "256,256", "--dtype", "uint16",
+          "--udf", "ring", "--ring-radii", "9,3"], "inner <= outer"),
+        (["run", "--path", raw, "--nav-shape", "4,8", "--sig-shape", "256,256", "--dtype", "uint16",
+          "--udf", "ring", "--ring-radii", "1,2,3"], "two numbers"),
+    ]
+    for argv, needle in cases:
+        rc = main(argv + ["--executor", "inline", "--no-progress", "--out", str(tmp_path / "o.npz")])
+        err = capsys.readouterr().err
+        assert rc == 2, argv
+        assert needle in err, (argv, err)
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("raytile run: error:"), err
+    assert not os.path.exists(tmp_path / "o.npz")
