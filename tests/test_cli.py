@@ -163,3 +163,27 @@ def test_bad_arguments_after_parsing(demo, tmp_path, capsys):
         lines = [ln for ln in err.splitlines() if ln.strip()]
         assert len(lines) == 1 and lines[0].startswith("raytile run: error:"), err
     assert not os.path.exists(tmp_path / "o.npz")
+
+
+def _load_example(name):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"raytile_example_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_examples_run_inline(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RAYTILE_CACHE", str(tmp_path / "cache"))
+    png = tmp_path / "qs.png"
+    _load_example("quickstart").main(["--executor", "inline", "--out", str(png)])
+    assert png.read_bytes()[:8] == PNG_MAGIC
+    _load_example("async_live").main(["--executor", "inline", "--partitions", "8"])
+    out = capsys.readouterr().out
+    assert "--> ring radii" in out
+    last = [ln for ln in out.splitlines() if ln.startswith("finished:")][-1]
+    # patched after a quarter of the scan: some partitions used the old ring, the rest the new one
+    assert "0: " in last and "1: " in last
