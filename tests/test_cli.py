@@ -187,3 +187,19 @@ def test_examples_run_inline(tmp_path, monkeypatch, capsys):
     last = [ln for ln in out.splitlines() if ln.startswith("finished:")][-1]
     # patched after a quarter of the scan: some partitions used the old ring, the rest the new one
     assert "0: " in last and "1: " in last
+
+
+def test_ray_executor_falls_back_to_inline_when_missing(demo, tmp_path, monkeypatch, capsys):
+    import sys
+
+    _, _, _, raws = demo
+    monkeypatch.setitem(sys.modules, "raytile.actors.executor", None)  # import now raises ImportError
+    out = tmp_path / "r.npz"
+    rc = main(["run", "--path", str(raws[0]), "--nav-shape", "4,8", "--sig-shape", "256,256", "--dtype", "uint16",
+               "--udf", "sumsig", "--out", str(out), "--executor", "ray", "--no-progress"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "Ray executor is not available" in text and "running inline" in text
+    data = np.fromfile(raws[0], dtype=np.uint16).reshape(NAV + SIG)
+    with np.load(out) as npz:
+        np.testing.assert_array_equal(npz["sumsig"], data.sum(axis=(2, 3), dtype=np.int64))
