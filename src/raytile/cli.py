@@ -180,7 +180,9 @@ def demo_file(cache_dir: Path, nav_shape, sig_shape, seed: int = 0, log=print) -
             tmp.unlink()
     meta = {"nav_shape": list(nav_shape), "sig_shape": list(sig_shape), "dtype": "uint16", "seed": seed,
             "recipe": DEMO_RECIPE}
-    path.with_suffix(".json").write_text(json.dumps(meta, indent=1))
+    meta_tmp = tmp.with_suffix(".json.tmp")
+    meta_tmp.write_text(json.dumps(meta, indent=1))
+    os.replace(meta_tmp, path.with_suffix(".json"))
     log(f"generated in {time.perf_counter() - t0:.1f} s")
     return path
 
