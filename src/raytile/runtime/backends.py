@@ -1,19 +1,76 @@
-"""Execution plan: which array backend each UDF gets its tiles in, per device class."""
+"""Execution plan: which array backend each UDF gets its tiles in, per device class.
+
+Every UDF declares the array backends its ``process_*`` accepts
+(:meth:`UDF.get_backends`, in order of preference); a data set declares the
+backends its tiles come in natively (``array_backends``, first the native
+one). :func:`execution_plan` groups the UDFs of a run by backend for one
+device class so that a tile is converted as rarely and as cheaply as
+possible, and :class:`TileConverter` makes each needed format once per tile.
+
+Order of preference when assigning UDFs (after LiberTEM's planner):
+
+1. a backend native to both the data set and the device class (no conversion);
+2. on a device class the data set is not native to (a CPU data set read by a
+   GPU task), a backend of the same kind as the data set: sparse stays sparse
+   and dense stays dense when moving to the device;
+3. any backend of the device class (a dense<->sparse conversion);
+4. "CPU on GPU" fallback: a GPU task serves a UDF without a GPU backend in a
+   CPU backend, native to the data set if possible, else any.
+
+Within each step the backend that serves the most of the remaining UDFs
+wins; ties go to the backend the UDFs prefer on average (their order).
+"""
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections import OrderedDict, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+from sparseconverter import (
+    BACKENDS,
+    CPU_BACKENDS,
+    CUDA,
+    CUDA_BACKENDS,
+    CUPY,
+    CUPY_BACKENDS,
+    D2_BACKENDS,
+    DENSE_BACKENDS,
+    ND_BACKENDS,
+    NUMPY,
+    SPARSE_BACKENDS,
+    cheapest_pair,
+    for_backend,
+    get_backend,
+    result_type,
+)
 
 from raytile.errors import BackendError
-from raytile.udf.base import BACKEND_CUDA, BACKEND_CUPY, BACKEND_NUMPY, UDF
 
-CUDA_BACKENDS = frozenset({
-    BACKEND_CUPY, "cupyx.scipy.sparse.csr_matrix", "cupyx.scipy.sparse.csc_matrix",
-    "cupyx.scipy.sparse.coo_matrix", BACKEND_CUDA,
-})
+__all__ = [
+    "BACKENDS", "CPU_BACKENDS", "CUDA_BACKENDS", "CUPY_BACKENDS", "SPARSE_BACKENDS", "DENSE_BACKENDS",
+    "ExecutionPlan", "TileConverter", "canonical_backends", "check_backends", "device_classes_for",
+    "execution_plan", "plan_dtype", "has_cupy",
+]
+
+DEVICE_CLASSES = ("cpu", "cuda")
+
+
+def has_cupy() -> bool:
+    """True if cupy imports and sees a GPU (imported lazily, only when asked)."""
+    try:
+        import cupy
+    except Exception:
+        return False
+    try:
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
 
 
 def canonical_backends(spec: str | Iterable[str] | None) -> tuple[str, ...]:
+    """A backend spec (one name, a sequence or None) as a tuple of names."""
     if spec is None:
         return ()
     if isinstance(spec, str):
@@ -21,67 +78,339 @@ def canonical_backends(spec: str | Iterable[str] | None) -> tuple[str, ...]:
     return tuple(spec)
 
 
-def device_classes_for(udfs: Sequence[UDF], restrict_to: Iterable[str] | None = None) -> set[str]:
-    """Device classes ("cpu", "cuda") on which every UDF can be served."""
-    allowed = set(canonical_backends(restrict_to)) or None
-    classes = {"cpu", "cuda"}
+def check_backends(spec: Any, owner: str) -> tuple[str, ...]:
+    """``canonical_backends`` that raises :class:`BackendError` naming ``owner`` for unknown names."""
+    backends = canonical_backends(spec)
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise BackendError(
+            f"{owner} names unknown array backends {unknown}; known backends: {sorted(BACKENDS)}"
+        )
+    return backends
+
+
+def _udf_backends(udf, allowed: frozenset | None) -> tuple[str, ...]:
+    backends = check_backends(udf.get_backends(), f"{type(udf).__name__}.get_backends()")
+    if allowed is not None:
+        backends = tuple(b for b in backends if b in allowed)
+    return backends
+
+
+def available_backends(device_class: str, restrict_to: Iterable[str] | None = None,
+                       cupy: bool = True) -> frozenset:
+    """Backends a task on ``device_class`` can hand out (all CPU backends on a GPU, too).
+
+    A GPU worker without cupy can serve the CPU backends and "cuda" (numpy
+    tiles for UDFs that launch their own kernels).
+    """
+    if device_class == "cpu":
+        avail = CPU_BACKENDS
+    elif device_class == "cuda":
+        avail = BACKENDS if cupy else CPU_BACKENDS | {CUDA}
+    else:
+        raise BackendError(f"unknown device class {device_class!r}; use 'cpu' or 'cuda'")
+    if restrict_to is not None:
+        allowed = frozenset(check_backends(restrict_to, "run_udf(backends=...)"))
+        if allowed:
+            avail = avail & allowed
+    return frozenset(avail)
+
+
+def device_classes_for(udfs: Sequence, restrict_to: Iterable[str] | None = None) -> set[str]:
+    """Device classes ("cpu", "cuda") on which every UDF can be served.
+
+    Follows the reference's resource rule: a UDF with only GPU backends
+    needs a GPU, one with only CPU backends needs a CPU (or the CPU-on-GPU
+    fallback), and a run whose UDFs need both cannot be served in one task.
+    Raises :class:`BackendError` when a UDF has no backend left after the
+    ``backends=`` restriction, or the UDFs need both a CPU-only and a GPU-only task.
+    """
+    allowed = frozenset(check_backends(restrict_to, "run_udf(backends=...)")) or None
+    needs_cuda: list[str] = []
+    needs_cpu: list[str] = []
     for udf in udfs:
-        backends = set(canonical_backends(udf.get_backends()))
-        if allowed is not None:
-            backends &= allowed
+        backends = set(_udf_backends(udf, allowed))
+        name = type(udf).__name__
         if not backends:
             raise BackendError(
-                f"{type(udf).__name__} supports backends {canonical_backends(udf.get_backends())}, "
+                f"{name} supports backends {list(canonical_backends(udf.get_backends()))}, "
                 f"none of which is allowed by backends={sorted(allowed or ())}"
             )
-        udf_classes = set()
-        if backends - CUDA_BACKENDS:
-            udf_classes.add("cpu")
-        if backends & CUDA_BACKENDS:
-            udf_classes.add("cuda")
-        classes &= udf_classes
-    return classes
+        if backends.isdisjoint(CPU_BACKENDS):
+            needs_cuda.append(name)
+        if backends.isdisjoint(CUDA_BACKENDS):
+            needs_cpu.append(name)
+    if needs_cuda and needs_cpu:
+        raise BackendError(
+            f"no common device for these UDFs: {needs_cuda} need a GPU backend, {needs_cpu} a CPU "
+            f"backend (limited to backends={sorted(allowed) if allowed else 'any'}); run them separately"
+        )
+    if needs_cuda:
+        return {"cuda"}
+    # CPU-only UDFs also run on a GPU worker (CPU-on-GPU fallback).
+    return {"cpu", "cuda"}
+
+
+@dataclass
+class ExecutionPlan:
+    """The plan of one device class: the tile format to read and who gets what.
+
+    ``ds_backend`` is the backend the partition yields tiles in; ``udfs``
+    maps each backend to the indices of the UDFs served in it, in the order
+    conversions are cheapest (each format made from the cheapest one already
+    at hand).
+    """
+
+    device_class: str
+    ds_backend: str
+    udfs: "OrderedDict[str, list[int]]" = field(default_factory=OrderedDict)
+
+    def backend_of(self) -> dict[int, str]:
+        return {i: b for b, idxs in self.udfs.items() for i in idxs}
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        return tuple(self.udfs)
+
+    @property
+    def needs_cupy(self) -> bool:
+        return not CUPY_BACKENDS.isdisjoint(self.udfs)
+
+    # A read-only mapping backend -> UDF indices, like the plain dicts of earlier versions.
+    def __getitem__(self, backend: str) -> list[int]:
+        return self.udfs[backend]
+
+    def __iter__(self):
+        return iter(self.udfs)
+
+    def __len__(self) -> int:
+        return len(self.udfs)
+
+    def __contains__(self, backend: object) -> bool:
+        return backend in self.udfs
+
+    def items(self):
+        return self.udfs.items()
+
+    def keys(self):
+        return self.udfs.keys()
+
+    def values(self):
+        return self.udfs.values()
+
+    def describe(self, udfs: Sequence | None = None) -> list[str]:
+        out = []
+        for b, idxs in self.udfs.items():
+            names = [type(udfs[i]).__name__ if udfs is not None else str(i) for i in idxs]
+            out.append(f"{b}: {', '.join(names)}")
+        return out
 
 
 def execution_plan(
-    udfs: Sequence[UDF], device_class: str, native_backend: str = BACKEND_NUMPY,
+    udfs: Sequence,
+    device_class: str,
+    ds_backends: str | Iterable[str] = NUMPY,
     restrict_to: Iterable[str] | None = None,
-) -> dict[str, list[int]]:
-    """Map backend -> indices of UDFs served in it, preferring the data's native backend.
+    cupy: bool = True,
+) -> ExecutionPlan:
+    """Assign every UDF a backend for tasks on ``device_class`` (see the module docstring).
 
-    On "cpu" only CPU backends are used; on "cuda" CUDA backends first, with
-    CPU backends as a fallback for UDFs that have no CUDA backend.
+    Raises :class:`BackendError` naming the UDFs that cannot be served.
     """
-    allowed = set(canonical_backends(restrict_to)) or None
-    plan: dict[str, list[int]] = {}
-    for i, udf in enumerate(udfs):
-        backends = [b for b in canonical_backends(udf.get_backends()) if allowed is None or b in allowed]
-        if device_class == "cpu":
-            candidates = [b for b in backends if b not in CUDA_BACKENDS]
-        else:
-            candidates = [b for b in backends if b in CUDA_BACKENDS] or [
-                b for b in backends if b not in CUDA_BACKENDS
-            ]
-        if not candidates:
-            raise BackendError(
-                f"{type(udf).__name__} cannot run on {device_class}: it supports {backends}"
-            )
-        chosen = native_backend if native_backend in candidates else candidates[0]
-        if chosen == BACKEND_CUDA:
-            chosen = BACKEND_NUMPY  # "cuda" UDFs take numpy tiles and run their own kernels
-        plan.setdefault(chosen, []).append(i)
-    return plan
+    ds_backends = check_backends(ds_backends, "the data set's array_backends") or (NUMPY,)
+    avail = available_backends(device_class, restrict_to, cupy)
+    native = avail & (CUDA_BACKENDS if device_class == "cuda" else CPU_BACKENDS)
+    allowed = frozenset(check_backends(restrict_to, "run_udf(backends=...)")) or None
+    udf_backends = [_udf_backends(u, allowed) for u in udfs]
+
+    aversion: dict[str, float] = defaultdict(float)
+    for backends in udf_backends:
+        for rank, b in enumerate(backends):
+            aversion[b] += rank / len(backends)
+    # Tie-break: data set's own formats first, then what the UDFs prefer on average.
+    preference = sorted(BACKENDS, key=lambda b: (b not in ds_backends, aversion.get(b, 1e9), b))
+
+    remaining = list(range(len(udfs)))
+    assigned: "OrderedDict[str, list[int]]" = OrderedDict()
+
+    def assign(restrict: Iterable[str]) -> bool:
+        restrict = frozenset(restrict)
+        popular: dict[str, list[int]] = defaultdict(list)
+        for i in remaining:
+            for b in udf_backends[i]:
+                if b in restrict:
+                    popular[b].append(i)
+        if not popular:
+            return False
+        best = max(len(v) for v in popular.values())
+        backend = next(b for b in preference if len(popular.get(b, ())) == best)
+        for i in popular[backend]:
+            remaining.remove(i)
+        assigned.setdefault(backend, []).extend(popular[backend])
+        return True
+
+    assign(native & set(ds_backends))
+    if not SPARSE_BACKENDS.isdisjoint(ds_backends):
+        assign(native & SPARSE_BACKENDS)
+    if not DENSE_BACKENDS.isdisjoint(ds_backends):
+        assign(native & DENSE_BACKENDS)
+    while remaining and assign(native):
+        pass
+    # CPU on GPU fallback (also the only step left for a GPU task without cupy)
+    assign(avail & set(ds_backends))
+    while remaining and assign(avail):
+        pass
+
+    if remaining:
+        details = "; ".join(
+            f"{type(udfs[i]).__name__} supports {list(canonical_backends(udfs[i].get_backends()))}"
+            for i in remaining
+        )
+        limit = f" limited to backends={sorted(allowed)}" if allowed else ""
+        cp = "" if cupy or device_class != "cuda" else " without cupy"
+        raise BackendError(f"cannot serve on a {device_class} worker{cp}{limit}: {details}")
+
+    # Order the conversions: start from the cheapest data set format, then
+    # always convert to the format that is cheapest to make from those at hand.
+    # "cuda" is served with numpy tiles.
+    required = [b for b in assigned]
+    ds_backend, first = cheapest_pair(tuple(ds_backends), tuple(required))
+    ordered: "OrderedDict[str, list[int]]" = OrderedDict()
+    ordered[first] = sorted(assigned[first])
+    have = [ds_backend, first]
+    required.remove(first)
+    while required:
+        _, nxt = cheapest_pair(tuple(have), tuple(required))
+        ordered[nxt] = sorted(assigned[nxt])
+        required.remove(nxt)
+        have.append(nxt)
+    return ExecutionPlan(device_class, ds_backend, ordered)
+
+
+def plan_dtype(base_dtype: Any, backends: Iterable[str]) -> np.dtype:
+    """``base_dtype`` widened so that every backend in ``backends`` supports it.
+
+    (``sparseconverter.result_type``: e.g. scipy.sparse has no float16.)
+    """
+    backends = [b for b in backends if b in BACKENDS]
+    return np.dtype(result_type(np.dtype(base_dtype), *backends))
 
 
 class TileConverter:
-    """Converts one tile into each backend it is needed in, once per backend."""
+    """Converts one tile into each backend it is needed in, once per backend.
 
-    def __init__(self, data, native_backend: str = BACKEND_NUMPY):
-        self._cache = {native_backend: data}
+    The cache starts with the tile as it came (its backend found by
+    ``sparseconverter.get_backend``); every further format is made from the
+    cached format that is cheapest to convert from. 2D-only formats (scipy,
+    cupyx) are ``(frames, prod(sig))``; N-D formats are shaped like the tile.
+    ``conversions`` lists the ``(source, target)`` pairs made, for tests and
+    tracing. ``to_device`` (optional) replaces the numpy -> cupy copy, e.g.
+    with a copy through a pinned staging buffer on a copy stream.
+    """
 
-    def get(self, backend: str):
-        if backend not in self._cache:
-            from sparseconverter import for_backend
+    def __init__(self, data: Any, shape: Sequence[int] | None = None, native_backend: str | None = None,
+                 to_device=None):
+        backend = get_backend(data) or native_backend or NUMPY
+        self._shape = tuple(shape) if shape is not None else tuple(data.shape)
+        self._cache: dict[str, Any] = {backend: data}
+        self._to_device = to_device
+        self.conversions: list[tuple[str, str]] = []
 
-            self._cache[backend] = for_backend(self._cache[next(iter(self._cache))], backend)
-        return self._cache[backend]
+    @property
+    def source_backend(self) -> str:
+        return next(iter(self._cache))
+
+    def get(self, backend: str) -> Any:
+        res = self._cache.get(backend)
+        if res is not None:
+            return res
+        if backend == CUDA:  # "cuda" UDFs get numpy tiles and launch their own kernels
+            res = self.get(NUMPY)
+            self._cache[CUDA] = res
+            return res
+        source, _ = cheapest_pair(tuple(self._cache), (backend,))
+        data = self._cache[source]
+        if self._to_device is not None and backend == CUPY and source in (NUMPY, CUDA):
+            res = self._to_device(data)
+        else:
+            res = for_backend(data, backend)
+        if backend in ND_BACKENDS:
+            res = res.reshape(self._shape)
+        elif backend in D2_BACKENDS:
+            flat = (self._shape[0], int(np.prod(self._shape[1:], dtype=np.int64)))
+            if tuple(res.shape) != flat:
+                res = res.reshape(flat)
+        self.conversions.append((source, backend))
+        self._cache[backend] = res
+        return res
+
+
+class _Slot:
+    __slots__ = ("capacity", "host_mem", "dev_mem", "key", "host", "dev", "released")
+
+    def __init__(self):
+        self.capacity = 0
+        self.host_mem = self.dev_mem = None
+        self.key = None
+        self.host = self.dev = None
+        self.released = None
+
+
+class PinnedStager:
+    """numpy -> cupy tile copies through pinned host buffers, overlapping copy and compute.
+
+    Each tile is copied (by the CPU) into one of ``slots`` pinned host
+    buffers and from there asynchronously to a device buffer on a private
+    copy stream; the compute stream waits for that copy with an event. While
+    the GPU works on tile *i*, the CPU already reads tile *i+1* into the other
+    pinned buffer and starts its upload. A slot is reused only after the
+    compute stream has finished the tile that was in it (:meth:`tile_done`
+    records that event), so the device array handed out is valid until the
+    tile after next, the same rule as for reused CPU tile buffers.
+    """
+
+    def __init__(self, compute_stream, slots: int = 2):
+        import cupy
+
+        self._cp = cupy
+        self._compute = compute_stream
+        self._copy = cupy.cuda.Stream(non_blocking=True)
+        self._slots = [_Slot() for _ in range(max(1, slots))]
+        self._next = 0
+        self._pending: list[_Slot] = []
+        self.bytes_copied = 0
+        self.tiles_copied = 0
+
+    def to_device(self, arr):
+        cp = self._cp
+        slot = self._slots[self._next]
+        self._next = (self._next + 1) % len(self._slots)
+        if slot.released is not None:
+            slot.released.synchronize()
+            slot.released = None
+        arr = np.asarray(arr)
+        key = (arr.shape, arr.dtype.str)
+        if slot.key != key:
+            nbytes = max(1, arr.nbytes)
+            if slot.capacity < nbytes:
+                slot.host_mem = cp.cuda.alloc_pinned_memory(nbytes)
+                slot.dev_mem = cp.cuda.alloc(nbytes)
+                slot.capacity = nbytes
+            slot.host = np.frombuffer(slot.host_mem, dtype=arr.dtype, count=arr.size).reshape(arr.shape)
+            slot.dev = cp.ndarray(arr.shape, dtype=arr.dtype, memptr=slot.dev_mem)
+            slot.key = key
+        np.copyto(slot.host, arr, casting="no")
+        slot.dev.set(slot.host, stream=self._copy)
+        self._compute.wait_event(self._copy.record())
+        self._pending.append(slot)
+        self.bytes_copied += arr.nbytes
+        self.tiles_copied += 1
+        return slot.dev
+
+    def tile_done(self) -> None:
+        """Call after every UDF has queued its work on the current tile."""
+        if self._pending:
+            done = self._compute.record()
+            for slot in self._pending:
+                slot.released = done
+            self._pending = []

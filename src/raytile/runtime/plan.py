@@ -8,23 +8,74 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from raytile.errors import DataSetException, UDFException
+from raytile.errors import BackendError, DataSetException, UDFException
 from raytile.io.dataset import DataSet, validate_roi
 from raytile.io.negotiator import Negotiator
-from raytile.runtime.backends import device_classes_for, execution_plan
+from raytile.runtime.backends import (
+    ExecutionPlan, check_backends, device_classes_for, execution_plan, plan_dtype,
+)
 from raytile.runtime.params import PartitionTask, RunParams
 from raytile.udf.base import UDF
 from raytile.udf.meta import UDFMeta
 
 
-def input_dtype(udfs: Sequence[UDF], dataset_dtype: Any, corrections: Any = None) -> np.dtype:
-    """``np.result_type`` of the data set's dtype and every UDF's preference (float32 with corrections)."""
+def input_dtype(udfs: Sequence[UDF], dataset_dtype: Any, corrections: Any = None,
+                backends: Iterable[str] = ()) -> np.dtype:
+    """The dtype tiles are handed out in.
+
+    ``np.result_type`` of the data set's dtype and every UDF's preference
+    (float32 with corrections), widened until every array backend in
+    ``backends`` (those of the execution plans) supports it
+    (``sparseconverter.result_type``).
+    """
     dtypes = [np.dtype(dataset_dtype)]
     for udf in udfs:
         dtypes.append(np.dtype(udf.get_preferred_input_dtype()))
     if corrections is not None and getattr(corrections, "have_corrections", lambda: True)():
         dtypes.append(np.dtype(np.float32))
-    return np.result_type(*dtypes)
+    return plan_dtype(np.result_type(*dtypes), backends)
+
+
+def dataset_backends(dataset: Any) -> tuple[str, ...]:
+    """The array backends a data set's tiles come in, native one first (numpy by default)."""
+    backends = getattr(dataset, "array_backends", None)
+    if not backends:
+        backends = (getattr(dataset, "native_backend", None) or "numpy",)
+    return check_backends(backends, f"{type(dataset).__name__}.array_backends")
+
+
+def backend_plans(udfs: Sequence[UDF], dataset: Any, device_classes: Iterable[str],
+                  backends: Iterable[str] | None = None) -> dict[str, ExecutionPlan]:
+    """Execution plans per device class the executor has and the UDFs can use.
+
+    Raises :class:`BackendError` before any task starts when no device class
+    of the executor can serve every UDF. The key ``"cuda:nocupy"`` holds the
+    plan for a GPU worker that cannot import cupy (absent if impossible).
+    """
+    possible = device_classes_for(udfs, backends)
+    usable = possible & set(device_classes)
+    if not usable:
+        raise BackendError(
+            f"no worker can run {[type(u).__name__ for u in udfs]}: with backends="
+            f"{sorted(backends) if backends else 'any'} they need a {' or '.join(sorted(possible))} worker, "
+            f"the executor has {sorted(device_classes)}"
+        )
+    ds_backends = dataset_backends(dataset)
+    plans: dict[str, ExecutionPlan] = {}
+    errors = []
+    for dc in sorted(usable):
+        try:
+            plans[dc] = execution_plan(udfs, dc, ds_backends, backends)
+        except BackendError as e:
+            errors.append(str(e))
+    if not plans:
+        raise BackendError("; ".join(errors))
+    if "cuda" in plans:
+        try:
+            plans["cuda:nocupy"] = execution_plan(udfs, "cuda", ds_backends, backends, cupy=False)
+        except BackendError:
+            pass
+    return plans
 
 
 def check_udfs(udfs: Any) -> list[UDF]:
@@ -79,16 +130,10 @@ def make_plan(
         corrections.check(dataset.shape) if hasattr(corrections, "check") else None
         if hasattr(corrections, "have_corrections") and not corrections.have_corrections():
             corrections = None
-    dtype = input_dtype(udfs, dataset.dtype, corrections)
-
-    usable = device_classes_for(udfs, backends) & set(device_classes)
-    if not usable:
-        raise UDFException(
-            f"no worker can run {[type(u).__name__ for u in udfs]}: they need "
-            f"{sorted(device_classes_for(udfs, backends))}, the executor has {sorted(device_classes)}"
-        )
-    native = getattr(dataset, "native_backend", "numpy")
-    backend_plan = {dc: execution_plan(udfs, dc, native, backends) for dc in usable}
+    backend_plan = backend_plans(udfs, dataset, device_classes, backends)
+    all_backends = {b for p in backend_plan.values() for b in p.backends}
+    dtype = input_dtype(udfs, dataset.dtype, corrections, all_backends)
+    usable = {dc for dc in backend_plan if ":" not in dc}
     device_class = "cpu" if usable == {"cpu"} else ("cuda" if usable == {"cuda"} else "any")
 
     partitions = dataset.get_partitions()
