@@ -11,6 +11,8 @@ _FORMATS: dict[str, str] = {
     "memory": "raytile.io.formats.memory:MemoryDataSet",
     "raw": "raytile.io.formats.raw:RawFileDataSet",
     "npy": "raytile.io.formats.npy:NPYDataSet",
+    "sparse_memory": "raytile.io.formats.sparse:SparseMemoryDataSet",
+    "npz_csr": "raytile.io.formats.sparse:NPZCSRDataSet",
 }
 
 
