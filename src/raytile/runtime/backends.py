@@ -296,6 +296,51 @@ def plan_dtype(base_dtype: Any, backends: Iterable[str]) -> np.dtype:
     return np.dtype(result_type(np.dtype(base_dtype), *backends))
 
 
+def _csr_to_gcxs(arr, shape):
+    """scipy CSR ``(n, pixels)`` -> ``sparse.GCXS`` of ``shape`` compressed along frames.
+
+    The same three arrays; sparseconverter's route goes through a numba
+    kernel that takes seconds to compile in every fresh worker.
+    """
+    import sparse
+
+    if not arr.has_canonical_format:
+        arr = arr.copy()
+        arr.sum_duplicates()
+    return sparse.GCXS((arr.data, arr.indices, arr.indptr), shape=tuple(shape), compressed_axes=(0,))
+
+
+def _gcxs_to_csr(arr, shape):
+    import scipy.sparse as sp
+
+    if tuple(arr.compressed_axes) != (0,):
+        return for_backend(arr, "scipy.sparse.csr_matrix")
+    flat = (shape[0], int(np.prod(shape[1:], dtype=np.int64)))
+    return sp.csr_matrix((arr.data, arr.indices, arr.indptr), shape=flat)
+
+
+def _scipy_to_coo(arr, shape):
+    """scipy CSR/CSC ``(n, pixels)`` -> ``sparse.COO`` of ``shape`` from its coordinates."""
+    import sparse
+
+    csr = arr.format == "csr"
+    if not arr.has_canonical_format:
+        arr = arr.copy()
+        arr.sum_duplicates()
+    coo = arr.tocoo()
+    coords = np.stack([coo.row, *np.unravel_index(coo.col, tuple(shape[1:]))]).astype(np.intp, copy=False)
+    return sparse.COO(coords, coo.data, shape=tuple(shape), has_duplicates=False, sorted=csr)
+
+
+#: Conversions done here instead of by sparseconverter: (source, target) -> f(arr, tile_shape).
+_FAST_CONVERSIONS = {
+    ("scipy.sparse.csr_matrix", "sparse.GCXS"): _csr_to_gcxs,
+    ("sparse.GCXS", "scipy.sparse.csr_matrix"): _gcxs_to_csr,
+    ("scipy.sparse.csr_matrix", "sparse.COO"): _scipy_to_coo,
+    ("scipy.sparse.csc_matrix", "sparse.COO"): _scipy_to_coo,
+}
+
+
 class TileConverter:
     """Converts one tile into each backend it is needed in, once per backend.
 
@@ -330,8 +375,11 @@ class TileConverter:
             return res
         source, _ = cheapest_pair(tuple(self._cache), (backend,))
         data = self._cache[source]
+        fast = _FAST_CONVERSIONS.get((source, backend))
         if self._to_device is not None and backend == CUPY and source in (NUMPY, CUDA):
             res = self._to_device(data)
+        elif fast is not None:
+            res = fast(data, self._shape)
         else:
             res = for_backend(data, backend)
         if backend in ND_BACKENDS:
