@@ -9,7 +9,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from raytile.errors import DataSetException
+from raytile.errors import ConfigValidationError, DataSetException
 from raytile.io.shape import Shape
 from raytile.io.slice import Slice
 from raytile.io.tiling import DataTile, TilingScheme
@@ -143,6 +143,86 @@ class Partition(ABC):
         yield from iter_array_tiles(source, tiling_scheme, part_roi, dest_dtype, nav_origin)
 
 
+def _initialize_on_worker(ds: "DataSet"):
+    """Body of ``DataSet.initialize`` run on a worker: returns the meta and the state it set."""
+    meta = ds._do_initialize()
+    ds._meta = meta
+    ds.check_valid()
+    return meta, ds.__dict__
+
+
+PARAM_TYPES = ("str", "path", "paths", "int", "float", "bool", "shape", "dtype", "choice", "int_list")
+
+
+def _convert_param(owner: str, name: str, spec: dict[str, Any], value: Any) -> Any:
+    kind = spec.get("type", "str")
+
+    def bad(what: str):
+        return ConfigValidationError(f"{owner}: parameter {name!r} must be {what}, got {value!r}")
+
+    if kind in ("str", "path"):
+        if not isinstance(value, str):
+            raise bad("a string")
+        return value
+    if kind == "paths":
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            return list(value)
+        raise bad("a path, a glob pattern or a non-empty list of paths")
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad("an integer")
+        if "min" in spec and value < spec["min"]:
+            raise bad(f"an integer >= {spec['min']}")
+        return value
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad("a number")
+        return float(value)
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
+    if kind in ("shape", "int_list"):
+        if not isinstance(value, list) or not value or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        ):
+            raise bad("a non-empty list of integers")
+        if kind == "shape" and min(value) <= 0:
+            raise bad("a list of positive integers")
+        return tuple(value)
+    if kind == "dtype":
+        if not isinstance(value, str):
+            raise bad("a dtype name such as 'uint16' or '>f4'")
+        try:
+            np.dtype(value)
+        except TypeError:
+            raise bad("a dtype name such as 'uint16' or '>f4'") from None
+        return value
+    if kind == "choice":
+        if value not in spec["choices"]:
+            raise bad(f"one of {spec['choices']}")
+        return value
+    raise ConfigValidationError(f"{owner}: parameter {name!r} has unknown schema type {kind!r}")
+
+
+def dataset_from_json(params: dict[str, Any]) -> "DataSet":
+    """A data set from JSON parameters with a ``"type"`` (or ``"format"``) key naming the format."""
+    from raytile.io.formats import get_format
+
+    if not isinstance(params, dict):
+        raise ConfigValidationError(f"data set parameters must be an object, got {type(params).__name__}")
+    name = params.get("type", params.get("format"))
+    if not isinstance(name, str):
+        raise ConfigValidationError("data set parameters need a 'type' naming the format, e.g. 'raw'")
+    try:
+        cls = get_format(name)
+    except DataSetException as e:
+        raise ConfigValidationError(str(e)) from None
+    return cls.from_json_params(params)
+
+
 def iter_array_tiles(
     source, scheme: TilingScheme, roi: np.ndarray | None, dest_dtype: np.dtype, nav_origin: int,
 ) -> Iterator[DataTile]:
@@ -194,20 +274,89 @@ class DataSet(ABC):
     #: Name under which ``Context.load`` finds this format.
     format_name: str = ""
 
-    def __init__(self, num_partitions: int | None = None, partition_bytes: int = DEFAULT_PARTITION_BYTES):
+    #: Read headers on a worker through ``executor.run_function`` (file formats);
+    #: in-memory formats keep it False so their data is not shipped around.
+    initialize_on_worker: bool = False
+
+    #: Constructor parameters accepted from plain JSON (see :meth:`from_json_params`):
+    #: name -> {"type": one of PARAM_TYPES, "required": bool, "choices": [...]}.
+    params_schema: dict[str, dict[str, Any]] = {
+        "num_partitions": {"type": "int"},
+        "partition_bytes": {"type": "int"},
+    }
+
+    def __init__(self, num_partitions: int | None = None, partition_bytes: int = DEFAULT_PARTITION_BYTES,
+                 corrections: Any = None):
         self._meta: DataSetMeta | None = None
         self._num_partitions = num_partitions
         self._partition_bytes = partition_bytes
         self._num_workers = 1
+        self._corrections = corrections
+
+    @property
+    def corrections(self) -> Any:
+        """The data set's own :class:`~raytile.io.corrections.CorrectionSet` (used when a run passes none)."""
+        return self._corrections
 
     # -- lifecycle ---------------------------------------------------------
     def initialize(self, executor: Any = None) -> "DataSet":
-        """Open the data set and check it; returns ``self``. Called by ``Context.load``."""
+        """Open the data set and check it; returns ``self``. Called by ``Context.load``.
+
+        With ``initialize_on_worker`` the header reading and :meth:`check_valid`
+        run through ``executor.run_function`` (on a worker, where the files
+        are), and the state they set comes back to this object.
+        """
         if executor is not None:
             self._num_workers = max(1, getattr(executor, "num_workers", 1))
-        self._meta = self._do_initialize()
-        self.check_valid()
+        run_function = getattr(executor, "run_function", None)
+        if self.initialize_on_worker and run_function is not None:
+            meta, state = run_function(_initialize_on_worker, self)
+            if state is not None and state is not self.__dict__:
+                state = {k: v for k, v in state.items() if k != "_num_workers"}
+                self.__dict__.update(state)
+            self._meta = meta
+        else:
+            self._meta = self._do_initialize()
+            self.check_valid()
         return self
+
+    # -- parameters from JSON ---------------------------------------------
+    @classmethod
+    def get_params_schema(cls) -> dict[str, dict[str, Any]]:
+        """The merged parameter schema of this class and its bases."""
+        schema: dict[str, dict[str, Any]] = {}
+        for klass in reversed(cls.__mro__):
+            schema.update(getattr(klass, "params_schema", {}) or {})
+        return schema
+
+    @classmethod
+    def convert_json_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        """Validate plain JSON parameters against the schema; return constructor kwargs.
+
+        Raises :class:`~raytile.errors.ConfigValidationError` naming the parameter.
+        """
+        if not isinstance(params, dict):
+            raise ConfigValidationError(f"{cls.__name__} parameters must be an object, got {type(params).__name__}")
+        schema = cls.get_params_schema()
+        params = {k: v for k, v in params.items() if k not in ("type", "format")}
+        unknown = sorted(set(params) - set(schema))
+        if unknown:
+            raise ConfigValidationError(
+                f"{cls.__name__}: unknown parameter(s) {unknown}; known: {sorted(schema)}"
+            )
+        out = {}
+        for name, spec in schema.items():
+            if name not in params or params[name] is None:
+                if spec.get("required"):
+                    raise ConfigValidationError(f"{cls.__name__}: parameter {name!r} is required")
+                continue
+            out[name] = _convert_param(cls.__name__, name, spec, params[name])
+        return out
+
+    @classmethod
+    def from_json_params(cls, params: dict[str, Any]) -> "DataSet":
+        """A (not yet initialized) data set from plain JSON parameters; see :meth:`convert_json_params`."""
+        return cls(**cls.convert_json_params(params))
 
     @abstractmethod
     def _do_initialize(self) -> DataSetMeta:

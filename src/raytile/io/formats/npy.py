@@ -7,8 +7,10 @@ import math
 import numpy as np
 
 from raytile.errors import DataSetException
-from raytile.io.dataset import DataSet, DataSetMeta, Partition
-from raytile.io.formats.raw import FileFramesPartition, check_file
+from raytile.io.dataset import DataSetMeta, Partition
+from raytile.io.decoders import NativeDecoder
+from raytile.io.fileset import File, FileDataSet, FileSet
+from raytile.io.formats.raw import check_file
 from raytile.io.shape import Shape
 
 
@@ -26,13 +28,21 @@ def read_npy_header(path: str) -> tuple[tuple[int, ...], np.dtype, bool, int]:
         raise DataSetException(f"{path}: not a valid .npy file ({e})") from None
 
 
-class NPYDataSet(DataSet):
+class NPYDataSet(FileDataSet):
     """A .npy file; the last ``sig_dims`` axes are the signal.
 
     ``nav_shape``/``sig_shape`` may reshape it (same number of elements).
     """
 
     format_name = "npy"
+    params_schema = {
+        "path": {"type": "path", "required": True},
+        "sig_dims": {"type": "int", "min": 1},
+        "nav_shape": {"type": "shape"},
+        "sig_shape": {"type": "shape"},
+        "sync_offset": {"type": "int"},
+        "io_backend": {"type": "choice", "choices": ["mmap", "buffered", "direct"]},
+    }
 
     def __init__(self, path, sig_dims: int = 2, nav_shape=None, sig_shape=None, sync_offset: int = 0,
                  **kwargs):
@@ -74,7 +84,11 @@ class NPYDataSet(DataSet):
                 f"({expected} bytes), the file has {actual} bytes (truncated?)"
             )
         self._offset = offset
-        return DataSetMeta(shape=Shape(nav + sig, sig_dims=len(sig)), raw_dtype=np.dtype(dtype),
+        dtype = np.dtype(dtype)
+        self._decoder = NativeDecoder(dtype)
+        self._native_dtype = dtype
+        self._fileset = FileSet([File(self._path, 0, self._file_frames, offset)], sig, dtype.itemsize * 8)
+        return DataSetMeta(shape=Shape(nav + sig, sig_dims=len(sig)), raw_dtype=dtype.newbyteorder("="),
                            sync_offset=self._sync_offset)
 
     def get_cache_key(self):
@@ -82,9 +96,3 @@ class NPYDataSet(DataSet):
 
         st = os.stat(self._path)
         return ("npy", os.path.abspath(self._path), st.st_mtime_ns, st.st_size, self.shape.to_tuple())
-
-    def get_partitions(self) -> list[Partition]:
-        return [
-            FileFramesPartition(self.meta, sl, idx, self._path, self._offset, self._file_frames)
-            for idx, sl in enumerate(self.get_slices())
-        ]

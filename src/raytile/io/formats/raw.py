@@ -1,4 +1,11 @@
-"""The ``raw`` format: one binary file of frames of one dtype, no headers."""
+"""The ``raw`` format: binary files of frames of one dtype.
+
+One file or many (a list, or a glob pattern; files in sorted order), each
+optionally starting with ``file_header_bytes`` and with
+``frame_header_bytes``/``frame_footer_bytes`` around every frame. Read
+through :class:`~raytile.io.fileset.FilePartition` and an IO backend
+(``io_backend="mmap"|"buffered"|"direct"``).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,8 @@ import numpy as np
 
 from raytile.errors import DataSetException
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
+from raytile.io.decoders import NativeDecoder
+from raytile.io.fileset import File, FileDataSet, FileSet, expand_paths
 from raytile.io.shape import Shape
 from raytile.io.slice import Slice
 
@@ -67,37 +76,82 @@ def check_file(path: str) -> int:
     return os.path.getsize(path)
 
 
-class RawFileDataSet(DataSet):
-    """Read frames from one headerless binary file.
+class RawFileDataSet(FileDataSet):
+    """Read frames from headerless (or fixed-header) binary files.
 
-    Parameters: ``path``, ``nav_shape``, ``sig_shape``, ``dtype``, and
-    optionally ``sync_offset`` (frames to skip at the start of the file;
-    negative values insert blank frames).
+    Parameters: ``path`` (a file, a glob pattern or a list of files, read in
+    that order), ``nav_shape``, ``sig_shape``, ``dtype`` (``">u2"`` etc. for
+    big-endian data), and optionally ``sync_offset`` (frames to skip at the
+    start; negative values insert blank frames), ``file_header_bytes`` (at the
+    start of every file), ``frame_header_bytes``/``frame_footer_bytes``
+    (around every frame), ``io_backend``.
     """
 
     format_name = "raw"
+    params_schema = {
+        "path": {"type": "paths", "required": True},
+        "nav_shape": {"type": "shape", "required": True},
+        "sig_shape": {"type": "shape", "required": True},
+        "dtype": {"type": "dtype", "required": True},
+        "sync_offset": {"type": "int"},
+        "file_header_bytes": {"type": "int", "min": 0},
+        "frame_header_bytes": {"type": "int", "min": 0},
+        "frame_footer_bytes": {"type": "int", "min": 0},
+        "io_backend": {"type": "choice", "choices": ["mmap", "buffered", "direct"]},
+    }
 
-    def __init__(self, path, nav_shape, sig_shape, dtype, sync_offset: int = 0, **kwargs):
+    def __init__(self, path, nav_shape, sig_shape, dtype, sync_offset: int = 0, file_header_bytes: int = 0,
+                 frame_header_bytes: int = 0, frame_footer_bytes: int = 0, **kwargs):
         super().__init__(**kwargs)
-        self._path = os.fspath(path)
+        self._paths_in = path if isinstance(path, (list, tuple)) else os.fspath(path)
+        is_list = isinstance(path, (list, tuple))
+        self._path = (os.fspath(path[0]) if path else "") if is_list else os.fspath(path)
         self._nav_shape = tuple(int(v) for v in nav_shape)
         self._sig_shape = tuple(int(v) for v in sig_shape)
         self._dtype = parse_dtype(dtype)
         self._sync_offset = int(sync_offset)
+        self._file_header = int(file_header_bytes)
+        self._frame_header = int(frame_header_bytes)
+        self._frame_footer = int(frame_footer_bytes)
+        if min(self._file_header, self._frame_header, self._frame_footer) < 0:
+            raise DataSetException("file_header_bytes, frame_header_bytes and frame_footer_bytes must be >= 0")
         if not self._nav_shape or not self._sig_shape or min(self._nav_shape + self._sig_shape) <= 0:
             raise DataSetException(
                 f"nav_shape {self._nav_shape} and sig_shape {self._sig_shape} must be non-empty and positive"
             )
 
+    def _bpp(self) -> int:
+        return self._dtype.itemsize * 8
+
+    def _make_fileset(self, files: list[File]) -> FileSet:
+        return FileSet(files, self._sig_shape, self._bpp(), self._frame_header, self._frame_footer)
+
+    def _scan_files(self) -> list[File]:
+        """One :class:`File` per path with as many frames as it holds (DataSetException naming a bad file)."""
+        paths = expand_paths(self._paths_in)
+        probe = self._make_fileset([File(paths[0], 0, 1, self._file_header)])
+        stride = probe.frame_stride
+        files, start = [], 0
+        for p in paths:
+            size = check_file(p) - self._file_header
+            if size < 0:
+                raise DataSetException(f"{p}: file of {size + self._file_header} bytes is shorter than its "
+                                       f"{self._file_header} byte header")
+            if size % stride:
+                raise DataSetException(
+                    f"{p}: file size {size + self._file_header} is not a multiple of the frame size {stride} "
+                    f"(sig_shape {self._sig_shape}, dtype {self._dtype}, {self._file_header} bytes file header, "
+                    f"{self._frame_header}/{self._frame_footer} bytes frame header/footer); check sig_shape and dtype"
+                )
+            files.append(File(p, start, start + size // stride, self._file_header))
+            start += size // stride
+        return files
+
     def _do_initialize(self) -> DataSetMeta:
-        size = check_file(self._path)
-        frame_bytes = math.prod(self._sig_shape) * self._dtype.itemsize
-        if size % frame_bytes:
-            raise DataSetException(
-                f"{self._path}: file size {size} is not a multiple of the frame size {frame_bytes} "
-                f"(sig_shape {self._sig_shape}, dtype {self._dtype}); check sig_shape and dtype"
-            )
-        self._file_frames = size // frame_bytes
+        files = self._scan_files()
+        self._fileset = self._make_fileset(files)
+        self._path = files[0].path if len(files) == 1 else f"{files[0].path} (+{len(files) - 1} files)"
+        self._file_frames = self._fileset.num_frames
         needed = math.prod(self._nav_shape) + max(self._sync_offset, 0)
         if self._file_frames < needed and self._sync_offset == 0:
             raise DataSetException(
@@ -110,15 +164,9 @@ class RawFileDataSet(DataSet):
                 f"only the first {needed}", stacklevel=2,
             )
         shape = Shape(self._nav_shape + self._sig_shape, sig_dims=len(self._sig_shape))
-        return DataSetMeta(shape=shape, raw_dtype=self._dtype, sync_offset=self._sync_offset)
+        self._decoder = NativeDecoder(self._dtype)
+        self._native_dtype = self._dtype
+        return DataSetMeta(shape=shape, raw_dtype=self._dtype.newbyteorder("="), sync_offset=self._sync_offset)
 
     def get_cache_key(self):
-        st = os.stat(self._path)
-        return ("raw", os.path.abspath(self._path), st.st_mtime_ns, st.st_size, self.shape.to_tuple(),
-                self.dtype.str, self._sync_offset)
-
-    def get_partitions(self) -> list[Partition]:
-        return [
-            FileFramesPartition(self.meta, sl, idx, self._path, 0, self._file_frames)
-            for idx, sl in enumerate(self.get_slices())
-        ]
+        return ("raw", self.fileset.cache_key(), self.shape.to_tuple(), self._dtype.str, self._sync_offset)

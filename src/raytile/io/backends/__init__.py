@@ -1,0 +1,61 @@
+"""IO backends: how a file partition's tiles get from disk into memory.
+
+``mmap``
+    Memory-maps the files. Reads "straight" (tiles are views of the map, no
+    copy) when there is no ROI, no dtype conversion and no decoding, and the
+    file set is a plain run of frames; otherwise decodes read ranges from the map.
+``buffered``
+    ``os.preadv`` of each nav block's coalesced read ranges into one reused,
+    page-aligned buffer, then decodes; no mmap, friendly to network file systems.
+``direct``
+    Like ``buffered`` with ``O_DIRECT`` on Linux (aligned offsets, lengths and
+    buffer): bypasses the page cache, for data sets larger than RAM. Falls back
+    to ``buffered`` reads where the file system refuses ``O_DIRECT``.
+
+:func:`choose_backend` picks ``mmap`` by default and ``direct`` (on Linux)
+when the data set is larger than 3/4 of physical memory; the ``io_backend=``
+parameter of file formats overrides.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from raytile.errors import DataSetException
+from raytile.io.backends.base import IOBackend, ReadJob
+from raytile.io.backends.buffered import BufferedBackend, DirectBackend
+from raytile.io.backends.mmap import MMapBackend
+
+BACKENDS = {"mmap": MMapBackend, "buffered": BufferedBackend, "direct": DirectBackend}
+
+
+def get_backend(name: str) -> IOBackend:
+    cls = BACKENDS.get(str(name).lower())
+    if cls is None:
+        raise DataSetException(f"unknown io_backend {name!r}; choose one of {sorted(BACKENDS)}")
+    return cls()
+
+
+def physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def choose_backend(nbytes: int, requested: str | None = None) -> str:
+    """The backend name for a data set of ``nbytes`` (``requested`` wins if given)."""
+    if requested is not None:
+        name = str(requested).lower()
+        if name not in BACKENDS:
+            raise DataSetException(f"unknown io_backend {requested!r}; choose one of {sorted(BACKENDS)}")
+        return name
+    mem = physical_memory()
+    if sys.platform.startswith("linux") and mem is not None and nbytes > 0.75 * mem:
+        return "direct"
+    return "mmap"
+
+
+__all__ = ["IOBackend", "ReadJob", "MMapBackend", "BufferedBackend", "DirectBackend", "BACKENDS",
+           "get_backend", "choose_backend"]

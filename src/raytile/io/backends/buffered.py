@@ -1,0 +1,135 @@
+"""Buffered and direct-I/O backends: ``os.preadv`` into a reused aligned buffer, then decode."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from raytile.errors import DataSetException
+from raytile.io.backends.base import IOBackend, ReadJob
+from raytile.io.read_ranges import plan_block_reads
+
+#: Alignment of the buffer (and, for O_DIRECT, of offsets and lengths).
+ALIGN = 4096
+#: Ranges of one file closer than this are read in one go.
+COALESCE_GAP = 64 * 1024
+
+
+def aligned_empty(nbytes: int, align: int = ALIGN) -> np.ndarray:
+    """A uint8 array of ``nbytes`` whose data pointer is a multiple of ``align``."""
+    raw = np.empty(nbytes + align, dtype=np.uint8)
+    shift = (-raw.ctypes.data) % align
+    return raw[shift:shift + nbytes]
+
+
+def _preadv_all(fd: int, buf: np.ndarray, offset: int, path: str, exact: bool) -> int:
+    """Read ``len(buf)`` bytes at ``offset``; short only at end of file (an error if ``exact``)."""
+    view = memoryview(buf)
+    done = 0
+    total = len(buf)
+    while done < total:
+        n = os.preadv(fd, [view[done:]], offset + done)
+        if n == 0:
+            break
+        done += n
+    if exact and done < total:
+        raise DataSetException(
+            f"{path}: short read: wanted {total} bytes at offset {offset}, got {done} (file truncated?)"
+        )
+    return done
+
+
+class BufferedBackend(IOBackend):
+    name = "buffered"
+    align = 1
+    supports_straight = False
+
+    def __init__(self):
+        self._buf = None
+        self._fds: dict[int, int] = {}
+
+    def _open_fd(self, path: str) -> int:
+        try:
+            return os.open(path, os.O_RDONLY)
+        except OSError as e:
+            raise DataSetException(f"{path}: cannot open: {e}") from None
+
+    def _open(self, job: ReadJob) -> None:
+        self._paths = job.paths
+        self._fds = {}
+
+    def _close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds = {}
+
+    def _fd(self, f: int) -> int:
+        fd = self._fds.get(f)
+        if fd is None:
+            fd = self._fds[f] = self._open_fd(self._paths[f])
+        return fd
+
+    def _buffer(self, nbytes: int) -> np.ndarray:
+        if self._buf is None or self._buf.shape[0] < nbytes:
+            self._buf = aligned_empty(max(nbytes, ALIGN), ALIGN)
+        return self._buf
+
+    def _block_source(self, job: ReadJob, t0: int, t1: int):
+        reads, rr = plan_block_reads(job.read_ranges, job.tile_meta, t0, t1, self.align, COALESCE_GAP)
+        total = int(reads[-1, 3] + reads[-1, 2] - reads[-1, 1]) if reads.shape[0] else 0
+        buf = self._buffer(total)
+        for f, start, stop, pos in reads:
+            f, start, stop, pos = int(f), int(start), int(stop), int(pos)
+            self._read(f, buf[pos:pos + stop - start], start)
+        return rr, {0: (buf, 0)}
+
+    def _read(self, f: int, dest: np.ndarray, offset: int) -> None:
+        _preadv_all(self._fd(f), dest, offset, self._paths[f], exact=True)
+
+
+class DirectBackend(BufferedBackend):
+    """O_DIRECT reads (Linux): page cache bypassed; aligned offsets, lengths and buffer."""
+
+    name = "direct"
+    align = ALIGN
+
+    def __init__(self):
+        super().__init__()
+        self.direct_ok: dict[str, bool] = {}
+
+    def _open_fd(self, path: str) -> int:
+        flag = getattr(os, "O_DIRECT", 0)
+        if flag:
+            try:
+                fd = os.open(path, os.O_RDONLY | flag)
+                self.direct_ok[path] = True
+                return fd
+            except OSError:
+                pass  # e.g. tmpfs: no O_DIRECT; read buffered, advise the kernel not to cache
+        fd = super()._open_fd(path)
+        self.direct_ok[path] = False
+        return fd
+
+    def _read(self, f: int, dest: np.ndarray, offset: int) -> None:
+        fd = self._fd(f)
+        path = self._paths[f]
+        try:
+            done = _preadv_all(fd, dest, offset, path, exact=False)
+        except OSError as e:
+            if e.errno != 22:  # EINVAL: this file system wants other alignment; go buffered
+                raise DataSetException(f"{path}: read failed: {e}") from None
+            os.close(fd)
+            self._fds[f] = fd = BufferedBackend._open_fd(self, path)
+            done = _preadv_all(fd, dest, offset, path, exact=False)
+        # aligned reads may run past the end of the file; the ranges inside must be complete
+        if done < len(dest):
+            size = os.fstat(fd).st_size
+            if offset + done < min(size, offset + len(dest)):
+                raise DataSetException(f"{path}: short read at offset {offset + done} (file truncated?)")
+            dest[done:] = 0
+        if not self.direct_ok.get(path) and hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, offset, len(dest), os.POSIX_FADV_DONTNEED)
+
+
+__all__ = ["BufferedBackend", "DirectBackend", "aligned_empty"]

@@ -1,0 +1,269 @@
+"""`FileSet` (one or many files of frames) and `FilePartition` (reads through an IO backend).
+
+A file set maps a global frame index space onto files: file ``i`` holds
+frames ``[start_idx, end_idx)`` after ``file_header`` bytes; each frame may
+be preceded by ``frame_header_bytes`` and followed by ``frame_footer_bytes``.
+:meth:`FileSet.get_read_ranges` turns frames and a tiling scheme into read
+ranges (see :mod:`raytile.io.read_ranges`); formats subclass
+:class:`FileSet` to change the pixel-to-byte mapping.
+"""
+
+from __future__ import annotations
+
+import glob as _glob
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from raytile.errors import DataSetException
+from raytile.io.backends import ReadJob, choose_backend, get_backend
+from raytile.io.dataset import DataSet, DataSetMeta, Partition
+from raytile.io.decoders import Decoder, NativeDecoder
+from raytile.io.read_ranges import frame_stride_bytes, get_read_ranges_default, slice_runs
+from raytile.io.shape import Shape
+from raytile.io.slice import Slice
+from raytile.io.tiling import DataTile, TilingScheme
+
+
+@dataclass(frozen=True)
+class File:
+    """One file of a :class:`FileSet`: global frames ``[start_idx, end_idx)`` after ``file_header`` bytes."""
+
+    path: str
+    start_idx: int
+    end_idx: int
+    file_header: int = 0
+
+    @property
+    def num_frames(self) -> int:
+        return self.end_idx - self.start_idx
+
+
+def expand_paths(path: Any) -> list[str]:
+    """A path, a glob pattern or a list of paths -> sorted/ordered list of files (must exist)."""
+    if isinstance(path, (list, tuple)):
+        paths = [os.fspath(p) for p in path]
+        if not paths:
+            raise DataSetException("the list of files is empty")
+    else:
+        path = os.fspath(path)
+        if any(c in path for c in "*?[") and not os.path.exists(path):
+            paths = sorted(_glob.glob(path))
+            if not paths:
+                raise DataSetException(f"no files match the pattern {path}")
+        else:
+            paths = [path]
+    for p in paths:
+        if not os.path.exists(p):
+            raise DataSetException(f"file not found: {p}")
+        if not os.path.isfile(p):
+            raise DataSetException(f"not a regular file: {p}")
+    return paths
+
+
+class FileSet:
+    """Files of equally sized frames, in frame order.
+
+    ``bpp`` is bits per pixel in the file (8 x itemsize for numpy dtypes, 12
+    for packed 12-bit, ...). ``get_read_ranges_fn`` is a function built by
+    :func:`~raytile.io.read_ranges.make_get_read_ranges`; ``split_x`` cuts
+    read ranges at multiples of that width; ``extra`` is passed to it.
+    """
+
+    get_read_ranges_fn = staticmethod(get_read_ranges_default)
+    split_x = 0
+
+    def __init__(self, files: Sequence[File], sig_shape: tuple[int, ...], bpp: int,
+                 frame_header_bytes: int = 0, frame_footer_bytes: int = 0, extra: Sequence[int] = ()):
+        self.files = list(files)
+        self.sig_shape = tuple(int(v) for v in sig_shape)
+        self.bpp = int(bpp)
+        self.frame_header_bytes = int(frame_header_bytes)
+        self.frame_footer_bytes = int(frame_footer_bytes)
+        self.extra = np.asarray(list(extra) or [0], dtype=np.int64)
+        starts = [f.start_idx for f in self.files]
+        if starts != sorted(starts):
+            raise DataSetException("files of a file set must be in frame order")
+
+    @property
+    def paths(self) -> list[str]:
+        return [f.path for f in self.files]
+
+    @property
+    def num_frames(self) -> int:
+        return self.files[-1].end_idx if self.files else 0
+
+    @property
+    def frame_px(self) -> int:
+        return math.prod(self.sig_shape)
+
+    @property
+    def frame_stride(self) -> int:
+        return int(frame_stride_bytes(self.bpp, self.frame_px, self.frame_header_bytes, self.frame_footer_bytes))
+
+    def file_bytes(self, f: File) -> int:
+        """Bytes ``f`` needs to hold its frames."""
+        return f.file_header + f.num_frames * self.frame_stride
+
+    def to_array(self) -> np.ndarray:
+        return np.array([(f.start_idx, f.end_idx, f.file_header) for f in self.files], dtype=np.int64).reshape(-1, 3)
+
+    @property
+    def is_plain(self) -> bool:
+        """Frames back to back without headers/footers, whole bytes per pixel: mmap straight is possible."""
+        return self.frame_header_bytes == 0 and self.frame_footer_bytes == 0 and self.bpp % 8 == 0 and not self.split_x
+
+    def check(self) -> None:
+        """Every file exists and is long enough for its frames (DataSetException naming it otherwise)."""
+        for f in self.files:
+            try:
+                size = os.path.getsize(f.path)
+            except OSError as e:
+                raise DataSetException(f"{f.path}: cannot stat: {e}") from None
+            need = self.file_bytes(f)
+            if size < need:
+                raise DataSetException(
+                    f"{f.path}: file is too short: {f.num_frames} frames of {self.sig_shape} at {self.bpp} bits "
+                    f"per pixel (+{self.frame_header_bytes}/{self.frame_footer_bytes} header/footer bytes per "
+                    f"frame, {f.file_header} bytes file header) need {need} bytes, the file has {size} (truncated?)"
+                )
+
+    def get_read_ranges(self, frames: np.ndarray, scheme: TilingScheme):
+        """``(tile_meta, read_ranges)`` for reading ``frames`` (global indices) by ``scheme``."""
+        runs, n_runs, slice_px = slice_runs(scheme.slices, self.sig_shape, self.split_x)
+        rr_per_tile = max(1, int(scheme.depth * n_runs.max()))
+        return type(self).get_read_ranges_fn(
+            np.ascontiguousarray(frames, dtype=np.int64), int(scheme.depth), runs, n_runs, slice_px,
+            self.frame_px, self.to_array(), self.bpp, self.frame_header_bytes, self.frame_footer_bytes,
+            self.extra, rr_per_tile,
+        )
+
+    def cache_key(self) -> tuple:
+        parts = []
+        for f in self.files:
+            st = os.stat(f.path)
+            parts.append((os.path.abspath(f.path), st.st_mtime_ns, st.st_size, f.start_idx, f.end_idx,
+                          f.file_header))
+        return (tuple(parts), self.sig_shape, self.bpp, self.frame_header_bytes, self.frame_footer_bytes,
+                tuple(self.extra.tolist()), type(self).__name__)
+
+
+class FilePartition(Partition):
+    """Frames of a :class:`FileSet`, read through an IO backend and a :class:`Decoder`."""
+
+    def __init__(self, meta: DataSetMeta, partition_slice: Slice, idx: int, fileset: FileSet,
+                 decoder: Decoder, io_backend: str = "mmap", native_dtype: Any = None):
+        super().__init__(meta, partition_slice, idx)
+        self.fileset = fileset
+        self.decoder = decoder
+        self.io_backend = io_backend
+        self.native_dtype = np.dtype(native_dtype if native_dtype is not None else meta.raw_dtype)
+
+    def describe(self) -> str:
+        paths = self.fileset.paths
+        where = paths[0] if len(paths) == 1 else f"{len(paths)} files ({paths[0]} ...)"
+        return f"partition {self.idx} (frames {self.start}:{self.stop}) of {where}"
+
+    def _frames(self, roi: np.ndarray | None) -> np.ndarray:
+        frames = np.arange(self.start, self.stop, dtype=np.int64)
+        if roi is not None:
+            frames = frames[roi[self.start:self.stop]]
+        return frames + self.meta.sync_offset
+
+    def _source(self):
+        scheme = TilingScheme.make_for_shape(
+            Shape((max(1, self.shape[0]),) + self.meta.shape.sig.to_tuple(), sig_dims=self.meta.shape.sig_dims),
+            self.meta.shape,
+        )
+        tiles = list(self.get_tiles(scheme))
+        return np.concatenate([np.array(t.data) for t in tiles]) if tiles else np.zeros(
+            (0,) + self.meta.shape.sig.to_tuple(), dtype=self.meta.raw_dtype)
+
+    def can_read_straight(self, roi, dest_dtype, frames: np.ndarray) -> bool:
+        fs = self.fileset
+        return (roi is None and fs.is_plain and self.decoder.is_identity(self.native_dtype, dest_dtype)
+                and (frames.shape[0] == 0 or (frames[0] >= 0 and frames[-1] < fs.num_frames)))
+
+    def get_tiles(self, tiling_scheme: TilingScheme, roi: np.ndarray | None = None,
+                  dest_dtype: Any = None, io_backend: str | None = None) -> Iterator[DataTile]:
+        """Yield tiles in nav order, every signal slice per nav block (buffers are reused)."""
+        dest_dtype = np.dtype(dest_dtype if dest_dtype is not None else self.meta.raw_dtype)
+        frames = self._frames(roi)
+        if frames.shape[0] == 0:
+            return
+        backend = get_backend(io_backend or self.io_backend)
+        job = ReadJob(paths=self.fileset.paths, scheme=tiling_scheme, frames=frames,
+                      nav_origin=self.roi_offset(roi), dest_dtype=dest_dtype, decoder=self.decoder,
+                      native_dtype=self.native_dtype)
+        if backend.supports_straight and self.can_read_straight(roi, dest_dtype, frames):
+            job.straight_files = [(f.path, f.file_header, f.start_idx, f.end_idx) for f in self.fileset.files]
+            yield from backend.get_tiles_straight(job)
+            return
+        job.tile_meta, job.read_ranges = self.fileset.get_read_ranges(frames, tiling_scheme)
+        yield from backend.get_tiles(job)
+
+
+class FileDataSet(DataSet):
+    """Base of file formats read through a :class:`FileSet`: backend choice, checks, cache key.
+
+    Subclasses implement :meth:`_do_initialize` setting ``self._fileset``,
+    ``self._decoder`` and ``self._native_dtype`` and returning the meta.
+    """
+
+    initialize_on_worker = True
+    partition_class = FilePartition
+
+    def __init__(self, io_backend: str | None = None, **kwargs):
+        super().__init__(**kwargs)
+        if io_backend is not None:
+            choose_backend(0, io_backend)  # validates the name early
+        self._io_backend_requested = io_backend
+        self._fileset: FileSet | None = None
+        self._decoder: Decoder | None = None
+        self._native_dtype: np.dtype | None = None
+
+    @property
+    def fileset(self) -> FileSet:
+        if self._fileset is None:
+            raise DataSetException(f"{type(self).__name__} is not initialized; load it with Context.load")
+        return self._fileset
+
+    @property
+    def io_backend(self) -> str:
+        nbytes = sum(self.fileset.file_bytes(f) for f in self.fileset.files)
+        return choose_backend(nbytes, self._io_backend_requested)
+
+    @property
+    def decoder(self) -> Decoder:
+        return self._decoder or NativeDecoder(self.dtype)
+
+    def check_valid(self) -> None:
+        self.fileset.check()
+
+    def get_cache_key(self) -> Any:
+        return (self.format_name, self.fileset.cache_key(), self.shape.to_tuple(), str(self.dtype),
+                self.meta.sync_offset, self.decoder.describe())
+
+    def get_diagnostics(self) -> list[dict[str, Any]]:
+        diag = super().get_diagnostics()
+        fs = self.fileset
+        diag += [
+            {"name": "files", "value": str(len(fs.files))},
+            {"name": "first file", "value": fs.paths[0]},
+            {"name": "frames in files", "value": str(fs.num_frames)},
+            {"name": "bits per pixel", "value": str(fs.bpp)},
+            {"name": "frame header/footer bytes", "value": f"{fs.frame_header_bytes}/{fs.frame_footer_bytes}"},
+            {"name": "io backend", "value": self.io_backend},
+            {"name": "decoder", "value": self.decoder.describe()},
+        ]
+        return diag
+
+    def _make_partition(self, sl: Slice, idx: int) -> Partition:
+        return self.partition_class(self.meta, sl, idx, self.fileset, self.decoder, self.io_backend,
+                                    self._native_dtype)
+
+    def get_partitions(self) -> list[Partition]:
+        return [self._make_partition(sl, idx) for idx, sl in enumerate(self.get_slices())]

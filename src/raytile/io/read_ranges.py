@@ -1,0 +1,281 @@
+"""Read ranges: tiles translated into byte ranges of files, by numba.
+
+A tile is a block of up to ``depth`` frames times one signal slice of the
+tiling scheme. :func:`make_get_read_ranges` builds (once, at module level,
+so numba can cache the compiled code) a function that turns a list of frames
+and the scheme's signal slices into
+
+``tile_meta`` ``(n_tiles, 4)`` int64
+    ``(first frame of the block as an index into frames, frame count,
+    scheme index, number of read ranges used)``
+``read_ranges`` ``(n_tiles, rr_per_tile, RR_ENTRIES)`` int64
+    ``(file_idx, start, stop, out_start, n_px, skip)``: read bytes
+    ``[start, stop)`` of file ``file_idx`` and decode ``n_px`` pixels into the
+    flat tile buffer at ``out_start``, dropping ``skip`` leading pixels of the
+    decoded bytes (for bit-packed data whose first pixel is not byte-aligned).
+    ``file_idx == -1`` marks pixels of frames outside every file (blank frames
+    of a negative ``sync_offset``): they are zero-filled.
+
+Signal slices come in as "runs" (:func:`slice_runs`): contiguous pixel
+ranges of the flat frame, ``(px_start, px_stop, out_start)``, so one read
+range serves a run of one frame. A format can override only the mapping of
+pixels to bytes (``px_to_bytes``) or the whole tile block
+(``read_ranges_tile_block``).
+
+``fileset_arr`` rows are ``(first frame, stop frame, file header bytes)``
+of each file in the global frame index space; ``extra`` is an int64 array
+passed through to ``px_to_bytes`` for format-specific layout parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numba
+import numpy as np
+
+#: Entries per read range: file_idx, start, stop, out_start, n_px, skip.
+RR_ENTRIES = 6
+RR_FILE, RR_START, RR_STOP, RR_OUT, RR_NPX, RR_SKIP = range(6)
+
+
+@numba.njit(cache=True, nogil=True)
+def pixel_groups(bpp):
+    """(pixels, bytes) of the smallest whole-byte group of ``bpp``-bit pixels."""
+    a, b = bpp, 8
+    while b:
+        a, b = b, a % b
+    lcm = bpp * 8 // a
+    return lcm // bpp, lcm // 8
+
+
+@numba.njit(cache=True, nogil=True)
+def frame_stride_bytes(bpp, frame_px, frame_header, frame_footer):
+    """Bytes one frame takes in a file: header, whole pixel groups, footer."""
+    g, bpg = pixel_groups(bpp)
+    return frame_header + ((frame_px + g - 1) // g) * bpg + frame_footer
+
+
+@numba.njit(cache=True, nogil=True)
+def default_px_to_bytes(bpp, frame_in_file, px_start, px_stop, frame_px, frame_header, frame_footer,
+                        file_header, extra):
+    """Bytes of pixels ``[px_start, px_stop)`` of frame ``frame_in_file`` of a file of equal frames.
+
+    Returns ``(start, stop, skip)``; ``skip`` pixels at the start of the
+    decoded bytes precede ``px_start`` (non-zero only for bit-packed data).
+    """
+    g, bpg = pixel_groups(bpp)
+    stride = frame_header + ((frame_px + g - 1) // g) * bpg + frame_footer
+    base = file_header + frame_in_file * stride + frame_header
+    start = base + (px_start // g) * bpg
+    stop = base + ((px_stop + g - 1) // g) * bpg
+    return start, stop, px_start % g
+
+
+@numba.njit(cache=True, nogil=True)
+def find_file(fileset_arr, frame):
+    """Index of the file holding global ``frame``, or -1 (binary search over sorted rows)."""
+    lo, hi = 0, fileset_arr.shape[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fileset_arr[mid, 1] <= frame:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < fileset_arr.shape[0] and fileset_arr[lo, 0] <= frame < fileset_arr[lo, 1]:
+        return lo
+    return -1
+
+
+def make_read_ranges_tile_block(px_to_bytes):
+    """The default tile-block function: one read range per frame and run, bytes by ``px_to_bytes``."""
+
+    @numba.njit(cache=True, nogil=True)
+    def read_ranges_tile_block(frames, runs, n_runs, slice_px, frame_px, fileset_arr, bpp,
+                               frame_header, frame_footer, extra, out):
+        n = 0
+        for k in range(frames.shape[0]):
+            frame = frames[k]
+            f = find_file(fileset_arr, frame)
+            for r in range(n_runs):
+                px_start = runs[r, 0]
+                px_stop = runs[r, 1]
+                out[n, RR_OUT] = k * slice_px + runs[r, 2]
+                out[n, RR_NPX] = px_stop - px_start
+                if f < 0:
+                    out[n, RR_FILE] = -1
+                    out[n, RR_START] = 0
+                    out[n, RR_STOP] = 0
+                    out[n, RR_SKIP] = 0
+                else:
+                    start, stop, skip = px_to_bytes(
+                        bpp, frame - fileset_arr[f, 0], px_start, px_stop, frame_px,
+                        frame_header, frame_footer, fileset_arr[f, 2], extra,
+                    )
+                    out[n, RR_FILE] = f
+                    out[n, RR_START] = start
+                    out[n, RR_STOP] = stop
+                    out[n, RR_SKIP] = skip
+                n += 1
+        return n
+
+    return read_ranges_tile_block
+
+
+def make_get_read_ranges(px_to_bytes=default_px_to_bytes, read_ranges_tile_block=None):
+    """Build a jitted ``get_read_ranges``; call at module level so numba caches it.
+
+    ``px_to_bytes(bpp, frame_in_file, px_start, px_stop, frame_px, frame_header,
+    frame_footer, file_header, extra) -> (start, stop, skip)`` maps pixels to
+    bytes. ``read_ranges_tile_block(frames, runs, n_runs, slice_px, frame_px,
+    fileset_arr, bpp, frame_header, frame_footer, extra, out) -> n`` fills the
+    read ranges of one tile (frames x runs of one signal slice) and returns
+    how many it wrote; given, it replaces the default built on ``px_to_bytes``.
+    """
+    if read_ranges_tile_block is None:
+        read_ranges_tile_block = make_read_ranges_tile_block(px_to_bytes)
+
+    @numba.njit(cache=True, nogil=True)
+    def get_read_ranges(frames, depth, runs, n_runs, slice_px, frame_px, fileset_arr, bpp,
+                        frame_header, frame_footer, extra, rr_per_tile):
+        n_frames = frames.shape[0]
+        n_slices = n_runs.shape[0]
+        n_blocks = (n_frames + depth - 1) // depth
+        n_tiles = n_blocks * n_slices
+        meta = np.zeros((n_tiles, 4), dtype=np.int64)
+        rr = np.zeros((n_tiles, rr_per_tile, RR_ENTRIES), dtype=np.int64)
+        t = 0
+        for b in range(n_blocks):
+            first = b * depth
+            last = min(first + depth, n_frames)
+            block = frames[first:last]
+            for s in range(n_slices):
+                n = read_ranges_tile_block(block, runs[s], n_runs[s], slice_px[s], frame_px, fileset_arr,
+                                           bpp, frame_header, frame_footer, extra, rr[t])
+                meta[t, 0] = first
+                meta[t, 1] = last - first
+                meta[t, 2] = s
+                meta[t, 3] = n
+                t += 1
+        return meta, rr
+
+    return get_read_ranges
+
+
+#: The default: frames of equally sized, optionally bit-packed pixels, headers/footers skipped.
+get_read_ranges_default = make_get_read_ranges()
+
+
+def slice_runs(slices: Sequence, sig_shape: tuple[int, ...], split_x: int = 0):
+    """Contiguous pixel runs of each signal slice of a scheme, padded into one array.
+
+    Returns ``(runs (n_slices, max_runs, 3), n_runs (n_slices,), slice_px (n_slices,))``;
+    a run is ``(px_start, px_stop, out_start)`` in the flat frame / flat slice.
+    Rows of a slice as wide as the frame merge into one run. ``split_x > 0``
+    cuts runs at multiples of ``split_x`` along the last axis (for formats
+    stored in tiles of that width).
+    """
+    sig_shape = tuple(int(v) for v in sig_shape)
+    strides = [math.prod(sig_shape[i + 1:]) for i in range(len(sig_shape))]
+    per_slice = []
+    for sl in slices:
+        origin = tuple(int(v) for v in sl.origin)
+        shape = tuple(int(v) for v in sl.shape)
+        # merge trailing dims that the slice covers completely
+        merged = len(shape) - 1
+        while merged > 0 and shape[merged] == sig_shape[merged] and not split_x:
+            merged -= 1
+        run_len = math.prod(shape[merged:])
+        runs = []
+        out = 0
+        for idx in np.ndindex(*shape[:merged]) if merged else [()]:
+            px = sum((o + i) * st for o, i, st in zip(origin, idx, strides)) + origin[merged] * strides[merged]
+            if split_x and merged == len(shape) - 1:
+                x0 = origin[-1]
+                x1 = x0 + shape[-1]
+                x = x0
+                while x < x1:
+                    nx = min(x1, (x // split_x + 1) * split_x)
+                    runs.append((px + x - x0, px + nx - x0, out + x - x0))
+                    x = nx
+            else:
+                runs.append((px, px + run_len, out))
+            out += run_len
+        per_slice.append(runs)
+    max_runs = max(len(r) for r in per_slice)
+    arr = np.zeros((len(per_slice), max_runs, 3), dtype=np.int64)
+    n_runs = np.zeros(len(per_slice), dtype=np.int64)
+    slice_px = np.zeros(len(per_slice), dtype=np.int64)
+    for i, (runs, sl) in enumerate(zip(per_slice, slices)):
+        arr[i, :len(runs)] = runs
+        n_runs[i] = len(runs)
+        slice_px[i] = math.prod(tuple(sl.shape))
+    return arr, n_runs, slice_px
+
+
+@numba.njit(cache=True, nogil=True)
+def plan_block_reads(rr, meta, t0, t1, align, gap):
+    """Coalesce the read ranges of tiles ``[t0, t1)`` (one nav block) into reads.
+
+    Ranges of one file closer than ``gap`` bytes merge into one read. Returns
+    ``(reads (n, 4): file_idx, start, stop, buf_pos; translated rr)`` where the
+    translated ranges point into one buffer holding all reads back to back;
+    with ``align > 1`` read starts, lengths and buffer positions are multiples
+    of ``align`` (O_DIRECT).
+    """
+    total = 0
+    for t in range(t0, t1):
+        total += meta[t, 3]
+    keys = np.empty((total, 3), dtype=np.int64)  # file, start, stop
+    n = 0
+    for t in range(t0, t1):
+        for i in range(meta[t, 3]):
+            if rr[t, i, RR_FILE] >= 0:
+                keys[n, 0] = rr[t, i, RR_FILE]
+                keys[n, 1] = rr[t, i, RR_START]
+                keys[n, 2] = rr[t, i, RR_STOP]
+                n += 1
+    keys = keys[:n]
+    order = np.argsort(keys[:, 0] * (1 << 42) + keys[:, 1]) if n else np.empty(0, dtype=np.int64)
+    reads = np.empty((max(n, 1), 4), dtype=np.int64)
+    nr = 0
+    pos = 0
+    for j in range(n):
+        k = order[j]
+        f, s, e = keys[k, 0], keys[k, 1], keys[k, 2]
+        s = (s // align) * align
+        e = ((e + align - 1) // align) * align
+        if nr > 0 and reads[nr - 1, 0] == f and s <= reads[nr - 1, 2] + gap:
+            if e > reads[nr - 1, 2]:
+                pos += e - reads[nr - 1, 2]
+                reads[nr - 1, 2] = e
+        else:
+            reads[nr, 0] = f
+            reads[nr, 1] = s
+            reads[nr, 2] = e
+            reads[nr, 3] = pos
+            pos += e - s
+            nr += 1
+    reads = reads[:nr]
+    out = rr[t0:t1].copy()
+    for t in range(t1 - t0):
+        for i in range(meta[t0 + t, 3]):
+            f = out[t, i, RR_FILE]
+            if f < 0:
+                continue
+            s = out[t, i, RR_START]
+            # reads are sorted by (file, start): binary search for the last read starting <= s
+            lo, hi = 0, nr
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if reads[mid, 0] < f or (reads[mid, 0] == f and reads[mid, 1] <= s):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            r = lo - 1
+            off = reads[r, 3] + s - reads[r, 1]
+            out[t, i, RR_STOP] = off + out[t, i, RR_STOP] - s
+            out[t, i, RR_START] = off
+            out[t, i, RR_FILE] = 0
+    return reads, out
