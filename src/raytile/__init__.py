@@ -13,6 +13,7 @@ from raytile.errors import (
     BackendError, ConfigValidationError, DataSetException, ExecutorError, RaytileError, UDFException,
     UDFRunCancelled,
 )
+from raytile.io.corrections import CorrectionSet
 from raytile.runtime.context import Context
 from raytile.runtime.progress import ProgressReporter
 from raytile.runtime.results import ResultBuffer, UDFResults
@@ -27,5 +28,5 @@ __all__ = [
     "Context", "UDF", "udf", "SumUDF", "SumSigUDF", "NoOpUDF", "StdDevUDF", "LogsumUDF", "ApplyMasksUDF",
     "CoMUDF", "PickUDF", "AutoUDF", "UDFResults", "ResultBuffer", "UDFRun",
     "ProgressReporter", "RaytileError", "DataSetException", "UDFException", "UDFRunCancelled",
-    "BackendError", "ExecutorError", "ConfigValidationError",
+    "BackendError", "ExecutorError", "ConfigValidationError", "CorrectionSet",
 ]

@@ -11,6 +11,9 @@ _FORMATS: dict[str, str] = {
     "memory": "raytile.io.formats.memory:MemoryDataSet",
     "raw": "raytile.io.formats.raw:RawFileDataSet",
     "npy": "raytile.io.formats.npy:NPYDataSet",
+    "packed_raw": "raytile.io.formats.packed:PackedRawDataSet",
+    "hdf5": "raytile.io.formats.hdf5:H5DataSet",
+    "tiled": "raytile.io.formats.tiled:TiledDataSet",
     "sparse_memory": "raytile.io.formats.sparse:SparseMemoryDataSet",
     "npz_csr": "raytile.io.formats.sparse:NPZCSRDataSet",
 }
