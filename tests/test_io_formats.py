@@ -271,3 +271,14 @@ def test_initialize_runs_through_executor(tmp_path, frames):
     ds = rt.io.get_format("raw")(path=p, nav_shape=NAV, sig_shape=SIG, dtype="uint16")
     ds.initialize(Exec())
     assert calls and ds.shape.to_tuple() == NAV + SIG and len(ds.fileset.files) == 1
+
+
+def test_corrections_on_float32_file_read_straight(inline_ctx, tmp_path, frames):
+    p = tmp_path / "f.raw"
+    frames.astype(np.float32).tofile(p)
+    corr = CorrectionSet(dark=np.ones(SIG, np.float32))
+    ds = inline_ctx.load("raw", path=p, nav_shape=NAV, sig_shape=SIG, dtype="float32")
+    res = inline_ctx.run_udf(dataset=ds, udf=SumUDF(), corrections=corr)
+    np.testing.assert_allclose(res["intensity"].data, frames.reshape(-1, *SIG).sum(axis=0) - 35, rtol=1e-6)
+    res = inline_ctx.run_udf(dataset=ds, udf=SumUDF())  # the file map is untouched
+    np.testing.assert_allclose(res["intensity"].data, frames.reshape(-1, *SIG).sum(axis=0), rtol=1e-6)

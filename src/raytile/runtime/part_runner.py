@@ -207,6 +207,8 @@ def _run(task, params, plan: ExecutionPlan, device_class, threads_per_worker, on
     for tile in tiles:
         data = tile.data
         if params.corrections is not None:
+            if isinstance(data, np.ndarray) and not data.flags.writeable:
+                data = data.copy()  # a straight (read-only) view of a file map: correct a copy
             params.corrections.apply(data, tile.tile_slice)
         nav_start = tile.tile_slice.origin[0] - nav_origin
         count = tile.tile_slice.shape[0]
