@@ -51,6 +51,7 @@ class Coordinator:
         self.outbox: "queue.Queue[Any]" = queue.Queue()
         self._lock = threading.Lock()
         self._cancelled = threading.Event()
+        self._in_flight: list[TaskHandle] = []
         self._patches: list[tuple[list[dict], bool]] = []
         self._thread = threading.Thread(target=self._main, name=f"raytile-run-{plan.params.run_id[:8]}",
                                         daemon=True)
@@ -88,10 +89,20 @@ class Coordinator:
             with tracing.use_span(span):
                 self._loop(span)
         except BaseException as e:  # handed to the consumer
+            if self._in_flight:  # stop the run's other tasks
+                try:
+                    self._executor.cancel(self._in_flight)
+                except Exception:  # noqa: BLE001
+                    pass
+                self._in_flight = []
             tracing.record_error(span, e)
             self.outbox.put(e)
         finally:
             span.end()
+            try:
+                self._executor.finish_run(self.run_id)
+            except Exception:  # noqa: BLE001  (progress flush is best effort)
+                pass
             if self._progress is not None:
                 self._progress.finish(self.run_id)
             self.outbox.put(FINISHED)
@@ -105,6 +116,7 @@ class Coordinator:
         pending = deque(plan.tasks)
         needed_version: dict[int, int] = {t.idx: 0 for t in plan.tasks}
         in_flight: list[TaskHandle] = []
+        self._in_flight = in_flight
         retries: dict[int, int] = {}
         sink = self._on_tile if self._progress is not None else None
         if self._progress is not None:
@@ -113,6 +125,7 @@ class Coordinator:
         while pending or in_flight:
             if self._cancelled.is_set():
                 ex.cancel(in_flight)
+                in_flight.clear()
                 raise UDFRunCancelled(f"run {self.run_id[:8]} was cancelled")
             with self._lock:
                 patches, self._patches = self._patches, []

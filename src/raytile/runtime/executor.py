@@ -63,6 +63,9 @@ class Executor(ABC):
     def prepare_dataset(self, dataset: Any) -> None:
         """Hook: share a data set's in-memory partitions with workers once."""
 
+    def finish_run(self, run_id: str) -> None:
+        """Hook: a run is over (finished, failed or cancelled); flush its progress, drop its state."""
+
     def run_function(self, fn: Callable, *args: Any) -> Any:
         """Run ``fn(*args)`` on a worker and return its value (e.g. reading headers)."""
         return fn(*args)

@@ -57,3 +57,39 @@ def attached(carrier: dict | None) -> Iterator[None]:
         yield
     finally:
         otel_context.detach(token)
+
+
+def export_remote_spans(records: list[dict]) -> int:
+    """Hand spans recorded on a worker to this process's span processors; returns how many.
+
+    Workers without a tracer provider of their own record their task spans
+    with a private in-memory SDK exporter and return them as plain dicts (see
+    ``raytile.actors.worker``). Here they are rebuilt as finished SDK spans,
+    with their original ids, parent ids and timestamps, and given to the
+    driver's configured span processors, so whichever exporter the driver uses
+    (OTLP, console, in-memory) sees them as children of the run span. Without
+    an SDK provider in the driver this does nothing.
+    """
+    provider = trace.get_tracer_provider()
+    processor = getattr(provider, "_active_span_processor", None)
+    if processor is None or not records:
+        return 0
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import SpanContext, TraceFlags
+    from opentelemetry.trace.status import Status, StatusCode
+
+    scope = InstrumentationScope("raytile.worker")
+    flags = TraceFlags(TraceFlags.SAMPLED)
+    for r in records:
+        ctx = SpanContext(r["trace_id"], r["span_id"], is_remote=False, trace_flags=flags)
+        parent = (SpanContext(r["trace_id"], r["parent_id"], is_remote=True, trace_flags=flags)
+                  if r.get("parent_id") else None)
+        status = Status(StatusCode.ERROR, r.get("description")) if r.get("error") else Status(StatusCode.OK)
+        span = ReadableSpan(
+            name=r["name"], context=ctx, parent=parent, resource=getattr(provider, "resource", None),
+            attributes=r.get("attributes") or {}, start_time=r.get("start"), end_time=r.get("end"),
+            status=status, instrumentation_scope=scope,
+        )
+        processor.on_end(span)
+    return len(records)

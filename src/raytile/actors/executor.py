@@ -1,0 +1,339 @@
+"""`RayExecutor`: runs partition tasks on long-lived `WorkerActor`s.
+
+One actor per CPU slot (``num_cpus=1``) and one per GPU (``num_gpus=1``),
+created once per Context and reused by every run (no per-run start-up).
+The coordinator keeps ``IN_FLIGHT_PER_ACTOR`` (2) tasks per actor in flight,
+so an actor's next partition is already queued when the current one ends.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import threading
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import ray
+from ray import exceptions as rex
+
+from raytile.actors import resources
+from raytile.actors.worker import ParamsHandle, ProgressActor, WorkerActor
+from raytile.errors import ExecutorError, UDFRunCancelled
+from raytile.runtime.executor import Executor, ProgressSink, TaskHandle, WorkerLost
+from raytile.runtime.params import PartitionResult, PartitionTask
+from raytile.runtime import tracing
+
+log = logging.getLogger(__name__)
+
+#: Errors that mean the actor (or its process, or its node) is gone: retry the task elsewhere.
+_LOST = tuple(
+    getattr(rex, n) for n in ("RayActorError", "ActorDiedError", "ActorUnavailableError",
+                              "WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError",
+                              "OwnerDiedError", "ObjectLostError")
+    if hasattr(rex, n)
+)
+
+_RemoteWorker = ray.remote(WorkerActor)
+_RemoteProgress = ray.remote(num_cpus=0)(ProgressActor)
+
+
+class _Slot:
+    """One worker actor and the driver's bookkeeping of it."""
+
+    def __init__(self, kind: str, index: int, cpu_share: float):
+        self.kind = kind
+        self.index = index
+        self.cpu_share = cpu_share
+        self.generation = 0
+        self.in_flight = 0
+        self.dead = False
+        self.actor = self._start()
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}-{self.index}" + (f".{self.generation}" if self.generation else "")
+
+    def _start(self):
+        opts = resources.actor_options(self.kind, self.cpu_share)
+        return _RemoteWorker.options(**opts).remote(self.kind, 1, self.name)
+
+    def replace(self) -> None:
+        try:
+            ray.kill(self.actor, no_restart=True)
+        except Exception:
+            pass
+        self.generation += 1
+        self.in_flight = 0
+        self.actor = self._start()
+
+
+class _RayHandle(TaskHandle):
+    def __init__(self, task, version, ref, slot: _Slot, actor, run_id: str, sink):
+        super().__init__(task, version)
+        self.ref = ref
+        self.slot = slot
+        self.actor = actor
+        self.run_id = run_id
+        self.sink = sink
+        self.settled = False
+
+
+class RayExecutor(Executor):
+    """Worker actors on a local or remote Ray cluster. Build it with :meth:`make`."""
+
+    def __init__(self, cpus: int, gpus: int, cpu_share: float = 1.0, started_ray: bool = False):
+        if cpus + gpus <= 0:
+            raise ExecutorError("RayExecutor needs at least one CPU or GPU worker")
+        self._lock = threading.RLock()
+        self._started_ray = started_ray
+        self._slots = [_Slot("cpu", i, cpu_share) for i in range(cpus)]
+        self._slots += [_Slot("cuda", i, cpu_share) for i in range(gpus)]
+        self._progress_actor = None
+        self._progress_polls: dict[str, tuple[Any, ProgressSink]] = {}
+        self._shared: dict[tuple, tuple[Any, np.ndarray]] = {}
+        self._closed = False
+        self.num_workers = len(self._slots)
+        self.max_in_flight = resources.IN_FLIGHT_PER_ACTOR * len(self._slots)
+        self.device_classes = frozenset(s.kind for s in self._slots)
+        try:
+            self.workers = ray.get([s.actor.ping.remote() for s in self._slots], timeout=120)
+        except rex.GetTimeoutError:
+            self.close()
+            raise ExecutorError(
+                f"the Ray cluster could not start {cpus} CPU and {gpus} GPU worker actors within 120 s "
+                f"(cluster resources: {ray.cluster_resources()})"
+            ) from None
+
+    @classmethod
+    def make(cls, cpus: int | None = None, gpus: int | None = None, address: str | None = None,
+             **init_kwargs: Any) -> "RayExecutor":
+        """Start a local Ray (``cpus``/``gpus``) or join one; one actor per CPU and per GPU.
+
+        If Ray is already initialised in this process it is joined as it is.
+        ``address`` ("auto", "ray://host:10001") connects to a running cluster.
+        Without ``cpus``/``gpus`` the actors match the cluster's resources.
+        """
+        started = False
+        if not ray.is_initialized():
+            kwargs = dict(init_kwargs)
+            if address is not None:
+                ray.init(address=address, **kwargs)
+            else:
+                kwargs.setdefault("include_dashboard", False)
+                if cpus is not None:
+                    kwargs.setdefault("num_cpus", int(cpus))
+                if gpus is not None:
+                    kwargs.setdefault("num_gpus", int(gpus))
+                ray.init(**kwargs)
+            started = True
+        total = ray.cluster_resources()
+        n_cpu = int(total.get("CPU", 0)) if cpus is None else int(cpus)
+        n_gpu = int(total.get("GPU", 0)) if gpus is None else int(gpus)
+        free = ray.available_resources().get("CPU", 0.0)
+        share = 1.0
+        if n_cpu > free + 1e-9:
+            log.warning("only %s of %s CPUs are free in the Ray cluster (another Context holds them); "
+                        "this Context's %d CPU workers share CPUs", free, total.get("CPU", 0), n_cpu)
+            share = 0.0
+        return cls(n_cpu, n_gpu, cpu_share=share, started_ray=started)
+
+    # -- params and data -------------------------------------------------------
+    def put_params(self, params: Any) -> Any:
+        return ParamsHandle(ray.put(params), params.run_id, params.version)
+
+    def _share(self, arr: np.ndarray):
+        """The object ref of ``arr`` in the object store, put once per Context."""
+        key = (arr.__array_interface__["data"][0], arr.shape, arr.strides, arr.dtype.str)
+        with self._lock:
+            hit = self._shared.get(key)
+            if hit is None:
+                hit = self._shared[key] = (ray.put(np.ascontiguousarray(arr)), arr)  # arr kept: address stays ours
+            return hit[0]
+
+    def prepare_dataset(self, dataset: Any) -> None:
+        """Put an in-memory data set's partitions into the object store, once per Context."""
+        from raytile.io.formats.memory import MemoryPartition
+
+        for p in dataset.get_partitions():
+            if isinstance(p, MemoryPartition) and isinstance(p.data, np.ndarray):
+                self._share(p.data)
+
+    def _strip(self, task: PartitionTask):
+        """The task to send and the ref of its frames (memory partitions), else None."""
+        from raytile.io.formats.memory import MemoryPartition
+
+        part = task.partition
+        if isinstance(part, MemoryPartition) and isinstance(part.data, np.ndarray):
+            ref = self._share(part.data)
+            light = copy.copy(part)
+            light.data = None
+            return dataclasses.replace(task, partition=light), ref
+        return task, None
+
+    # -- tasks -----------------------------------------------------------------
+    def submit(self, task: PartitionTask, params_handle: Any, version: int,
+               progress: ProgressSink | None = None) -> TaskHandle:
+        if self._closed:
+            raise ExecutorError("this Context is closed")
+        send, data_ref = self._strip(task)
+        progress_actor = None
+        if progress is not None:
+            progress_actor = self._progress(params_handle.run_id, progress)
+        with self._lock:
+            slot = resources.pick(self._slots, task.device_class)
+            if slot is None:
+                raise ExecutorError(f"no worker can run {task.describe()} (needs {task.device_class!r}; "
+                                    f"workers: {sorted(self.device_classes)})")
+            slot.in_flight += 1
+            actor = slot.actor
+        ref = actor.run_task.remote(send, params_handle, data_ref, progress_actor)
+        return _RayHandle(task, version, ref, slot, actor, params_handle.run_id, progress)
+
+    def _progress(self, run_id: str, sink: ProgressSink):
+        with self._lock:
+            if self._progress_actor is None:
+                self._progress_actor = _RemoteProgress.remote()
+            if run_id not in self._progress_polls:
+                self._progress_polls[run_id] = (self._progress_actor.take.remote(run_id, 1.0), sink)
+            return self._progress_actor
+
+    def _settle(self, handle: _RayHandle) -> None:
+        with self._lock:
+            if not handle.settled:
+                handle.settled = True
+                if handle.slot.actor is handle.actor:
+                    handle.slot.in_flight = max(0, handle.slot.in_flight - 1)
+
+    def wait(self, handles: Sequence[TaskHandle], timeout: float) -> list[TaskHandle]:
+        if not handles:
+            return []
+        by_ref = {h.ref: h for h in handles}  # type: ignore[attr-defined]
+        run_ids = {h.run_id for h in handles}  # type: ignore[attr-defined]
+        with self._lock:
+            polls = {self._progress_polls[r][0]: r for r in run_ids if r in self._progress_polls}
+        ready, _ = ray.wait(list(by_ref) + list(polls), num_returns=1, timeout=timeout)
+        if ready and ready[0] in by_ref and len(by_ref) > 1:  # collect whatever else is done too
+            more, _ = ray.wait([r for r in by_ref if r is not ready[0]], num_returns=len(by_ref) - 1, timeout=0)
+            ready += more
+        for ref in ready:
+            if ref in polls:
+                self._deliver_progress(polls[ref], ref, renew=True)
+        return [by_ref[r] for r in ready if r in by_ref]
+
+    def _deliver_progress(self, run_id: str, ref, renew: bool) -> None:
+        with self._lock:
+            entry = self._progress_polls.get(run_id)
+            if entry is None or entry[0] is not ref:
+                return
+            sink = entry[1]
+            if renew:
+                self._progress_polls[run_id] = (self._progress_actor.take.remote(run_id, 1.0), sink)
+        try:
+            frames = ray.get(ref)
+        except _LOST:
+            frames = 0
+        if frames:
+            sink(run_id, frames)
+
+    def finish_run(self, run_id: str) -> None:
+        """Deliver the run's last progress counts and forget its progress poll."""
+        with self._lock:
+            entry = self._progress_polls.pop(run_id, None)
+        if entry is None:
+            return
+        ref, sink = entry
+        frames = 0
+        try:
+            frames += ray.get(ref, timeout=5)
+            frames += ray.get(self._progress_actor.forget.remote(run_id), timeout=5)
+        except Exception as e:  # progress is best effort once the run is over
+            log.debug("progress drain for run %s failed: %s", run_id[:8], e)
+        if frames:
+            sink(run_id, frames)
+
+    def result(self, handle: TaskHandle) -> PartitionResult:
+        assert isinstance(handle, _RayHandle)
+        self._settle(handle)
+        try:
+            status, payload, spans = ray.get(handle.ref)
+        except _LOST as e:
+            self._replace(handle)
+            raise WorkerLost(f"worker {handle.slot.name} died running {handle.task.describe()}: "
+                             f"{type(e).__name__}") from e
+        except rex.TaskCancelledError:
+            raise UDFRunCancelled(f"{handle.task.describe()} was cancelled") from None
+        except rex.RayTaskError as e:  # not a UDF error (those come back as values): a Ray/pickling fault
+            raise ExecutorError(f"{handle.task.describe()} failed in the Ray runtime: {e}") from e
+        if spans:
+            tracing.export_remote_spans(spans)
+        if status == "ok":
+            return payload
+        if status == "cancelled":
+            raise UDFRunCancelled(f"{handle.task.describe()} was cancelled")
+        raise payload
+
+    def _replace(self, handle: _RayHandle) -> None:
+        with self._lock:
+            slot = handle.slot
+            if slot.actor is handle.actor and not self._closed:  # not replaced by another run yet
+                log.warning("worker %s died; starting a replacement", slot.name)
+                slot.replace()
+
+    def cancel(self, handles: Sequence[TaskHandle]) -> None:
+        for h in handles:
+            assert isinstance(h, _RayHandle)
+            try:
+                ray.cancel(h.ref)
+            except Exception as e:  # already finished, or its actor is gone
+                log.debug("cancel of %s: %s", h.task.describe(), e)
+            self._settle(h)
+
+    def run_function(self, fn: Callable, *args: Any) -> Any:
+        with self._lock:
+            slot = min((s for s in self._slots if not s.dead), key=lambda s: s.in_flight)
+            actor = slot.actor
+        try:
+            status, value = ray.get(actor.run_function.remote(fn, args))
+        except _LOST as e:
+            raise ExecutorError(f"worker {slot.name} died running {getattr(fn, '__name__', fn)}") from e
+        if status == "error":
+            raise value
+        return value
+
+    # -- introspection and shutdown ----------------------------------------------
+    @property
+    def actors(self) -> list:
+        """The current worker actor handles (for tests and diagnostics)."""
+        with self._lock:
+            return [s.actor for s in self._slots]
+
+    def close(self) -> None:
+        """Kill this Context's actors and drop its object store references. Ray itself keeps running."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for s in self._slots:
+                s.dead = True
+                try:
+                    ray.kill(s.actor, no_restart=True)
+                except Exception:
+                    pass
+            if self._progress_actor is not None:
+                try:
+                    ray.kill(self._progress_actor, no_restart=True)
+                except Exception:
+                    pass
+                self._progress_actor = None
+            self._shared.clear()
+            self._progress_polls.clear()
+
+    def __repr__(self) -> str:
+        kinds = [s.kind for s in self._slots]
+        return f"<RayExecutor cpu={kinds.count('cpu')} cuda={kinds.count('cuda')}>"
+
+
+
+__all__ = ["RayExecutor", "WorkerActor", "ProgressActor", "ParamsHandle"]

@@ -1,0 +1,55 @@
+"""Mapping task device classes onto worker actors and Ray resources.
+
+A task's ``device_class`` comes from the execution plan (see
+``runtime/plan.py``): the reference's task resources (``CPU``, ``CUDA``,
+``compute``, ``ndarray``) reduce to "cpu" (only CPU backends), "cuda" (only
+GPU backends) or "any" (hybrid UDFs, e.g. numpy *and* cupy). CPU actors are
+scheduled with ``num_cpus=1``, GPU actors with ``num_gpus=1``; "any" tasks go
+to whichever eligible actor has the fewest tasks in flight.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+#: Actor kinds a device class may run on.
+ELIGIBLE: dict[str, tuple[str, ...]] = {
+    "cpu": ("cpu",),
+    "cuda": ("cuda",),
+    "any": ("cpu", "cuda"),
+}
+
+#: Tasks kept in flight per actor: one running, one queued so the next starts without a gap.
+IN_FLIGHT_PER_ACTOR = 2
+
+
+def eligible_kinds(device_class: str) -> tuple[str, ...]:
+    try:
+        return ELIGIBLE[device_class]
+    except KeyError:
+        raise ValueError(f"unknown task device class {device_class!r}; expected one of {sorted(ELIGIBLE)}") from None
+
+
+def actor_options(kind: str, cpu_share: float) -> dict:
+    """Ray options for a worker actor of ``kind`` ("cpu" or "cuda").
+
+    ``cpu_share`` is 1 normally; 0 when the cluster has no free CPUs left
+    (another Context in this process holds them) so the actor still starts.
+    GPU actors hold a GPU and no CPU reservation: the CPUs go to CPU actors and
+    a GPU actor's host thread mostly waits on the device.
+    """
+    if kind == "cuda":
+        return {"num_cpus": 0, "num_gpus": 1, "scheduling_strategy": "SPREAD"}
+    return {"num_cpus": cpu_share, "num_gpus": 0, "scheduling_strategy": "SPREAD"}
+
+
+def pick(slots: Sequence, device_class: str):
+    """The eligible slot with the fewest tasks in flight (first one on ties), or None."""
+    kinds = eligible_kinds(device_class)
+    best = None
+    for slot in slots:
+        if slot.kind not in kinds or slot.dead:
+            continue
+        if best is None or slot.in_flight < best.in_flight:
+            best = slot
+    return best

@@ -1,0 +1,302 @@
+"""`WorkerActor`: a Ray actor that holds one CPU slot or one GPU and runs partition tasks.
+
+Every task goes through :func:`raytile.runtime.part_runner.run_partition`,
+the same code the inline executor runs. The actor
+
+- limits its native thread pools (BLAS/OpenMP through threadpoolctl, numba)
+  to its share of the machine and passes ``threads_per_worker`` on;
+- resolves a run's parameters once per ``(run_id, version)`` from the object
+  store handle and caches them;
+- gets in-memory partition data as a top-level object ref argument, which Ray
+  hands over as a read-only numpy view of the shared-memory object store
+  (zero-copy);
+- reports per-tile progress to a :class:`ProgressActor` (batched to at most
+  one message per ``PROGRESS_FLUSH_S``);
+- stops a task at the next tile when it is cancelled (``ray.cancel`` sets a
+  flag on a running actor task that we poll per tile);
+- returns UDF errors as values, so the driver re-raises the original
+  :class:`~raytile.errors.UDFException` with the worker's traceback;
+- records a ``raytile.task`` span under the run's propagated span context and
+  ships finished spans back with the result (see docs/coordinator.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import socket
+import time
+import traceback
+from collections import OrderedDict
+from typing import Any
+
+import ray
+
+from raytile.errors import ExecutorError
+
+#: Progress messages from a worker are batched to at most one per this many seconds.
+PROGRESS_FLUSH_S = 0.02
+#: Params versions a worker keeps resolved.
+PARAMS_CACHE = 8
+
+
+class ParamsHandle:
+    """What a task carries instead of the run parameters: an object ref plus its cache key.
+
+    The ref is nested in this object, so Ray does not resolve it for every
+    task; the actor resolves it once per ``(run_id, version)``.
+    """
+
+    def __init__(self, ref: Any, run_id: str, version: int):
+        self.ref = ref
+        self.run_id = run_id
+        self.version = version
+
+
+class _Cancelled(Exception):
+    pass
+
+
+def _limit_threads(n: int) -> None:
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    os.environ["MKL_NUM_THREADS"] = str(n)
+    os.environ["OPENBLAS_NUM_THREADS"] = str(n)
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=n)
+    except Exception:  # threadpoolctl missing or no native pools loaded
+        pass
+    try:
+        import numba
+
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    except Exception:
+        pass
+
+
+def _span_record(span) -> dict:
+    ctx = span.context
+    parent = span.parent
+    return {
+        "name": span.name,
+        "trace_id": ctx.trace_id,
+        "span_id": ctx.span_id,
+        "parent_id": parent.span_id if parent is not None else None,
+        "start": span.start_time,
+        "end": span.end_time,
+        "attributes": dict(span.attributes or {}),
+        "error": span.status.status_code.name == "ERROR",
+        "description": span.status.description,
+    }
+
+
+class _WorkerTracing:
+    """Records task spans in the worker and hands them back to the driver.
+
+    If the worker process has an SDK tracer provider of its own (configured by
+    the user, e.g. exporting OTLP), spans go there and nothing is shipped back.
+    Otherwise a private SDK provider with an in-memory exporter collects the
+    task's spans, which return with the task result; the driver feeds them to
+    its span processors (``raytile.runtime.tracing.export_remote_spans``).
+    """
+
+    def __init__(self):
+        self._tracer = None
+        self._exporter = None
+
+    def _setup(self):
+        if self._tracer is not None:
+            return
+        from opentelemetry import trace
+
+        provider = trace.get_tracer_provider()
+        if hasattr(provider, "add_span_processor"):  # a user-configured SDK provider
+            self._tracer = provider.get_tracer("raytile.worker")
+            return
+        try:
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+            from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        except ImportError:
+            self._tracer = trace.get_tracer("raytile.worker")  # API only: spans are no-ops
+            return
+        own = TracerProvider()
+        self._exporter = InMemorySpanExporter()
+        own.add_span_processor(SimpleSpanProcessor(self._exporter))
+        self._tracer = own.get_tracer("raytile.worker")
+
+    def tracer(self):
+        self._setup()
+        return self._tracer
+
+    def collect(self) -> list[dict]:
+        if self._exporter is None:
+            return []
+        spans = [_span_record(s) for s in self._exporter.get_finished_spans()]
+        self._exporter.clear()
+        return spans
+
+
+class WorkerActor:
+    """One worker slot (CPU) or one GPU. Created by :class:`RayExecutor` with ``ray.remote`` options."""
+
+    def __init__(self, kind: str, threads: int, name: str):
+        self.kind = kind
+        self.threads = max(1, int(threads))
+        self.name = name
+        _limit_threads(self.threads)
+        from raytile.runtime import part_runner  # noqa: F401  (import cost paid once, at start)
+
+        self._params: "OrderedDict[tuple[str, int], Any]" = OrderedDict()
+        self._tracing = _WorkerTracing()
+        self._host = socket.gethostname()
+
+    def ping(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "pid": os.getpid(), "host": self._host,
+                "threads": self.threads}
+
+    def _resolve(self, handle: ParamsHandle):
+        key = (handle.run_id, handle.version)
+        params = self._params.get(key)
+        if params is None:
+            params = ray.get(handle.ref)
+            self._params[key] = params
+            while len(self._params) > PARAMS_CACHE:
+                self._params.popitem(last=False)
+        else:
+            self._params.move_to_end(key)
+        return params
+
+    def run_task(self, task, params_handle: ParamsHandle, data: Any = None, progress: Any = None):
+        """Run one partition. Returns ``("ok", PartitionResult, spans)`` or ``("error", exc, spans)``.
+
+        ``data`` is the in-memory partition's frames (resolved by Ray from a
+        top-level object ref: a read-only view of the object store).
+        """
+        try:
+            params = self._resolve(params_handle)
+        except Exception as e:
+            return "error", ExecutorError(f"{task.describe()}: cannot read the run parameters: {e}"), []
+        if data is not None:
+            task.partition.data = data
+        ctx = ray.get_runtime_context()
+        reporter = _TileReporter(progress, params.run_id) if progress is not None else None
+
+        def on_tile(frames: int) -> None:
+            if ctx.is_canceled():
+                raise _Cancelled()
+            if reporter is not None:
+                reporter.add(frames)
+
+        from raytile.runtime import tracing
+        from raytile.runtime.part_runner import run_partition
+
+        spans: list[dict] = []
+        try:
+            if params.trace_context:
+                with tracing.attached(params.trace_context):
+                    with self._tracing.tracer().start_as_current_span(
+                        "raytile.task",
+                        attributes={"raytile.partition": task.idx, "raytile.worker": self.name,
+                                    "raytile.pid": os.getpid(), "raytile.host": self._host,
+                                    "raytile.params_version": params.version},
+                    ):
+                        result = run_partition(task, params, self.kind, self.threads, on_tile)
+            else:
+                result = run_partition(task, params, self.kind, self.threads, on_tile)
+        except _Cancelled:
+            return "cancelled", None, self._tracing.collect()
+        except BaseException as e:  # noqa: BLE001  (delivered to the consumer)
+            spans = self._tracing.collect() if params.trace_context else []
+            return "error", _picklable(e, task), spans
+        finally:
+            if reporter is not None:
+                reporter.close()
+            task.partition.data = None
+        result.worker = self.name
+        if params.trace_context:
+            spans = self._tracing.collect()
+        return "ok", result, spans
+
+    def run_function(self, fn, args):
+        try:
+            return "ok", fn(*args)
+        except BaseException as e:  # noqa: BLE001
+            return "error", _picklable(e, None)
+
+
+def _picklable(exc: BaseException, task) -> BaseException:
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        where = f" in {task.describe()}" if task is not None else ""
+        return ExecutorError(f"{type(exc).__name__}: {exc}{where}\n\nWorker traceback:\n{tb}")
+
+
+class _TileReporter:
+    """Per-tile progress from a worker, batched into at most one message per PROGRESS_FLUSH_S."""
+
+    def __init__(self, actor, run_id: str):
+        self._actor = actor
+        self._run_id = run_id
+        self._pending = 0
+        self._last = time.monotonic()
+        self._ref = None
+
+    def add(self, frames: int) -> None:
+        self._pending += frames
+        now = time.monotonic()
+        if now - self._last >= PROGRESS_FLUSH_S:
+            self._flush(now)
+
+    def _flush(self, now: float) -> None:
+        if self._pending:
+            self._ref = self._actor.add.remote(self._run_id, self._pending)
+            self._pending = 0
+        self._last = now
+
+    def close(self) -> None:
+        """Send what is left and wait until the progress actor has it (before the result returns)."""
+        self._flush(time.monotonic())
+        if self._ref is not None:
+            try:
+                ray.get(self._ref, timeout=10)
+            except Exception:
+                pass
+
+
+class ProgressActor:
+    """Collects per-tile frame counts from workers; the driver long-polls ``take``."""
+
+    def __init__(self):
+        self._counts: dict[str, int] = {}
+        self._events: dict[str, asyncio.Event] = {}
+
+    def _event(self, run_id: str) -> asyncio.Event:
+        ev = self._events.get(run_id)
+        if ev is None:
+            ev = self._events[run_id] = asyncio.Event()
+        return ev
+
+    async def add(self, run_id: str, frames: int) -> None:
+        self._counts[run_id] = self._counts.get(run_id, 0) + frames
+        self._event(run_id).set()
+
+    async def take(self, run_id: str, timeout: float) -> int:
+        """Frames reported since the last take; waits up to ``timeout`` for some."""
+        ev = self._event(run_id)
+        if not self._counts.get(run_id) and timeout > 0:
+            try:
+                await asyncio.wait_for(ev.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+        ev.clear()
+        return self._counts.pop(run_id, 0)
+
+    async def forget(self, run_id: str) -> int:
+        self._events.pop(run_id, None)
+        return self._counts.pop(run_id, 0)
