@@ -6,6 +6,8 @@ dashboard), started on first use and shut down at the end.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -20,7 +22,10 @@ def ray_context():
         import raytile.actors.executor  # noqa: F401
     except ImportError as e:
         pytest.skip(f"Ray executor not available: {e}")
-    ctx = rt.Context.make_local(cpus=2, gpus=0)
+    # Test modules define UDFs; the workers import them by module name like the driver does.
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    pythonpath = os.pathsep.join(p for p in (tests_dir, os.environ.get("PYTHONPATH", "")) if p)
+    ctx = rt.Context.make_local(cpus=2, gpus=0, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
     yield ctx
     ctx.close()
     import ray

@@ -90,7 +90,8 @@ class RayExecutor(Executor):
         self._started_ray = started_ray
         self._slots = [_Slot("cpu", i, cpu_share) for i in range(cpus)]
         self._slots += [_Slot("cuda", i, cpu_share) for i in range(gpus)]
-        self._progress_actor = None
+        # started with the workers: creating it lazily would cost a process start in the first run with progress
+        self._progress_actor = _RemoteProgress.remote()
         self._progress_polls: dict[str, tuple[Any, ProgressSink]] = {}
         self._shared: dict[tuple, tuple[Any, np.ndarray]] = {}
         self._closed = False
@@ -99,6 +100,7 @@ class RayExecutor(Executor):
         self.device_classes = frozenset(s.kind for s in self._slots)
         try:
             self.workers = ray.get([s.actor.ping.remote() for s in self._slots], timeout=120)
+            ray.get(self._progress_actor.forget.remote(""), timeout=120)
         except rex.GetTimeoutError:
             self.close()
             raise ExecutorError(
@@ -193,8 +195,6 @@ class RayExecutor(Executor):
 
     def _progress(self, run_id: str, sink: ProgressSink):
         with self._lock:
-            if self._progress_actor is None:
-                self._progress_actor = _RemoteProgress.remote()
             if run_id not in self._progress_polls:
                 self._progress_polls[run_id] = (self._progress_actor.take.remote(run_id, 1.0), sink)
             return self._progress_actor
@@ -246,8 +246,8 @@ class RayExecutor(Executor):
         ref, sink = entry
         frames = 0
         try:
-            frames += ray.get(ref, timeout=5)
             frames += ray.get(self._progress_actor.forget.remote(run_id), timeout=5)
+            frames += ray.get(ref, timeout=5)  # woken by forget: returns at once
         except Exception as e:  # progress is best effort once the run is over
             log.debug("progress drain for run %s failed: %s", run_id[:8], e)
         if frames:

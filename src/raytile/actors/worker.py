@@ -298,5 +298,9 @@ class ProgressActor:
         return self._counts.pop(run_id, 0)
 
     async def forget(self, run_id: str) -> int:
-        self._events.pop(run_id, None)
-        return self._counts.pop(run_id, 0)
+        """The run's last counts; wakes a pending ``take`` of it (which then returns 0)."""
+        frames = self._counts.pop(run_id, 0)
+        ev = self._events.pop(run_id, None)
+        if ev is not None:
+            ev.set()
+        return frames

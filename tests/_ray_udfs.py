@@ -1,0 +1,140 @@
+"""Test UDFs shared by the Ray runtime tests (shipped to workers by value, see conftest)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from raytile.udf.base import UDF
+
+
+class InputFlagsUDF(UDF):
+    """Records, per frame, facts about the input tile the worker got.
+
+    ``writeable``: the tile's writeable flag; ``owns``: 1 if the root of the
+    tile's ``base`` chain is a numpy array that owns its memory (a copy), 0 if
+    the memory belongs to something else (the object store buffer);
+    ``pid``: the worker process.
+    """
+
+    def get_preferred_input_dtype(self):
+        return np.uint8  # result_type with the data set dtype: no conversion, tiles are views
+
+    def get_result_buffers(self):
+        return {
+            "writeable": self.buffer(kind="nav", dtype="int8"),
+            "owns": self.buffer(kind="nav", dtype="int8"),
+            "pid": self.buffer(kind="nav", dtype="int64"),
+            "sum": self.buffer(kind="sig", dtype="int64"),
+        }
+
+    def process_tile(self, tile):
+        root = tile
+        while isinstance(getattr(root, "base", None), np.ndarray):
+            root = root.base
+        owns = isinstance(root, np.ndarray) and root.base is None and root.flags.owndata
+        self.results.writeable[:] = int(tile.flags.writeable)
+        self.results.owns[:] = int(owns)
+        self.results.pid[:] = os.getpid()
+        self.results.sum[:] += tile.sum(axis=0, dtype=np.int64)
+
+    def merge(self, dest, src):
+        dest.writeable[:] = src.writeable
+        dest.owns[:] = src.owns
+        dest.pid[:] = src.pid
+        dest.sum[:] += src.sum
+
+
+class WriteInputUDF(UDF):
+    def get_preferred_input_dtype(self):
+        return np.uint8
+
+    def get_result_buffers(self):
+        return {"x": self.buffer(kind="nav", dtype="float32")}
+
+    def process_tile(self, tile):
+        tile[:] = 0
+
+
+class ScaledSumUDF(UDF):
+    """Sum of frames times ``scale``, with an optional per-partition ``delay`` (s)."""
+
+    def __init__(self, scale=1.0, delay=0.0, **kwargs):
+        super().__init__(scale=scale, delay=delay, **kwargs)
+
+    def get_preferred_input_dtype(self):
+        return np.float64
+
+    def get_result_buffers(self):
+        return {"intensity": self.buffer(kind="sig", dtype="float64")}
+
+    def process_partition(self, partition):
+        if self.params.delay:
+            time.sleep(self.params.delay)
+        self.results.intensity[:] += self.params.scale * partition.sum(axis=0)
+
+    def merge(self, dest, src):
+        dest.intensity[:] += src.intensity
+
+
+class RingUDF(UDF):
+    """Per-frame intensity inside a ring ``ri < r <= ro`` around the sig centre (params patchable)."""
+
+    def __init__(self, ri=0.0, ro=4.0, delay=0.0, **kwargs):
+        super().__init__(ri=ri, ro=ro, delay=delay, **kwargs)
+
+    def get_preferred_input_dtype(self):
+        return np.float64
+
+    def get_result_buffers(self):
+        return {"intensity": self.buffer(kind="nav", dtype="float64")}
+
+    def process_partition(self, partition):
+        if self.params.delay:
+            time.sleep(self.params.delay)
+        m = ring_mask(partition.shape[1:], self.params.ri, self.params.ro)
+        self.results.intensity[:] = (partition * m).sum(axis=(1, 2))
+
+
+def ring_mask(shape, ri, ro):
+    y, x = np.indices(shape)
+    cy, cx = (shape[0] - 1) / 2, (shape[1] - 1) / 2
+    r = np.hypot(y - cy, x - cx)
+    return ((r > ri) & (r <= ro)).astype(np.float64)
+
+
+class FailingUDF(UDF):
+    """Raises in process_partition on the partition holding frame ``bad_frame``."""
+
+    def __init__(self, bad_frame=0, **kwargs):
+        super().__init__(bad_frame=bad_frame, **kwargs)
+
+    def get_result_buffers(self):
+        return {"x": self.buffer(kind="nav", dtype="float32")}
+
+    def process_frame(self, frame):
+        if self.meta.slice.origin[0] == self.params.bad_frame:
+            raise RuntimeError("deliberate failure in frame processing")
+        self.results.x[:] = 1
+
+
+class SlowTileUDF(UDF):
+    """Sleeps ``delay`` seconds per tile of depth ``depth`` (for cancellation and progress)."""
+
+    def __init__(self, delay=0.01, depth=2, **kwargs):
+        super().__init__(delay=delay, depth=depth, **kwargs)
+
+    def get_tiling_preferences(self):
+        return {"depth": self.params.depth, "total_size": 1 << 30}
+
+    def get_preferred_input_dtype(self):
+        return np.float64
+
+    def get_result_buffers(self):
+        return {"intensity": self.buffer(kind="nav", dtype="float64")}
+
+    def process_tile(self, tile):
+        time.sleep(self.params.delay)
+        self.results.intensity[:] = tile.sum(axis=tuple(range(1, tile.ndim)))

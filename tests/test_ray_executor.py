@@ -1,0 +1,165 @@
+"""The Ray executor: actors, zero-copy memory partitions, UDF errors, dead workers, progress, leaks."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import raytile as rt
+from raytile.errors import UDFException
+from raytile.runtime.progress import ProgressReporter
+
+from _ray_udfs import FailingUDF, InputFlagsUDF, ScaledSumUDF, SlowTileUDF, WriteInputUDF
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def data():
+    return np.random.default_rng(3).integers(0, 1000, size=(8, 6, 12, 10)).astype(np.uint16)
+
+
+def test_actors_are_created_once_and_reused(ray_context, data):
+    ex = ray_context.executor
+    assert ex.num_workers == 2 and ex.max_in_flight == 4 and ex.device_classes == {"cpu"}
+    before = [a._actor_id for a in ex.actors]
+    ds = ray_context.load("memory", data=data, num_partitions=4)
+    for _ in range(2):
+        res = ray_context.run_udf(dataset=ds, udf=rt.SumUDF(dtype="int64"))
+        assert np.array_equal(res["intensity"].data, data.sum(axis=(0, 1)))
+    assert [a._actor_id for a in ex.actors] == before
+    assert {w["threads"] for w in ex.workers} == {1}
+    assert all(w["pid"] != os.getpid() for w in ex.workers)
+
+
+def test_memory_partitions_are_zero_copy_and_read_only(ray_context, data):
+    ds = ray_context.load("memory", data=data, num_partitions=4)
+    shared = len(ray_context.executor._shared)
+    res = ray_context.run_udf(dataset=ds, udf=InputFlagsUDF())
+    assert np.array_equal(res["sum"].data, data.sum(axis=(0, 1)))
+    assert not res["writeable"].data.any()          # read-only views ...
+    assert not res["owns"].data.any()               # ... of memory no numpy array owns (the object store)
+    assert not np.isin(res["pid"].data, [os.getpid()]).any()
+    # put once per Context: a second run ships no new objects
+    ray_context.run_udf(dataset=ds, udf=InputFlagsUDF())
+    assert len(ray_context.executor._shared) == shared
+
+
+def test_udf_writing_to_its_input_gets_a_clear_error(ray_context, data):
+    ds = ray_context.load("memory", data=data, num_partitions=2)
+    with pytest.raises(UDFException, match=r"WriteInputUDF.process_tile tried to write to its input"):
+        ray_context.run_udf(dataset=ds, udf=WriteInputUDF())
+
+
+def test_udf_exception_names_udf_partition_and_worker_traceback(ray_context, data):
+    ds = ray_context.load("memory", data=data, num_partitions=4)
+    with pytest.raises(UDFException) as info:
+        ray_context.run_udf(dataset=ds, udf=FailingUDF(bad_frame=30))
+    msg = str(info.value)
+    assert "FailingUDF.process_frame raised RuntimeError" in msg
+    assert "partition 2 (frames 24:36)" in msg
+    assert "deliberate failure" in info.value.worker_traceback
+    assert "_ray_udfs.py" in info.value.worker_traceback
+    # the Context stays usable
+    res = ray_context.run_udf(dataset=ds, udf=rt.SumUDF(dtype="int64"))
+    assert np.array_equal(res["intensity"].data, data.sum(axis=(0, 1)))
+
+
+def test_killed_worker_is_replaced_and_result_equals_clean_run(ray_context, data):
+    ds = ray_context.load("memory", data=data, num_partitions=8)
+    clean = ray_context.run_udf(dataset=ds, udf=ScaledSumUDF(scale=2.0))["intensity"].data
+    ex = ray_context.executor
+    victim = ex.actors[0]
+    run = ray_context.run_udf_iter(dataset=ds, udf=ScaledSumUDF(scale=2.0, delay=0.15))
+    parts = iter(run)
+    first = next(parts)
+    assert not first.finished
+    ray.kill(victim, no_restart=True)
+    last = first
+    for last in parts:
+        pass
+    assert last.finished and last.partitions_done == 8
+    np.testing.assert_array_equal(last.buffers[0]["intensity"].data, clean)
+    np.testing.assert_array_equal(clean, 2.0 * data.sum(axis=(0, 1)))
+    assert victim._actor_id not in [a._actor_id for a in ex.actors]
+    assert len(ex.actors) == 2
+    ray.get([a.ping.remote() for a in ex.actors], timeout=60)  # the replacement is alive
+
+
+class CountingReporter(ProgressReporter):
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.total = None
+        self.advances: list[int] = []
+        self.partitions: list[int] = []
+        self.finished = False
+
+    def start(self, run_id, total_frames, total_partitions):
+        self.total = (total_frames, total_partitions)
+
+    def advance(self, run_id, frames):
+        with self.lock:
+            self.advances.append(frames)
+
+    def partition_done(self, run_id, partitions_done):
+        self.partitions.append(partitions_done)
+
+    def finish(self, run_id):
+        self.finished = True
+
+
+def test_per_tile_progress_adds_up(ray_context, data):
+    ds = ray_context.load("memory", data=data, num_partitions=2)  # 24 frames per partition
+    reporter = CountingReporter()
+    res = ray_context.run_udf(dataset=ds, udf=SlowTileUDF(delay=0.03, depth=2), progress=reporter)
+    np.testing.assert_allclose(res["intensity"].data, data.sum(axis=(2, 3)))
+    assert reporter.total == (48, 2) and reporter.finished
+    assert sum(reporter.advances) == 48
+    # per tile, not per partition: more progress messages than partitions, each smaller than a partition
+    assert len(reporter.advances) > 2 and max(reporter.advances) < 24
+    assert reporter.partitions == [1, 2]
+
+
+def test_tqdm_progress_bar(ray_context, data, capsys):
+    ds = ray_context.load("memory", data=data, num_partitions=2)
+    res = ray_context.run_udf(dataset=ds, udf=rt.SumSigUDF(), progress=True)
+    np.testing.assert_allclose(res["intensity"].data, data.sum(axis=(2, 3)), rtol=1e-5)
+    err = capsys.readouterr().err
+    assert re.search(r"100%.*48(\.0)?/48(\.0)?", err), err
+
+
+def test_file_data_set_is_read_by_workers(ray_context, data, tmp_path):
+    p = tmp_path / "d.raw"
+    data.tofile(p)
+    ds = ray_context.load("raw", path=p, nav_shape=(8, 6), sig_shape=(12, 10), dtype="uint16", num_partitions=3)
+    res = ray_context.run_udf(dataset=ds, udf=[rt.SumUDF(dtype="int64"), rt.SumSigUDF()])
+    assert np.array_equal(res[0]["intensity"].data, data.sum(axis=(0, 1)))
+    np.testing.assert_allclose(res[1]["intensity"].data, data.sum(axis=(2, 3)), rtol=1e-5)
+
+
+def test_close_kills_actors(ray_context, data):
+    from ray.util.state import list_actors  # noqa: F401  (state API present)
+
+    ctx = rt.Context(executor="ray", cpus=1)  # joins the session's Ray, shares its CPUs
+    ex = ctx.executor
+    assert ex.num_workers == 1
+    ds = ctx.load("memory", data=data, num_partitions=2)
+    res = ctx.run_udf(dataset=ds, udf=rt.SumUDF(dtype="int64"))
+    assert np.array_equal(res["intensity"].data, data.sum(axis=(0, 1)))
+    actors = ex.actors
+    ctx.close()
+    deadline = time.monotonic() + 30
+    for a in actors:
+        while True:
+            try:
+                ray.get(a.ping.remote(), timeout=5)
+            except ray.exceptions.RayActorError:
+                break
+            assert time.monotonic() < deadline, "actor survived Context.close()"
+            time.sleep(0.1)
