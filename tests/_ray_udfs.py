@@ -138,3 +138,15 @@ class SlowTileUDF(UDF):
     def process_tile(self, tile):
         time.sleep(self.params.delay)
         self.results.intensity[:] = tile.sum(axis=tuple(range(1, tile.ndim)))
+
+
+class LoggingTileUDF(SlowTileUDF):
+    """SlowTileUDF that appends one line per tile to the file ``log`` (to observe work stopping)."""
+
+    def __init__(self, delay=0.01, depth=1, log="", **kwargs):
+        super().__init__(delay=delay, depth=depth, log=log, **kwargs)
+
+    def process_tile(self, tile):
+        super().process_tile(tile)
+        with open(self.params.log, "a") as f:
+            f.write("x\n")

@@ -184,7 +184,7 @@ class ResultAccumulator:
     def snapshot(self, finished: bool) -> UDFResults:
         """Run every UDF's ``get_results`` on copies of what is merged so far."""
         nav_shape = self._shape.nav.to_tuple()
-        damage_full = expand_nav(self._damage, nav_shape, self._roi, ())
+        damage_full = expand_nav(self._damage.copy(), nav_shape, self._roi, ())  # a snapshot, not a view
         out = []
         for i, udf in enumerate(self.udfs):
             self._apply_merge_all(i, udf)
