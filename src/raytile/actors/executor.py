@@ -35,7 +35,7 @@ _LOST = tuple(
     if hasattr(rex, n)
 )
 
-_RemoteWorker = ray.remote(WorkerActor)
+_RemoteWorker = ray.remote(concurrency_groups=WorkerActor.CONCURRENCY_GROUPS)(WorkerActor)
 _RemoteProgress = ray.remote(num_cpus=0)(ProgressActor)
 
 
@@ -282,8 +282,17 @@ class RayExecutor(Executor):
                 slot.replace()
 
     def cancel(self, handles: Sequence[TaskHandle]) -> None:
+        """Drop queued tasks (``ray.cancel``) and stop running ones at their next tile."""
+        told = set()
         for h in handles:
             assert isinstance(h, _RayHandle)
+            key = (id(h.actor), h.run_id)
+            if key not in told:
+                told.add(key)
+                try:
+                    h.actor.cancel_run.remote(h.run_id)
+                except Exception as e:  # its actor is gone
+                    log.debug("cancel_run on %s: %s", h.slot.name, e)
             try:
                 ray.cancel(h.ref)
             except Exception as e:  # already finished, or its actor is gone

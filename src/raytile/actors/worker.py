@@ -140,7 +140,14 @@ class _WorkerTracing:
 
 
 class WorkerActor:
-    """One worker slot (CPU) or one GPU. Created by :class:`RayExecutor` with ``ray.remote`` options."""
+    """One worker slot (CPU) or one GPU. Created by :class:`RayExecutor` with ``ray.remote`` options.
+
+    Tasks run one at a time in the default concurrency group; ``cancel_run``
+    and ``ping`` run in the ``control`` group beside them.
+    """
+
+    #: Ray concurrency groups of the actor (see ``RayExecutor``).
+    CONCURRENCY_GROUPS = {"control": 1}
 
     def __init__(self, kind: str, threads: int, name: str):
         self.kind = kind
@@ -150,9 +157,11 @@ class WorkerActor:
         from raytile.runtime import part_runner  # noqa: F401  (import cost paid once, at start)
 
         self._params: "OrderedDict[tuple[str, int], Any]" = OrderedDict()
+        self._cancelled_runs: "OrderedDict[str, None]" = OrderedDict()
         self._tracing = _WorkerTracing()
         self._host = socket.gethostname()
 
+    @ray.method(concurrency_group="control")
     def ping(self) -> dict:
         return {"name": self.name, "kind": self.kind, "pid": os.getpid(), "host": self._host,
                 "threads": self.threads}
@@ -184,8 +193,11 @@ class WorkerActor:
         ctx = ray.get_runtime_context()
         reporter = _TileReporter(progress, params.run_id) if progress is not None else None
 
+        run_id = params.run_id
+        cancelled_runs = self._cancelled_runs
+
         def on_tile(frames: int) -> None:
-            if ctx.is_canceled():
+            if run_id in cancelled_runs or ctx.is_canceled():
                 raise _Cancelled()
             if reporter is not None:
                 reporter.add(frames)
@@ -219,6 +231,17 @@ class WorkerActor:
         if params.trace_context:
             spans = self._tracing.collect()
         return "ok", result, spans
+
+    @ray.method(concurrency_group="control")
+    def cancel_run(self, run_id: str) -> None:
+        """Stop this run's task at its next tile (runs beside the task, in the control group).
+
+        ``ray.cancel`` drops queued actor tasks but does not interrupt a
+        running one in a threaded actor, so the running task polls this flag.
+        """
+        self._cancelled_runs[run_id] = None
+        while len(self._cancelled_runs) > 64:
+            self._cancelled_runs.popitem(last=False)
 
     def run_function(self, fn, args):
         try:

@@ -7,6 +7,7 @@ from typing import Any, Iterable
 from raytile.errors import ExecutorError
 from raytile.io.dataset import DataSet
 from raytile.io.formats import get_format
+from raytile.runtime import tracing
 from raytile.runtime.coordinator import Coordinator
 from raytile.runtime.executor import Executor
 from raytile.runtime.plan import check_udfs, make_plan
@@ -83,10 +84,17 @@ class Context:
         ``async for part in ctx.run_udf_iter(..., sync=False)``.
         """
         udfs = check_udfs(udf)
-        plan = make_plan(dataset, udfs, roi=roi, corrections=corrections, backends=backends,
-                         device_classes=self.executor.device_classes)
+        span = tracing.start_span("raytile.run", {"raytile.udfs": ",".join(type(u).__name__ for u in udfs)})
+        try:
+            with tracing.use_span(span), tracing.child_span("raytile.plan"):
+                plan = make_plan(dataset, udfs, roi=roi, corrections=corrections, backends=backends,
+                                 device_classes=self.executor.device_classes)
+        except BaseException as e:
+            tracing.record_error(span, e)
+            span.end()
+            raise
         reporter = _reporter(progress)
-        return UDFRun(Coordinator(self.executor, plan, reporter), [type(u).__name__ for u in udfs])
+        return UDFRun(Coordinator(self.executor, plan, reporter, span=span), [type(u).__name__ for u in udfs])
 
     def run_udf(
         self,

@@ -44,8 +44,10 @@ FINISHED = _Finished()
 class Coordinator:
     """Drives one run: ``start()`` it, read ``outbox``; ``patch``/``cancel`` from any thread."""
 
-    def __init__(self, executor: Executor, plan: RunPlan, progress: ProgressReporter | None = None):
+    def __init__(self, executor: Executor, plan: RunPlan, progress: ProgressReporter | None = None,
+                 span: Any = None):
         self._executor = executor
+        self._span = span  # the run's span, opened by the Context around planning (or here)
         self._plan = plan
         self._progress = progress
         self.outbox: "queue.Queue[Any]" = queue.Queue()
@@ -83,8 +85,9 @@ class Coordinator:
 
     # -- the loop ------------------------------------------------------------
     def _main(self) -> None:
-        span = tracing.start_span("raytile.run", {"raytile.run_id": self.run_id,
-                                                  "raytile.partitions": len(self._plan.tasks)})
+        span = self._span if self._span is not None else tracing.start_span("raytile.run")
+        span.set_attribute("raytile.run_id", self.run_id)
+        span.set_attribute("raytile.partitions", len(self._plan.tasks))
         try:
             with tracing.use_span(span):
                 self._loop(span)

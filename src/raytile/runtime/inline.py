@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
+from raytile.runtime import tracing
 from raytile.runtime.executor import Executor, ProgressSink, TaskHandle
 from raytile.runtime.params import PartitionResult, PartitionTask
 from raytile.runtime.part_runner import run_partition
@@ -32,8 +33,12 @@ class _InlineHandle(TaskHandle):
             run_id, sink = self.params.run_id, self.progress
             on_tile = lambda frames: sink(run_id, frames)  # noqa: E731
         try:
-            self.outcome = run_partition(self.task, self.params, on_tile=on_tile,
-                                         threads_per_worker=os.cpu_count())
+            with tracing.attached(self.params.trace_context), tracing.child_span(
+                "raytile.task", {"raytile.partition": self.task.idx, "raytile.worker": "inline",
+                                 "raytile.pid": os.getpid(), "raytile.params_version": self.params.version},
+            ):
+                self.outcome = run_partition(self.task, self.params, on_tile=on_tile,
+                                             threads_per_worker=os.cpu_count())
         except BaseException as e:  # delivered by result()
             self.error = e
         self.done = True

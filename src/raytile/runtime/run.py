@@ -26,6 +26,7 @@ class UDFRun:
         self._udf_names = list(udf_names)
         self._udfs = [u.copy() for u in coordinator._plan.udfs]
         self._exhausted = False
+        self._cancel_requested = False
         self.last: UDFResults | None = None
         coordinator.start()
 
@@ -51,11 +52,20 @@ class UDFRun:
         self._coordinator.patch(patch, recompute)
 
     def cancel(self) -> None:
-        """Stop dispatching, cancel tasks in flight; the consumer gets UDFRunCancelled."""
+        """Stop dispatching, cancel tasks in flight; the consumer gets UDFRunCancelled.
+
+        Partial results still queued are dropped: the next step of the
+        iteration raises at once.
+        """
+        self._cancel_requested = True
         self._coordinator.cancel()
 
     # -- consuming -------------------------------------------------------------
     def _take(self, item: Any) -> UDFResults:
+        if self._cancel_requested:
+            self._exhausted = True
+            self._drain()
+            raise UDFRunCancelled(f"run {self.run_id[:8]} was cancelled")
         if item is FINISHED:
             self._exhausted = True
             raise StopIteration
