@@ -29,7 +29,8 @@ class SumUDF(UDF):
         super().__init__(dtype=dtype, **kwargs)
 
     def get_preferred_input_dtype(self) -> np.dtype:
-        return np.dtype(self.params.dtype)
+        # Read the data as it is and accumulate in ``dtype``: no converted copy of each tile.
+        return self.USE_NATIVE_DTYPE
 
     def get_backends(self) -> tuple[str, ...]:
         return (self.BACKEND_NUMPY, self.BACKEND_SPARSE_COO, self.BACKEND_SPARSE_GCXS,
@@ -42,7 +43,7 @@ class SumUDF(UDF):
 
     def process_tile(self, tile) -> None:
         out = self.results.intensity
-        sums = flat2d(tile).sum(axis=0)
+        sums = flat2d(tile).sum(axis=0, dtype=out.dtype)
         out += dense(sums, out.shape, xp=self.xp).astype(out.dtype, copy=False)
 
     def merge(self, dest, src) -> None:
