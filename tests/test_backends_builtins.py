@@ -110,6 +110,25 @@ def test_sparse_tiles_with_signal_slices(inline_ctx, data, roi, backend):
     np.testing.assert_allclose(res[1]["intensity"].data[roi], data.sum(axis=(2, 3))[roi], rtol=1e-5)
 
 
+def test_memory_format_takes_sparse_arrays(ctx, data):
+    import pickle
+
+    import scipy.sparse as sp
+
+    from raytile.io.formats.memory import MemoryDataSet
+    from raytile.io.formats.sparse import SparseMemoryDataSet
+
+    coo = ctx.load("memory", data=sparse.COO.from_numpy(data), num_partitions=2)
+    csr = ctx.load("memory", data=sp.csr_matrix(data.reshape(-1, np.prod(SIG))), nav_shape=NAV, sig_shape=SIG)
+    dense = ctx.load("memory", data=data)
+    assert isinstance(coo, SparseMemoryDataSet) and isinstance(csr, SparseMemoryDataSet)
+    assert type(dense) is MemoryDataSet and type(pickle.loads(pickle.dumps(dense))) is MemoryDataSet
+    for ds in (coo, csr):
+        res = ctx.run_udf(dataset=ds, udf=[rt.SumUDF(), rt.SumSigUDF()])
+        np.testing.assert_allclose(res[0]["intensity"].data, data.sum(axis=(0, 1)), rtol=1e-5)
+        np.testing.assert_allclose(res[1]["intensity"].data, data.sum(axis=(2, 3)), rtol=1e-5)
+
+
 def test_sparse_dataset_native_backend_and_dtype(inline_ctx, data, tmp_path):
     path = tmp_path / "i.npz"
     ints = data.astype(np.uint16)

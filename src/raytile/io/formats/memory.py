@@ -12,6 +12,12 @@ from raytile.io.shape import Shape
 from raytile.io.slice import Slice
 
 
+def _is_sparse(data: Any) -> bool:
+    """pydata ``sparse`` arrays and scipy.sparse matrices/arrays."""
+    module = type(data).__module__
+    return module.startswith("sparse") or module.startswith("scipy.sparse")
+
+
 class MemoryPartition(Partition):
     """A partition that carries its own frames (``data``: ``(frames, *sig)``).
 
@@ -30,10 +36,22 @@ class MemoryPartition(Partition):
 class MemoryDataSet(DataSet):
     """Wrap an in-memory array; the last ``sig_dims`` axes are the signal.
 
+    A sparse array (``sparse.COO``/``GCXS``, or a scipy.sparse matrix of
+    ``(frames, pixels)`` with ``sig_shape``) gives a
+    :class:`~raytile.io.formats.sparse.SparseMemoryDataSet` instead, whose
+    tiles come natively sparse.
+
     >>> ds = ctx.load("memory", data=np.zeros((8, 8, 32, 32), dtype="uint16"))
     """
 
     format_name = "memory"
+
+    def __new__(cls, data: Any = None, *args: Any, **kwargs: Any):
+        if cls is MemoryDataSet and _is_sparse(data):
+            from raytile.io.formats.sparse import SparseMemoryDataSet
+
+            return SparseMemoryDataSet(data, *args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(self, data: Any, sig_dims: int = 2, nav_shape=None, sig_shape=None, **kwargs):
         super().__init__(**kwargs)
