@@ -19,7 +19,8 @@ def test_whole_frames_one_file_headers():
     # 3 frames of 2x4 uint16, file header 10, frame header 6, footer 2: stride 6 + 16 + 2 = 24
     fs = FileSet([File("x", 0, 3, 10)], (2, 4), 16, frame_header_bytes=6, frame_footer_bytes=2)
     meta, rr = fs.get_read_ranges(np.array([0, 1, 2]), scheme((2, 2, 4), (3, 2, 4)))
-    assert meta.tolist() == [[0, 2, 0, 2], [2, 1, 0, 1]]
+    # (first, count, slice, n_rr, lowest file, highest file, blank frames)
+    assert meta.tolist() == [[0, 2, 0, 2, 0, 0, 0], [2, 1, 0, 1, 0, 0, 0]]
     # (file, start, stop, out_start, n_px, skip)
     assert rr[0, :2].tolist() == [[0, 16, 32, 0, 8, 0], [0, 40, 56, 8, 8, 0]]
     assert rr[1, 0].tolist() == [0, 64, 80, 0, 8, 0]
@@ -30,6 +31,7 @@ def test_sig_slices_rows_and_two_files():
     fs = FileSet([File("a", 0, 2), File("b", 2, 4)], (2, 4), 8)
     meta, rr = fs.get_read_ranges(np.array([1, 2]), scheme((2, 1, 2), (4, 2, 4)))
     assert meta[:, 2].tolist() == [0, 1, 2, 3]  # four sig slices, one nav block
+    assert meta[:, 4:].tolist() == [[0, 1, 0]] * 4  # every tile reads files 0..1
     # slice 3: row 1, x 2..4 -> px 6..8; frame 1 in file 0 at byte 8, frame 2 = file 1 frame 0
     assert rr[3, :2].tolist() == [[0, 14, 16, 0, 2, 0], [1, 6, 8, 2, 2, 0]]
 
@@ -52,6 +54,7 @@ def test_frames_outside_files_are_blank():
     meta, rr = fs.get_read_ranges(np.array([-1, 0]), scheme((2, 1, 2), (2, 1, 2)))
     assert rr[0, 0].tolist() == [-1, 0, 0, 0, 2, 0]
     assert rr[0, 1].tolist() == [0, 0, 2, 2, 2, 0]
+    assert meta[0, 4:].tolist() == [0, 0, 1]
 
 
 def test_slice_runs_merge_and_split():
@@ -162,3 +165,39 @@ def test_negotiator_base_shape_with_frame_and_tile_methods():
     assert s.tileshape.to_tuple() == (2, 4, 4)
     s = Negotiator().get_scheme([T(), F()], P(), np.dtype("uint16"))
     assert s.sig_shape == (8, 8) and s.depth % 2 == 0
+
+
+# -- decoders -------------------------------------------------------------------
+
+@pytest.mark.parametrize("bits", [1, 3, 6, 10, 12, 20])
+@pytest.mark.parametrize("order", ["lsb", "msb"])
+def test_packed_decoders_against_pack_bits(bits, order, rng):
+    from raytile.io.decoders import PackedDecoder, decode_tile
+    from raytile.io.formats.packed import pack_bits
+    from raytile.io.read_ranges import frames_px_to_bytes
+
+    n_px = 37
+    values = rng.integers(0, 1 << bits, (1, n_px))
+    packed = np.frombuffer(pack_bits(values, bits, order), dtype=np.uint8)
+    kind, b, value_dtype = PackedDecoder(bits, order).decode_params()
+    for px_start, px_stop in [(0, n_px), (1, n_px), (3, 4), (5, 30), (n_px - 1, n_px)]:
+        start, stop, skip = frames_px_to_bytes(bits, 0, px_start, px_stop, n_px, 0, 0, 0)
+        rr = np.array([[0, start, stop, 0, px_stop - px_start, skip]], dtype=np.int64)
+        for out_dtype in (np.uint32, np.float32):
+            out = np.zeros(px_stop - px_start, dtype=out_dtype)
+            decode_tile(packed, rr, 1, 0, out, kind, b, np.empty(0, value_dtype))
+            np.testing.assert_array_equal(out, values[0, px_start:px_stop])
+
+
+@pytest.mark.parametrize("dtype", [">u2", ">f4", "<i4", "?", ">f8"])
+def test_native_decoders(dtype, rng):
+    from raytile.io.decoders import NativeDecoder, decode_tile
+
+    values = (rng.random(9) * 100).astype(dtype)
+    raw = np.frombuffer(values.tobytes(), dtype=np.uint8)
+    kind, bits, value_dtype = NativeDecoder(dtype).decode_params()
+    isz = values.dtype.itemsize
+    rr = np.array([[0, 2 * isz, 7 * isz, 1, 5, 0]], dtype=np.int64)
+    out = np.zeros(6, dtype=np.float64)
+    decode_tile(raw, rr, 1, 0, out, kind, bits, np.empty(0, value_dtype))
+    np.testing.assert_array_equal(out[1:], values[2:7].astype(np.float64))

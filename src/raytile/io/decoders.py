@@ -1,15 +1,17 @@
-"""Decoders: turn the bytes of one read range into pixels of a tile buffer.
+"""Decoders: turn the bytes of read ranges into pixels of a tile buffer.
 
-``Decoder.get_decode(native_dtype, read_dtype)`` returns a numba function
-``decode(inp, out, skip)``: ``inp`` the range's bytes (uint8), ``out`` the
-destination pixels (a 1D view of the flat tile buffer), ``skip`` pixels of
-the decoded bytes to drop first (bit-packed data). It is called once per read
-range by :func:`make_decode_tile`'s driver. ``do_clear()`` says whether
+A :class:`Decoder` names one of the built-in decode kinds (``decode_params``);
+:func:`decode_tile`, a single module-level numba function, decodes every
+read range of one tile with it. Keeping the kinds in one cached function
+(rather than building jitted closures per decoder) lets numba load the
+compiled code from its disk cache in every worker process instead of
+compiling it again (seconds per process).
+
+Kinds: :data:`NATIVE` (numpy dtypes, any output dtype), :data:`SWAPPED`
+(the byte-swapped, non-native byte order variant), :data:`PACKED_LSB` and
+:data:`PACKED_MSB` (``bits``-bit unsigned pixels packed into a bit stream;
+12-bit has a dedicated loop over 3-byte groups). ``do_clear()`` says whether
 the buffer must be zeroed before decoding (decoders that accumulate).
-
-Shipped: :class:`NativeDecoder` (numpy dtypes, byte-swapping big-endian
-data), :class:`PackedDecoder` (12-bit: two pixels in three bytes; 1-bit and
-6-bit counting-detector frames; ``bit_order`` "lsb" or "msb").
 """
 
 from __future__ import annotations
@@ -20,54 +22,33 @@ import numpy as np
 from raytile.errors import DataSetException
 from raytile.io.read_ranges import RR_FILE, RR_NPX, RR_OUT, RR_SKIP, RR_START, RR_STOP
 
+#: Decode kinds understood by :func:`decode_tile`.
+NATIVE, SWAPPED, PACKED_LSB, PACKED_MSB = range(4)
+
 
 class Decoder:
-    """Base class: a decode function per (native dtype, read dtype)."""
+    """Base class: which built-in decode kind reads the file's bytes."""
 
     #: Bits per pixel in the file.
     bpp: int = 8
 
-    def get_decode(self, native_dtype, read_dtype):
+    def decode_params(self) -> tuple[int, int, np.dtype]:
+        """``(kind, bits, value dtype)``: the arguments :func:`decode_tile` needs.
+
+        The value dtype is the native-order dtype the file's bytes are
+        viewed as (NATIVE/SWAPPED); packed kinds ignore it.
+        """
         raise NotImplementedError
 
     def do_clear(self) -> bool:
         return False
 
     def is_identity(self, native_dtype, read_dtype) -> bool:
-        """True when the file's bytes already are the tile (mmap "straight" reading is possible)."""
+        """True when the file's bytes already are the tile (no decode or conversion needed)."""
         return False
 
     def describe(self) -> str:
         return type(self).__name__
-
-
-_DECODE_CACHE: dict = {}
-
-
-def _native_decode(itemsize: int, scalar, swap: bool):
-    key = ("native", itemsize, scalar, swap)
-    fn = _DECODE_CACHE.get(key)
-    if fn is not None:
-        return fn
-    if not swap:
-        @numba.njit(cache=True, nogil=True)
-        def decode(inp, out, skip):
-            vals = inp.view(scalar)
-            for i in range(out.shape[0]):
-                out[i] = vals[i]
-    else:
-        @numba.njit(cache=True, nogil=True)
-        def decode(inp, out, skip):
-            n = out.shape[0]
-            tmp = np.empty(n * itemsize, dtype=np.uint8)
-            for i in range(n):
-                for k in range(itemsize):
-                    tmp[i * itemsize + k] = inp[i * itemsize + itemsize - 1 - k]
-            vals = tmp.view(scalar)
-            for i in range(n):
-                out[i] = vals[i]
-    _DECODE_CACHE[key] = decode
-    return decode
 
 
 class NativeDecoder(Decoder):
@@ -79,72 +60,17 @@ class NativeDecoder(Decoder):
             raise DataSetException(f"cannot decode dtype {self.dtype}: only bool, int, uint and float")
         self.bpp = self.dtype.itemsize * 8
 
-    def get_decode(self, native_dtype=None, read_dtype=None):
+    def decode_params(self) -> tuple[int, int, np.dtype]:
         native = self.dtype.newbyteorder("=")
+        value = np.dtype(np.uint8) if native.kind == "b" else native
         swap = not self.dtype.isnative and self.dtype.itemsize > 1
-        scalar = np.uint8 if native.kind == "b" else native.type
-        return _native_decode(native.itemsize, scalar, swap)
+        return (SWAPPED if swap else NATIVE), self.bpp, value
 
     def is_identity(self, native_dtype, read_dtype) -> bool:
         return self.dtype.isnative and np.dtype(read_dtype) == self.dtype
 
     def describe(self) -> str:
         return f"native {self.dtype.str}"
-
-
-@numba.njit(cache=True, nogil=True)
-def _decode_12_lsb(inp, out, skip):
-    n = out.shape[0]
-    for i in range(n):
-        p = i + skip
-        b = (p >> 1) * 3
-        if p & 1:
-            out[i] = (inp[b + 1] >> 4) | (np.uint16(inp[b + 2]) << 4)
-        else:
-            out[i] = inp[b] | (np.uint16(inp[b + 1] & 0x0F) << 8)
-
-
-@numba.njit(cache=True, nogil=True)
-def _decode_12_msb(inp, out, skip):
-    n = out.shape[0]
-    for i in range(n):
-        p = i + skip
-        b = (p >> 1) * 3
-        if p & 1:
-            out[i] = (np.uint16(inp[b + 1] & 0x0F) << 8) | inp[b + 2]
-        else:
-            out[i] = (np.uint16(inp[b]) << 4) | (inp[b + 1] >> 4)
-
-
-def _bits_decode(bits: int, msb: bool):
-    key = ("bits", bits, msb)
-    fn = _DECODE_CACHE.get(key)
-    if fn is not None:
-        return fn
-    mask = (1 << bits) - 1
-
-    if msb:
-        @numba.njit(cache=True, nogil=True)
-        def decode(inp, out, skip):
-            for i in range(out.shape[0]):
-                bit = (i + skip) * bits
-                v = 0
-                for k in range(bits):
-                    pos = bit + k
-                    v = (v << 1) | ((inp[pos >> 3] >> (7 - (pos & 7))) & 1)
-                out[i] = v
-    else:
-        @numba.njit(cache=True, nogil=True)
-        def decode(inp, out, skip):
-            for i in range(out.shape[0]):
-                bit = (i + skip) * bits
-                v = 0
-                for k in range(bits):
-                    pos = bit + k
-                    v |= ((inp[pos >> 3] >> (pos & 7)) & 1) << k
-                out[i] = v & mask
-    _DECODE_CACHE[key] = decode
-    return decode
 
 
 class PackedDecoder(Decoder):
@@ -171,42 +97,127 @@ class PackedDecoder(Decoder):
     def native_dtype(self) -> np.dtype:
         return np.dtype(np.uint8 if self.bpp <= 8 else (np.uint16 if self.bpp <= 16 else np.uint32))
 
-    def get_decode(self, native_dtype=None, read_dtype=None):
-        if self.bpp == 12:
-            return _decode_12_msb if self.bit_order == "msb" else _decode_12_lsb
-        return _bits_decode(self.bpp, self.bit_order == "msb")
+    def decode_params(self) -> tuple[int, int, np.dtype]:
+        return (PACKED_MSB if self.bit_order == "msb" else PACKED_LSB), self.bpp, np.dtype(np.uint8)
 
     def describe(self) -> str:
         return f"packed {self.bpp}-bit, {self.bit_order} first"
 
 
-_TILE_DECODERS: dict = {}
+@numba.njit(cache=True, nogil=True)
+def _copy_native(inp, out, proto):
+    vals = inp.view(proto.dtype)
+    for i in range(out.shape[0]):
+        out[i] = vals[i]
 
 
-def make_decode_tile(decode):
-    """A jitted driver calling ``decode`` for every read range of one tile that reads ``file_idx``.
+@numba.njit(cache=True, nogil=True)
+def _copy_swapped(inp, out, proto):
+    isz = proto.itemsize
+    n = out.shape[0]
+    tmp = np.empty(n * isz, dtype=np.uint8)
+    for i in range(n):
+        for k in range(isz):
+            tmp[i * isz + k] = inp[i * isz + isz - 1 - k]
+    vals = tmp.view(proto.dtype)
+    for i in range(n):
+        out[i] = vals[i]
 
-    ``decode_tile(inp, base, rr_tile, n_rr, file_idx, out_flat)``: ``inp`` holds
-    the file's bytes from offset ``base`` on. With ``file_idx == -1`` it zero-fills
-    the ranges of frames outside every file.
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _pair_12(b0, b1, b2, msb):
+    if msb:
+        return (b0 << 4) | (b1 >> 4), ((b1 & 0x0F) << 8) | b2
+    return b0 | ((b1 & 0x0F) << 8), (b1 >> 4) | (b2 << 4)
+
+
+@numba.njit(cache=True, nogil=True)
+def _decode_12(inp, out, skip, msb):
+    """Two pixels per 3 bytes; ``skip`` (0 or 1) pixels of the first group are dropped."""
+    n = out.shape[0]
+    if n == 0:
+        return
+    i = 0
+    g = 0
+    if skip:
+        lo, hi = _pair_12(np.uint32(inp[0]), np.uint32(inp[1]), np.uint32(inp[2]), msb)
+        out[0] = hi
+        i = 1
+        g = 1
+    pairs = (n - i) // 2
+    for k in range(pairs):
+        b = (g + k) * 3
+        lo, hi = _pair_12(np.uint32(inp[b]), np.uint32(inp[b + 1]), np.uint32(inp[b + 2]), msb)
+        out[i + 2 * k] = lo
+        out[i + 2 * k + 1] = hi
+    i += 2 * pairs
+    if i < n:
+        b = (g + pairs) * 3
+        lo, hi = _pair_12(np.uint32(inp[b]), np.uint32(inp[b + 1]), np.uint32(inp[b + 2]), msb)
+        out[i] = lo
+
+
+@numba.njit(cache=True, nogil=True)
+def _decode_bits(inp, out, skip, bits, msb):
+    """Generic bit reader: ``bits`` bits per pixel, ``skip`` leading pixels dropped."""
+    mask = np.uint64((1 << bits) - 1)
+    pos = skip * bits
+    byte = pos >> 3
+    drop = pos & 7
+    acc = np.uint64(0)
+    nacc = 0
+    if drop:
+        if msb:
+            acc = np.uint64(inp[byte]) & np.uint64((1 << (8 - drop)) - 1)
+        else:
+            acc = np.uint64(inp[byte]) >> np.uint64(drop)
+        nacc = 8 - drop
+        byte += 1
+    for i in range(out.shape[0]):
+        while nacc < bits:
+            if msb:
+                acc = (acc << np.uint64(8)) | np.uint64(inp[byte])
+            else:
+                acc |= np.uint64(inp[byte]) << np.uint64(nacc)
+            byte += 1
+            nacc += 8
+        if msb:
+            out[i] = (acc >> np.uint64(nacc - bits)) & mask
+        else:
+            out[i] = acc & mask
+            acc >>= np.uint64(bits)
+        nacc -= bits
+
+
+@numba.njit(cache=True, nogil=True)
+def _decode_range(inp, out, skip, kind, bits, proto):
+    if kind == NATIVE:
+        _copy_native(inp, out, proto)
+    elif kind == SWAPPED:
+        _copy_swapped(inp, out, proto)
+    elif bits == 12:
+        _decode_12(inp, out, skip, kind == PACKED_MSB)
+    else:
+        _decode_bits(inp, out, skip, bits, kind == PACKED_MSB)
+
+
+@numba.njit(cache=True, nogil=True)
+def decode_tile(inp, rr_tile, n_rr, file_idx, out, kind, bits, proto):
+    """Decode the read ranges of one tile that read ``file_idx`` from ``inp`` into ``out``.
+
+    ``inp`` holds that file's bytes (a map of the file, or a read buffer the
+    ranges were translated into); ``out`` is the flat tile buffer. With
+    ``file_idx == -1`` it zero-fills the ranges of frames outside every file.
+    ``kind``, ``bits`` and ``proto`` (an empty array of the value dtype)
+    come from :meth:`Decoder.decode_params`.
     """
-    fn = _TILE_DECODERS.get(decode)
-    if fn is not None:
-        return fn
-
-    @numba.njit(cache=True, nogil=True)
-    def decode_tile(inp, base, rr_tile, n_rr, file_idx, out_flat):
-        for i in range(n_rr):
-            if rr_tile[i, RR_FILE] != file_idx:
-                continue
-            o = rr_tile[i, RR_OUT]
-            n = rr_tile[i, RR_NPX]
-            if file_idx < 0:
-                out_flat[o:o + n] = 0
-                continue
-            s = rr_tile[i, RR_START] - base
-            e = rr_tile[i, RR_STOP] - base
-            decode(inp[s:e], out_flat[o:o + n], rr_tile[i, RR_SKIP])
-
-    _TILE_DECODERS[decode] = decode_tile
-    return decode_tile
+    for i in range(n_rr):
+        if rr_tile[i, RR_FILE] != file_idx:
+            continue
+        o = rr_tile[i, RR_OUT]
+        n = rr_tile[i, RR_NPX]
+        if file_idx < 0:
+            out[o:o + n] = 0
+        else:
+            _decode_range(inp[rr_tile[i, RR_START]:rr_tile[i, RR_STOP]], out[o:o + n],
+                          rr_tile[i, RR_SKIP], kind, bits, proto)

@@ -22,7 +22,7 @@ from raytile.errors import DataSetException
 from raytile.io.backends import ReadJob, choose_backend, get_backend
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
 from raytile.io.decoders import Decoder, NativeDecoder
-from raytile.io.read_ranges import frame_stride_bytes, get_read_ranges_default, slice_runs
+from raytile.io.read_ranges import LAYOUT_FRAMES, frame_stride_bytes, get_read_ranges, slice_runs
 from raytile.io.shape import Shape
 from raytile.io.slice import Slice
 from raytile.io.tiling import DataTile, TilingScheme
@@ -68,12 +68,12 @@ class FileSet:
     """Files of equally sized frames, in frame order.
 
     ``bpp`` is bits per pixel in the file (8 x itemsize for numpy dtypes, 12
-    for packed 12-bit, ...). ``get_read_ranges_fn`` is a function built by
-    :func:`~raytile.io.read_ranges.make_get_read_ranges`; ``split_x`` cuts
-    read ranges at multiples of that width; ``extra`` is passed to it.
+    for packed 12-bit, ...). ``layout`` is one of the file layouts of
+    :mod:`~raytile.io.read_ranges`; ``split_x`` cuts read ranges at
+    multiples of that width; ``extra`` holds the layout's parameters.
     """
 
-    get_read_ranges_fn = staticmethod(get_read_ranges_default)
+    layout = LAYOUT_FRAMES
     split_x = 0
 
     def __init__(self, files: Sequence[File], sig_shape: tuple[int, ...], bpp: int,
@@ -135,10 +135,10 @@ class FileSet:
         """``(tile_meta, read_ranges)`` for reading ``frames`` (global indices) by ``scheme``."""
         runs, n_runs, slice_px = slice_runs(scheme.slices, self.sig_shape, self.split_x)
         rr_per_tile = max(1, int(scheme.depth * n_runs.max()))
-        return type(self).get_read_ranges_fn(
+        return get_read_ranges(
             np.ascontiguousarray(frames, dtype=np.int64), int(scheme.depth), runs, n_runs, slice_px,
             self.frame_px, self.to_array(), self.bpp, self.frame_header_bytes, self.frame_footer_bytes,
-            self.extra, rr_per_tile,
+            self.layout, self.extra, rr_per_tile,
         )
 
     def cache_key(self) -> tuple:
@@ -198,7 +198,8 @@ class FilePartition(Partition):
         job = ReadJob(paths=self.fileset.paths, scheme=tiling_scheme, frames=frames,
                       nav_origin=self.roi_offset(roi), dest_dtype=dest_dtype, decoder=self.decoder,
                       native_dtype=self.native_dtype)
-        if backend.supports_straight and self.can_read_straight(roi, dest_dtype, frames):
+        job.plain = self.can_read_straight(roi, dest_dtype, frames)
+        if backend.supports_straight and job.plain:
             job.straight_files = [(f.path, f.file_header, f.start_idx, f.end_idx) for f in self.fileset.files]
             yield from backend.get_tiles_straight(job)
             return

@@ -1,13 +1,13 @@
 """Read ranges: tiles translated into byte ranges of files, by numba.
 
 A tile is a block of up to ``depth`` frames times one signal slice of the
-tiling scheme. :func:`make_get_read_ranges` builds (once, at module level,
-so numba can cache the compiled code) a function that turns a list of frames
-and the scheme's signal slices into
+tiling scheme. :func:`get_read_ranges` turns a list of frames and the
+scheme's signal slices into
 
-``tile_meta`` ``(n_tiles, 4)`` int64
+``tile_meta`` ``(n_tiles, META_ENTRIES)`` int64
     ``(first frame of the block as an index into frames, frame count,
-    scheme index, number of read ranges used)``
+    scheme index, number of read ranges used, lowest and highest file index
+    read (``fmax < fmin`` when none), 1 if some frames lie outside every file)``
 ``read_ranges`` ``(n_tiles, rr_per_tile, RR_ENTRIES)`` int64
     ``(file_idx, start, stop, out_start, n_px, skip)``: read bytes
     ``[start, stop)`` of file ``file_idx`` and decode ``n_px`` pixels into the
@@ -18,13 +18,16 @@ and the scheme's signal slices into
 
 Signal slices come in as "runs" (:func:`slice_runs`): contiguous pixel
 ranges of the flat frame, ``(px_start, px_stop, out_start)``, so one read
-range serves a run of one frame. A format can override only the mapping of
-pixels to bytes (``px_to_bytes``) or the whole tile block
-(``read_ranges_tile_block``).
+range serves a run of one frame. The file layout picks the mapping of
+pixels to bytes: :data:`LAYOUT_FRAMES` (frames of optionally bit-packed
+pixels with headers/footers) or :data:`LAYOUT_TILED` (frames stored in
+tiles, see :mod:`raytile.io.formats.tiled`). The layouts live in one
+module-level function so numba caches its compiled code on disk; jitted
+closures would be compiled again in every worker process.
 
 ``fileset_arr`` rows are ``(first frame, stop frame, file header bytes)``
 of each file in the global frame index space; ``extra`` is an int64 array
-passed through to ``px_to_bytes`` for format-specific layout parameters.
+of layout parameters.
 """
 
 from __future__ import annotations
@@ -38,6 +41,13 @@ import numpy as np
 #: Entries per read range: file_idx, start, stop, out_start, n_px, skip.
 RR_ENTRIES = 6
 RR_FILE, RR_START, RR_STOP, RR_OUT, RR_NPX, RR_SKIP = range(6)
+
+#: Entries per tile of ``tile_meta``.
+META_ENTRIES = 7
+META_FIRST, META_COUNT, META_SLICE, META_NRR, META_FMIN, META_FMAX, META_BLANK = range(7)
+
+#: File layouts understood by :func:`get_read_ranges`.
+LAYOUT_FRAMES, LAYOUT_TILED = range(2)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -58,8 +68,8 @@ def frame_stride_bytes(bpp, frame_px, frame_header, frame_footer):
 
 
 @numba.njit(cache=True, nogil=True)
-def default_px_to_bytes(bpp, frame_in_file, px_start, px_stop, frame_px, frame_header, frame_footer,
-                        file_header, extra):
+def frames_px_to_bytes(bpp, frame_in_file, px_start, px_stop, frame_px, frame_header, frame_footer,
+                       file_header):
     """Bytes of pixels ``[px_start, px_stop)`` of frame ``frame_in_file`` of a file of equal frames.
 
     Returns ``(start, stop, skip)``; ``skip`` pixels at the start of the
@@ -71,6 +81,25 @@ def default_px_to_bytes(bpp, frame_in_file, px_start, px_stop, frame_px, frame_h
     start = base + (px_start // g) * bpg
     stop = base + ((px_stop + g - 1) // g) * bpg
     return start, stop, px_start % g
+
+
+@numba.njit(cache=True, nogil=True)
+def tiled_px_to_bytes(bpp, frame_in_file, px_start, px_stop, frame_px, file_header, extra):
+    """Bytes of a run of pixels in the tiled layout; a run never crosses a stored tile row.
+
+    ``extra`` is ``(tile_depth, tile_h, tile_w, sig_w)``.
+    """
+    td, th, tw, w = extra[0], extra[1], extra[2], extra[3]
+    isz = bpp // 8
+    y = px_start // w
+    x = px_start % w
+    block = frame_in_file // td
+    k = frame_in_file % td
+    tile_bytes = td * th * tw * isz
+    tile_idx = (y // th) * (w // tw) + x // tw
+    off = (file_header + block * (frame_px * td * isz) + tile_idx * tile_bytes
+           + k * th * tw * isz + (y % th) * tw * isz + (x % tw) * isz)
+    return off, off + (px_stop - px_start) * isz, 0
 
 
 @numba.njit(cache=True, nogil=True)
@@ -88,83 +117,74 @@ def find_file(fileset_arr, frame):
     return -1
 
 
-def make_read_ranges_tile_block(px_to_bytes):
-    """The default tile-block function: one read range per frame and run, bytes by ``px_to_bytes``."""
-
-    @numba.njit(cache=True, nogil=True)
-    def read_ranges_tile_block(frames, runs, n_runs, slice_px, frame_px, fileset_arr, bpp,
-                               frame_header, frame_footer, extra, out):
-        n = 0
-        for k in range(frames.shape[0]):
-            frame = frames[k]
-            f = find_file(fileset_arr, frame)
-            for r in range(n_runs):
-                px_start = runs[r, 0]
-                px_stop = runs[r, 1]
-                out[n, RR_OUT] = k * slice_px + runs[r, 2]
-                out[n, RR_NPX] = px_stop - px_start
-                if f < 0:
-                    out[n, RR_FILE] = -1
-                    out[n, RR_START] = 0
-                    out[n, RR_STOP] = 0
-                    out[n, RR_SKIP] = 0
+@numba.njit(cache=True, nogil=True)
+def _tile_block(frames, runs, n_runs, slice_px, frame_px, fileset_arr, bpp, frame_header, frame_footer,
+                layout, extra, out, meta):
+    """Fill the read ranges of one tile (frames x runs of one signal slice) and its meta entries."""
+    n = 0
+    fmin = fileset_arr.shape[0]
+    fmax = -1
+    blank = 0
+    for k in range(frames.shape[0]):
+        frame = frames[k]
+        f = find_file(fileset_arr, frame)
+        if f < 0:
+            blank = 1
+        else:
+            fmin = min(fmin, f)
+            fmax = max(fmax, f)
+        for r in range(n_runs):
+            px_start = runs[r, 0]
+            px_stop = runs[r, 1]
+            out[n, RR_OUT] = k * slice_px + runs[r, 2]
+            out[n, RR_NPX] = px_stop - px_start
+            if f < 0:
+                out[n, RR_FILE] = -1
+                out[n, RR_START] = 0
+                out[n, RR_STOP] = 0
+                out[n, RR_SKIP] = 0
+            else:
+                if layout == LAYOUT_TILED:
+                    start, stop, skip = tiled_px_to_bytes(bpp, frame - fileset_arr[f, 0], px_start, px_stop,
+                                                          frame_px, fileset_arr[f, 2], extra)
                 else:
-                    start, stop, skip = px_to_bytes(
-                        bpp, frame - fileset_arr[f, 0], px_start, px_stop, frame_px,
-                        frame_header, frame_footer, fileset_arr[f, 2], extra,
-                    )
-                    out[n, RR_FILE] = f
-                    out[n, RR_START] = start
-                    out[n, RR_STOP] = stop
-                    out[n, RR_SKIP] = skip
-                n += 1
-        return n
-
-    return read_ranges_tile_block
-
-
-def make_get_read_ranges(px_to_bytes=default_px_to_bytes, read_ranges_tile_block=None):
-    """Build a jitted ``get_read_ranges``; call at module level so numba caches it.
-
-    ``px_to_bytes(bpp, frame_in_file, px_start, px_stop, frame_px, frame_header,
-    frame_footer, file_header, extra) -> (start, stop, skip)`` maps pixels to
-    bytes. ``read_ranges_tile_block(frames, runs, n_runs, slice_px, frame_px,
-    fileset_arr, bpp, frame_header, frame_footer, extra, out) -> n`` fills the
-    read ranges of one tile (frames x runs of one signal slice) and returns
-    how many it wrote; given, it replaces the default built on ``px_to_bytes``.
-    """
-    if read_ranges_tile_block is None:
-        read_ranges_tile_block = make_read_ranges_tile_block(px_to_bytes)
-
-    @numba.njit(cache=True, nogil=True)
-    def get_read_ranges(frames, depth, runs, n_runs, slice_px, frame_px, fileset_arr, bpp,
-                        frame_header, frame_footer, extra, rr_per_tile):
-        n_frames = frames.shape[0]
-        n_slices = n_runs.shape[0]
-        n_blocks = (n_frames + depth - 1) // depth
-        n_tiles = n_blocks * n_slices
-        meta = np.zeros((n_tiles, 4), dtype=np.int64)
-        rr = np.zeros((n_tiles, rr_per_tile, RR_ENTRIES), dtype=np.int64)
-        t = 0
-        for b in range(n_blocks):
-            first = b * depth
-            last = min(first + depth, n_frames)
-            block = frames[first:last]
-            for s in range(n_slices):
-                n = read_ranges_tile_block(block, runs[s], n_runs[s], slice_px[s], frame_px, fileset_arr,
-                                           bpp, frame_header, frame_footer, extra, rr[t])
-                meta[t, 0] = first
-                meta[t, 1] = last - first
-                meta[t, 2] = s
-                meta[t, 3] = n
-                t += 1
-        return meta, rr
-
-    return get_read_ranges
+                    start, stop, skip = frames_px_to_bytes(bpp, frame - fileset_arr[f, 0], px_start, px_stop,
+                                                           frame_px, frame_header, frame_footer,
+                                                           fileset_arr[f, 2])
+                out[n, RR_FILE] = f
+                out[n, RR_START] = start
+                out[n, RR_STOP] = stop
+                out[n, RR_SKIP] = skip
+            n += 1
+    meta[META_NRR] = n
+    meta[META_FMIN] = fmin if fmax >= 0 else 0
+    meta[META_FMAX] = fmax
+    meta[META_BLANK] = blank
 
 
-#: The default: frames of equally sized, optionally bit-packed pixels, headers/footers skipped.
-get_read_ranges_default = make_get_read_ranges()
+@numba.njit(cache=True, nogil=True)
+def get_read_ranges(frames, depth, runs, n_runs, slice_px, frame_px, fileset_arr, bpp,
+                    frame_header, frame_footer, layout, extra, rr_per_tile):
+    """``(tile_meta, read_ranges)`` of ``frames`` in blocks of ``depth``, every signal slice per block."""
+    n_frames = frames.shape[0]
+    n_slices = n_runs.shape[0]
+    n_blocks = (n_frames + depth - 1) // depth
+    n_tiles = n_blocks * n_slices
+    meta = np.zeros((n_tiles, META_ENTRIES), dtype=np.int64)
+    rr = np.zeros((n_tiles, rr_per_tile, RR_ENTRIES), dtype=np.int64)
+    t = 0
+    for b in range(n_blocks):
+        first = b * depth
+        last = min(first + depth, n_frames)
+        block = frames[first:last]
+        for s in range(n_slices):
+            _tile_block(block, runs[s], n_runs[s], slice_px[s], frame_px, fileset_arr, bpp,
+                        frame_header, frame_footer, layout, extra, rr[t], meta[t])
+            meta[t, META_FIRST] = first
+            meta[t, META_COUNT] = last - first
+            meta[t, META_SLICE] = s
+            t += 1
+    return meta, rr
 
 
 def slice_runs(slices: Sequence, sig_shape: tuple[int, ...], split_x: int = 0):
@@ -220,17 +240,18 @@ def plan_block_reads(rr, meta, t0, t1, align, gap):
 
     Ranges of one file closer than ``gap`` bytes merge into one read. Returns
     ``(reads (n, 4): file_idx, start, stop, buf_pos; translated rr)`` where the
-    translated ranges point into one buffer holding all reads back to back;
+    translated ranges (file indices kept) point into one buffer holding all
+    reads back to back;
     with ``align > 1`` read starts, lengths and buffer positions are multiples
     of ``align`` (O_DIRECT).
     """
     total = 0
     for t in range(t0, t1):
-        total += meta[t, 3]
+        total += meta[t, META_NRR]
     keys = np.empty((total, 3), dtype=np.int64)  # file, start, stop
     n = 0
     for t in range(t0, t1):
-        for i in range(meta[t, 3]):
+        for i in range(meta[t, META_NRR]):
             if rr[t, i, RR_FILE] >= 0:
                 keys[n, 0] = rr[t, i, RR_FILE]
                 keys[n, 1] = rr[t, i, RR_START]
@@ -260,7 +281,7 @@ def plan_block_reads(rr, meta, t0, t1, align, gap):
     reads = reads[:nr]
     out = rr[t0:t1].copy()
     for t in range(t1 - t0):
-        for i in range(meta[t0 + t, 3]):
+        for i in range(meta[t0 + t, META_NRR]):
             f = out[t, i, RR_FILE]
             if f < 0:
                 continue
@@ -277,5 +298,4 @@ def plan_block_reads(rr, meta, t0, t1, align, gap):
             off = reads[r, 3] + s - reads[r, 1]
             out[t, i, RR_STOP] = off + out[t, i, RR_STOP] - s
             out[t, i, RR_START] = off
-            out[t, i, RR_FILE] = 0
     return reads, out

@@ -1,14 +1,17 @@
-"""Buffered and direct-I/O backends: ``os.preadv`` into a reused aligned buffer, then decode."""
+"""Buffered and direct-I/O backends: ``os.preadv`` into reused aligned buffers (read ahead), then decode."""
 
 from __future__ import annotations
 
+import math
 import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator
 
 import numpy as np
 
 from raytile.errors import DataSetException
-from raytile.io.backends.base import IOBackend, ReadJob
-from raytile.io.read_ranges import plan_block_reads
+from raytile.io.backends.base import Block, IOBackend, ReadJob
+from raytile.io.read_ranges import META_COUNT, RR_START, plan_block_reads
 
 #: Alignment of the buffer (and, for O_DIRECT, of offsets and lengths).
 ALIGN = 4096
@@ -41,23 +44,27 @@ def _preadv_all(fd: int, buf: np.ndarray, offset: int, path: str, exact: bool) -
 
 
 class BufferedBackend(IOBackend):
+    """``os.preadv`` of each nav block's coalesced read ranges into a page-aligned buffer, then decode.
+
+    A helper thread reads the next block into a second buffer while the
+    current one is decoded and consumed. With a plain job (the bytes are the
+    pixels) a block read in one piece is handed out as views of the buffer,
+    without decoding.
+    """
+
     name = "buffered"
     align = 1
     supports_straight = False
 
     def __init__(self):
-        self._buf = None
         self._fds: dict[int, int] = {}
+        self._paths: list[str] = []
 
     def _open_fd(self, path: str) -> int:
         try:
             return os.open(path, os.O_RDONLY)
         except OSError as e:
             raise DataSetException(f"{path}: cannot open: {e}") from None
-
-    def _open(self, job: ReadJob) -> None:
-        self._paths = job.paths
-        self._fds = {}
 
     def _close(self) -> None:
         for fd in self._fds.values():
@@ -70,19 +77,49 @@ class BufferedBackend(IOBackend):
             fd = self._fds[f] = self._open_fd(self._paths[f])
         return fd
 
-    def _buffer(self, nbytes: int) -> np.ndarray:
-        if self._buf is None or self._buf.shape[0] < nbytes:
-            self._buf = aligned_empty(max(nbytes, ALIGN), ALIGN)
-        return self._buf
+    def _blocks(self, job: ReadJob) -> Iterator[Block]:
+        self._paths = job.paths
+        n_slices = len(job.scheme)
+        starts = range(0, job.tile_meta.shape[0], n_slices)
+        buffers: list[np.ndarray | None] = [None, None]
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raytile-read")
+        pending = None
+        try:
+            if len(starts):
+                pending = pool.submit(self._read_block, job, starts[0], n_slices, buffers, 0)
+            for i in range(len(starts)):
+                block = pending.result()
+                pending = None
+                if i + 1 < len(starts):
+                    pending = pool.submit(self._read_block, job, starts[i + 1], n_slices, buffers, (i + 1) % 2)
+                yield block
+        finally:
+            if pending is not None:
+                pending.cancel()
+                try:
+                    pending.result()
+                except Exception:  # the consumer stopped early; a read error there is moot
+                    pass
+            pool.shutdown(wait=True)
+            self._close()
 
-    def _block_source(self, job: ReadJob, t0: int, t1: int):
-        reads, rr = plan_block_reads(job.read_ranges, job.tile_meta, t0, t1, self.align, COALESCE_GAP)
+    def _read_block(self, job: ReadJob, t0: int, n_slices: int, buffers: list, which: int) -> Block:
+        """Read tiles ``[t0, t0 + n_slices)`` into ``buffers[which]`` (grown as needed)."""
+        reads, rr = plan_block_reads(job.read_ranges, job.tile_meta, t0, t0 + n_slices, self.align, COALESCE_GAP)
         total = int(reads[-1, 3] + reads[-1, 2] - reads[-1, 1]) if reads.shape[0] else 0
-        buf = self._buffer(total)
-        for f, start, stop, pos in reads:
-            f, start, stop, pos = int(f), int(start), int(stop), int(pos)
+        buf = buffers[which]
+        if buf is None or buf.shape[0] < total:
+            buf = buffers[which] = aligned_empty(max(total, ALIGN), ALIGN)
+        for f, start, stop, pos in reads.tolist():
             self._read(f, buf[pos:pos + stop - start], start)
-        return rr, {0: (buf, 0)}
+        frames = None
+        if job.plain and reads.shape[0] == 1:
+            count = int(job.tile_meta[t0, META_COUNT])
+            sig = job.scheme.dataset_shape.sig.to_tuple()
+            start = int(rr[0, 0, RR_START])
+            nbytes = count * math.prod(sig) * job.native_dtype.itemsize
+            frames = buf[start:start + nbytes].view(job.native_dtype).reshape((count,) + sig)
+        return Block(rr, lambda f: buf, frames)
 
     def _read(self, f: int, dest: np.ndarray, offset: int) -> None:
         _preadv_all(self._fd(f), dest, offset, self._paths[f], exact=True)

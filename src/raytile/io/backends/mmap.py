@@ -8,7 +8,7 @@ from typing import Iterator
 import numpy as np
 
 from raytile.errors import DataSetException
-from raytile.io.backends.base import IOBackend, ReadJob, tile_slice_for
+from raytile.io.backends.base import Block, IOBackend, ReadJob, TileSlices
 from raytile.io.tiling import DataTile
 
 
@@ -48,6 +48,7 @@ class MMapBackend(IOBackend):
         n = frames.shape[0]
         first_frame = int(frames[0]) if n else 0
         buffer = None
+        tile_slice = TileSlices(job)
         for b0 in range(0, n, scheme.depth):
             count = min(scheme.depth, n - b0)
             a, z = first_frame + b0, first_frame + b0 + count
@@ -66,24 +67,17 @@ class MMapBackend(IOBackend):
                         block[lo - a:hi - a] = mm[lo - start:hi - start]
             for s_idx, sl in enumerate(scheme.slices):
                 data = block[(slice(None),) + sl.get()]
-                yield DataTile(data, tile_slice_for(job, b0, count, s_idx), s_idx)
+                yield DataTile(data, tile_slice(b0, count, s_idx), s_idx)
 
-    def _open(self, job: ReadJob) -> None:
-        self._maps = {}
-        self._paths = job.paths
+    def _blocks(self, job: ReadJob) -> Iterator[Block]:
+        maps: dict[int, np.ndarray] = {}
 
-    def _close(self) -> None:
-        self._maps = {}
+        def source(f: int) -> np.ndarray:
+            m = maps.get(f)
+            if m is None:
+                m = maps[f] = _map_bytes(job.paths[f])
+            return m
 
-    def _block_source(self, job: ReadJob, t0: int, t1: int):
-        rr = job.read_ranges[t0:t1]
-        files = np.unique(rr[..., 0])
-        sources = {}
-        for f in files:
-            f = int(f)
-            if f >= 0:
-                m = self._maps.get(f)
-                if m is None:
-                    m = self._maps[f] = _map_bytes(self._paths[f])
-                sources[f] = (m, 0)
-        return rr, sources
+        n_slices = len(job.scheme)
+        for t0 in range(0, job.tile_meta.shape[0], n_slices):
+            yield Block(job.read_ranges[t0:t0 + n_slices], source)

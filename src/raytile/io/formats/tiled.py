@@ -22,14 +22,13 @@ import math
 import os
 import struct
 
-import numba
 import numpy as np
 
 from raytile.errors import DataSetException
 from raytile.io.dataset import DataSetMeta
 from raytile.io.decoders import NativeDecoder
 from raytile.io.fileset import File, FileDataSet, FilePartition, FileSet
-from raytile.io.read_ranges import make_get_read_ranges
+from raytile.io.read_ranges import LAYOUT_TILED
 from raytile.io.shape import Shape
 
 MAGIC = b"RTTILED1"
@@ -73,28 +72,8 @@ def read_tiled_header(path: str) -> dict:
     return dict(header=hlen, n=n, h=h, w=w, td=td, th=th, tw=tw, dtype=dtype)
 
 
-@numba.njit(cache=True, nogil=True)
-def _tiled_px_to_bytes(bpp, frame_in_file, px_start, px_stop, frame_px, frame_header, frame_footer,
-                       file_header, extra):
-    # extra: tile_depth, tile_h, tile_w, sig_w; a run never crosses a stored tile row
-    td, th, tw, w = extra[0], extra[1], extra[2], extra[3]
-    isz = bpp // 8
-    y = px_start // w
-    x = px_start % w
-    block = frame_in_file // td
-    k = frame_in_file % td
-    tile_bytes = td * th * tw * isz
-    tile_idx = (y // th) * (w // tw) + x // tw
-    off = (file_header + block * (frame_px * td * isz) + tile_idx * tile_bytes
-           + k * th * tw * isz + (y % th) * tw * isz + (x % tw) * isz)
-    return off, off + (px_stop - px_start) * isz, 0
-
-
-get_read_ranges_tiled = make_get_read_ranges(px_to_bytes=_tiled_px_to_bytes)
-
-
 class TiledFileSet(FileSet):
-    get_read_ranges_fn = staticmethod(get_read_ranges_tiled)
+    layout = LAYOUT_TILED
 
     def __init__(self, files, sig_shape, bpp, td, th, tw):
         super().__init__(files, sig_shape, bpp, extra=(td, th, tw, sig_shape[1]))
