@@ -13,6 +13,17 @@ from typing import Any
 
 import numpy as np
 
+from raytile.udf.base import (
+    BACKEND_CUPY, BACKEND_CUPY_SCIPY_CSC, BACKEND_CUPY_SCIPY_CSR, BACKEND_NUMPY, BACKEND_SCIPY_CSC,
+    BACKEND_SCIPY_CSR, BACKEND_SPARSE_COO, BACKEND_SPARSE_GCXS,
+)
+
+#: Backends of the built-ins written with these helpers, in order of preference.
+TILE_BACKENDS = (BACKEND_NUMPY, BACKEND_SPARSE_COO, BACKEND_SPARSE_GCXS, BACKEND_SCIPY_CSR,
+                 BACKEND_SCIPY_CSC, BACKEND_CUPY)
+#: Plain sums work on the cupyx sparse matrices too.
+SUM_BACKENDS = TILE_BACKENDS + (BACKEND_CUPY_SCIPY_CSR, BACKEND_CUPY_SCIPY_CSC)
+
 
 def is_scipy_like(tile: Any) -> bool:
     """True for scipy.sparse / cupyx.scipy.sparse matrices (always 2D)."""

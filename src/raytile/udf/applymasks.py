@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence, Union
 import numpy as np
 
 from raytile.errors import UDFException
-from raytile.udf._tiles import dense, flat2d, is_pydata_sparse, is_scipy_like
+from raytile.udf._tiles import TILE_BACKENDS, dense, flat2d, is_pydata_sparse, is_scipy_like
 from raytile.udf.base import UDF
 
 MaskFactory = Callable[[], Any]
@@ -127,8 +127,7 @@ class ApplyMasksUDF(UDF):
 
     # -- UDF interface -------------------------------------------------------
     def get_backends(self) -> tuple[str, ...]:
-        return (self.BACKEND_NUMPY, self.BACKEND_SPARSE_COO, self.BACKEND_SPARSE_GCXS,
-                self.BACKEND_SCIPY_CSR, self.BACKEND_SCIPY_CSC, self.BACKEND_CUPY)
+        return TILE_BACKENDS
 
     def get_result_buffers(self):
         n, mask_dtype = self._mask_info()

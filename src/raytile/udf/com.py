@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from raytile.errors import UDFException
-from raytile.udf._tiles import dense, flat2d
+from raytile.udf._tiles import TILE_BACKENDS, dense, flat2d
 from raytile.udf.base import UDF
 
 
@@ -50,8 +50,7 @@ class CoMUDF(UDF):
         return cy, cx
 
     def get_backends(self) -> tuple[str, ...]:
-        return (self.BACKEND_NUMPY, self.BACKEND_SPARSE_COO, self.BACKEND_SPARSE_GCXS,
-                self.BACKEND_SCIPY_CSR, self.BACKEND_SCIPY_CSC, self.BACKEND_CUPY)
+        return TILE_BACKENDS
 
     def get_result_buffers(self):
         if len(self.meta.dataset_shape.sig) != 2:

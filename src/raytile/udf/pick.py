@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from raytile.udf._tiles import dense
+from raytile.udf._tiles import TILE_BACKENDS, dense
 from raytile.udf.base import UDF
 
 
@@ -23,8 +23,7 @@ class PickUDF(UDF):
         return self.USE_NATIVE_DTYPE
 
     def get_backends(self) -> tuple[str, ...]:
-        return (self.BACKEND_NUMPY, self.BACKEND_SPARSE_COO, self.BACKEND_SPARSE_GCXS,
-                self.BACKEND_SCIPY_CSR, self.BACKEND_SCIPY_CSC, self.BACKEND_CUPY)
+        return TILE_BACKENDS
 
     def get_result_buffers(self):
         sig = self.meta.dataset_shape.sig.to_tuple()

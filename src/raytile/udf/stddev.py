@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from raytile.udf._tiles import dense, flat2d, is_pydata_sparse, is_scipy_like, sparse_entries
+from raytile.udf._tiles import TILE_BACKENDS, dense, flat2d, is_pydata_sparse, is_scipy_like, sparse_entries
 from raytile.udf.base import UDF
 
 
@@ -53,8 +53,7 @@ class StdDevUDF(UDF):
         return self.USE_NATIVE_DTYPE  # converted to float64 per tile
 
     def get_backends(self) -> tuple[str, ...]:
-        return (self.BACKEND_NUMPY, self.BACKEND_SPARSE_COO, self.BACKEND_SPARSE_GCXS,
-                self.BACKEND_SCIPY_CSR, self.BACKEND_SCIPY_CSC, self.BACKEND_CUPY)
+        return TILE_BACKENDS
 
     def get_result_buffers(self):
         return {

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from raytile.udf._tiles import dense, flat2d
+from raytile.udf._tiles import SUM_BACKENDS, dense, flat2d
 from raytile.udf.base import UDF
 
 
@@ -32,9 +32,7 @@ class SumSigUDF(UDF):
         return self.USE_NATIVE_DTYPE
 
     def get_backends(self) -> tuple[str, ...]:
-        return (self.BACKEND_NUMPY, self.BACKEND_SPARSE_COO, self.BACKEND_SPARSE_GCXS,
-                self.BACKEND_SCIPY_CSR, self.BACKEND_SCIPY_CSC, self.BACKEND_CUPY,
-                self.BACKEND_CUPY_SCIPY_CSR, self.BACKEND_CUPY_SCIPY_CSC)
+        return SUM_BACKENDS
 
     def get_result_buffers(self):
         dtype = np.result_type(self.meta.input_dtype, self.params.dtype)
