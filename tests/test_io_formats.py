@@ -139,6 +139,40 @@ def test_raw_corrections(inline_ctx, tmp_path, frames, roi, rng, backend):
     check_read(inline_ctx, ds, frames, roi=roi, corrections=corr, tilings=((None, None), (2, 8 * 12 * 4)))  # float32: 8-row slices
 
 
+def whole_frame_patch_reference(frames: np.ndarray, excluded: list) -> np.ndarray:
+    """Plain loops: each excluded pixel becomes the mean of its non-excluded 8-neighbours in the whole frame."""
+    out = frames.astype(np.float64)
+    h, w = frames.shape[1:]
+    bad = set(excluded)
+    for y, x in excluded:
+        nbs = [(y + dy, x + dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)
+               if (dy or dx) and 0 <= y + dy < h and 0 <= x + dx < w and (y + dy, x + dx) not in bad]
+        out[:, y, x] = np.mean([frames[:, ny, nx] for ny, nx in nbs], axis=0, dtype=np.float64)
+    return out
+
+
+@pytest.mark.parametrize("backend", ["mmap", "buffered"])
+def test_excluded_pixels_on_tile_cuts_equal_whole_frame_patching(inline_ctx, tmp_path, frames, backend):
+    p = tmp_path / "a.raw"
+    frames.tofile(p)
+    ds = inline_ctx.load("raw", path=p, nav_shape=NAV, sig_shape=SIG, dtype="uint16", num_partitions=2,
+                         io_backend=backend)
+    # 4-row float32 slices cut between rows 3|4, 7|8, 11|12: pixels on both sides of cuts, a pair across one
+    excluded = [(3, 5), (4, 0), (7, 11), (8, 11), (12, 6), (0, 0), (15, 11)]
+    corr = CorrectionSet(excluded_pixels=excluded)
+    ref = whole_frame_patch_reference(frames.reshape(-1, *SIG), excluded)
+    RecordTiles.seen = []
+    res = inline_ctx.run_udf(dataset=ds, udf=[SumUDF(dtype="float64"), RecordTiles(2, 4 * 12 * 4)],
+                             corrections=corr)
+    np.testing.assert_allclose(res[0]["intensity"].data, ref.sum(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(assemble(RecordTiles.seen, len(ref), SIG), ref, rtol=1e-5)
+    assert all(sl.shape[1:] == SIG for sl, _ in RecordTiles.seen), "cut neighbourhoods need whole frames"
+    # excluded pixels away from the cuts keep the sig-sliced tiling
+    RecordTiles.seen = []
+    inline_ctx.run_udf(dataset=ds, udf=RecordTiles(2, 4 * 12 * 4), corrections=CorrectionSet(excluded_pixels=[(5, 5)]))
+    assert all(sl.shape[1:] == (4, 12) for sl, _ in RecordTiles.seen)
+
+
 def test_dataset_own_corrections(inline_ctx, tmp_path, frames):
     p = tmp_path / "a.raw"
     frames.tofile(p)

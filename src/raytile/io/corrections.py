@@ -7,20 +7,26 @@ corrected in place right after it is read and decoded::
     tile = (tile - dark) * gain
     tile[excluded] = mean of the non-excluded 8-neighbours of each excluded pixel
 
-Excluded pixels are patched from neighbours inside the tile's signal slice;
-with tiles that cut the signal (sig-sliced tiling) a neighbour across the cut
-is not seen, so the patch then averages the neighbours the tile holds (and
-is 0 where it holds none). For whole-frame tiles the patch equals the
-whole-frame reference.
+Excluded pixels are patched from neighbours inside the tile's signal slice.
+So that this equals patching whole frames, the run's tiling goes through
+:meth:`CorrectionSet.adjust_scheme`: a scheme whose signal cuts separate an
+excluded pixel from one of its neighbours is replaced by whole-frame tiles
+(of about the same size in bytes); other sig-sliced schemes stay.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from raytile.errors import DataSetException
+from raytile.io.shape import Shape
+from raytile.io.tiling import TilingScheme
+
+if TYPE_CHECKING:
+    from raytile.io.dataset import Partition
 
 
 class CorrectionSet:
@@ -98,6 +104,24 @@ class CorrectionSet:
             self._excluded_mask = self._make_mask(tuple(sig_shape))
         return self._excluded_mask
 
+    def adjust_scheme(self, scheme: TilingScheme, partition: "Partition",
+                      roi: np.ndarray | None = None) -> TilingScheme:
+        """``scheme``, or whole-frame tiles if its signal cuts separate an excluded pixel from a neighbour.
+
+        The whole-frame tiles keep about the bytes of ``scheme``'s tiles (a
+        multiple of the partition's base depth, then the partition's
+        ``adjust_tileshape`` has its say).
+        """
+        sig = scheme.dataset_shape.sig.to_tuple()
+        mask = self.excluded_mask(sig)
+        if mask is None or scheme.covers_whole_frames or not cuts_neighbourhoods(mask, scheme.sig_shape):
+            return scheme
+        base_depth = int(partition.get_base_shape(roi)[0])
+        depth = scheme.depth * math.prod(scheme.sig_shape) // math.prod(sig)
+        depth = max(base_depth, depth // base_depth * base_depth)
+        tileshape = tuple(int(v) for v in partition.adjust_tileshape((depth,) + sig, roi))
+        return TilingScheme.make_for_shape(Shape(tileshape, sig_dims=len(sig)), scheme.dataset_shape)
+
     def apply(self, tile: np.ndarray, tile_slice) -> None:
         """Correct ``tile`` (``(frames, *sig_slice)``, float) in place; ``tile_slice`` says where it lies."""
         if not isinstance(tile, np.ndarray):
@@ -129,6 +153,18 @@ class CorrectionSet:
         if self._has_excluded():
             parts.append("excluded_pixels")
         return f"CorrectionSet({', '.join(parts) or 'empty'})"
+
+
+def cuts_neighbourhoods(mask: np.ndarray, tile_sig: tuple[int, ...]) -> bool:
+    """Whether a grid of ``tile_sig`` signal tiles puts a neighbour of an excluded pixel in another tile."""
+    coords = np.argwhere(mask)
+    for d, (n, t) in enumerate(zip(mask.shape, tile_sig)):
+        c = coords[:, d]
+        below = (c > 0) & ((c - 1) // t != c // t)
+        above = (c + 1 < n) & ((c + 1) // t != c // t)
+        if np.any(below | above):
+            return True
+    return False
 
 
 def patch_pixels(tile: np.ndarray, mask: np.ndarray) -> None:

@@ -142,6 +142,8 @@ def make_plan(
     largest = max(partitions, key=lambda p: p.shape[0])
     max_frames = max(p.count_frames(roi) for p in partitions) if roi is not None else largest.shape[0]
     scheme = Negotiator().get_scheme(udfs, largest, dtype, roi=roi, max_partition_frames=max(1, max_frames))
+    if corrections is not None and hasattr(corrections, "adjust_scheme"):
+        scheme = corrections.adjust_scheme(scheme, largest, roi)  # excluded pixels see all their neighbours
 
     tasks, offsets = [], {}
     for p in partitions:
