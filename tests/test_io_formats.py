@@ -11,6 +11,7 @@ from raytile.io import CorrectionSet
 from raytile.io.corrections import reference_correct
 from raytile.io.formats.packed import pack_bits
 from raytile.io.formats.tiled import write_tiled
+from raytile.io.read_ranges import LAYOUT_CHUNKED
 from raytile.udf import SumSigUDF, SumUDF
 
 BACKENDS = ["mmap", "buffered", "direct"]
@@ -238,12 +239,20 @@ def test_tiled_frame_method_gets_whole_frames(inline_ctx, tmp_path, frames):
 h5py = pytest.importorskip("h5py")
 
 
-@pytest.mark.parametrize("chunks", [None, (1, 4, 8, 6), (2, 7, 16, 12)])
-def test_hdf5(inline_ctx, tmp_path, frames, roi, chunks):
+@pytest.mark.parametrize("chunks, compression, dtype", [
+    (None, None, "<u2"), (None, None, ">i4"),  # contiguous: read straight from the file
+    ((1, 4, 8, 6), "gzip", "<u2"), ((2, 7, 16, 12), "gzip", "<u2"),  # through h5py
+    ((2, 3, 16, 12), None, ">f4"), ((1, 2, 16, 12), None, "<u2"),  # chunk offsets, edge chunks, byte order
+])
+def test_hdf5(inline_ctx, tmp_path, frames, roi, chunks, compression, dtype):
     p = tmp_path / "d.h5"
     with h5py.File(p, "w") as f:
-        f.create_dataset("entry/data", data=frames, chunks=chunks, compression="gzip" if chunks else None)
+        f.create_dataset("entry/data", data=frames.astype(dtype), chunks=chunks, compression=compression)
     ds = inline_ctx.load("hdf5", path=p, ds_path="/entry/data", num_partitions=2)
+    how = {d["name"]: d["value"] for d in ds.get_diagnostics()}["read"]
+    assert how == ("with h5py" if compression else "directly from the file")
+    if compression is None and chunks is not None:
+        assert ds.get_partitions()[0].fileset.layout == LAYOUT_CHUNKED
     if chunks:
         assert ds.get_partitions()[0].get_base_shape(None) == (chunks[1],) + chunks[2:]
     whole_frame_chunks = chunks is not None and chunks[2:] == SIG

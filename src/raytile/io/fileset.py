@@ -114,7 +114,8 @@ class FileSet:
     @property
     def is_plain(self) -> bool:
         """Frames back to back without headers/footers, whole bytes per pixel: mmap straight is possible."""
-        return self.frame_header_bytes == 0 and self.frame_footer_bytes == 0 and self.bpp % 8 == 0 and not self.split_x
+        return (self.layout == LAYOUT_FRAMES and self.frame_header_bytes == 0 and self.frame_footer_bytes == 0
+                and self.bpp % 8 == 0 and not self.split_x)
 
     def check(self) -> None:
         """Every file exists and is long enough for its frames (DataSetException naming it otherwise)."""

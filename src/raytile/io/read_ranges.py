@@ -20,8 +20,10 @@ Signal slices come in as "runs" (:func:`slice_runs`): contiguous pixel
 ranges of the flat frame, ``(px_start, px_stop, out_start)``, so one read
 range serves a run of one frame. The file layout picks the mapping of
 pixels to bytes: :data:`LAYOUT_FRAMES` (frames of optionally bit-packed
-pixels with headers/footers) or :data:`LAYOUT_TILED` (frames stored in
-tiles, see :mod:`raytile.io.formats.tiled`). The layouts live in one
+pixels with headers/footers), :data:`LAYOUT_TILED` (frames stored in
+tiles, see :mod:`raytile.io.formats.tiled`) or :data:`LAYOUT_CHUNKED`
+(uncompressed chunks at arbitrary offsets, as in HDF5; see
+:func:`chunked_extra`). The layouts live in one
 module-level function so numba caches its compiled code on disk; jitted
 closures would be compiled again in every worker process.
 
@@ -47,7 +49,7 @@ META_ENTRIES = 7
 META_FIRST, META_COUNT, META_SLICE, META_NRR, META_FMIN, META_FMAX, META_BLANK = range(7)
 
 #: File layouts understood by :func:`get_read_ranges`.
-LAYOUT_FRAMES, LAYOUT_TILED = range(2)
+LAYOUT_FRAMES, LAYOUT_TILED, LAYOUT_CHUNKED = range(3)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -102,6 +104,54 @@ def tiled_px_to_bytes(bpp, frame_in_file, px_start, px_stop, frame_px, file_head
     return off, off + (px_stop - px_start) * isz, 0
 
 
+def chunked_extra(file_nav: Sequence[int], chunks: Sequence[int], sig_shape: Sequence[int],
+                  offsets: np.ndarray) -> np.ndarray:
+    """The ``extra`` array of :data:`LAYOUT_CHUNKED`.
+
+    ``file_nav``: the nav shape as stored; ``chunks``: the chunk shape (nav
+    dims then the two sig dims); ``offsets``: the byte offset of every chunk,
+    shaped like the chunk grid. Layout: ``nav_dims, file_nav, chunk_nav,
+    chunk_h, chunk_w, sig_w, grid (nav dims, h, w), offsets``.
+    """
+    nd = len(file_nav)
+    grid = offsets.shape
+    head = [nd, *file_nav, *chunks[:nd], chunks[nd], chunks[nd + 1], sig_shape[1], *grid]
+    return np.concatenate([np.asarray(head, dtype=np.int64), offsets.reshape(-1).astype(np.int64)])
+
+
+@numba.njit(cache=True, nogil=True)
+def chunked_px_to_bytes(bpp, frame_in_file, px_start, px_stop, extra):
+    """Bytes of a run of pixels in :data:`LAYOUT_CHUNKED`; a run never crosses a chunk's row."""
+    nd = extra[0]
+    ch = extra[1 + 2 * nd]
+    cw = extra[2 + 2 * nd]
+    w = extra[3 + 2 * nd]
+    grid = extra[4 + 2 * nd:4 + 3 * nd + 2]
+    offsets = extra[4 + 3 * nd + 2:]
+    isz = bpp // 8
+    y = px_start // w
+    x = px_start % w
+    # nav coordinates of the frame, last dim fastest; chunk index and position inside the chunk
+    rest = frame_in_file
+    chunk_idx = 0
+    inner = 0
+    stride_grid = grid[nd] * grid[nd + 1]
+    stride_inner = ch * cw
+    for d in range(nd - 1, -1, -1):
+        n = extra[1 + d]
+        c = extra[1 + nd + d]
+        pos = rest % n
+        rest //= n
+        chunk_idx += (pos // c) * stride_grid
+        inner += (pos % c) * stride_inner
+        stride_grid *= grid[d]
+        stride_inner *= c
+    chunk_idx += (y // ch) * grid[nd + 1] + x // cw
+    inner += (y % ch) * cw + x % cw
+    off = offsets[chunk_idx] + inner * isz
+    return off, off + (px_stop - px_start) * isz, 0
+
+
 @numba.njit(cache=True, nogil=True)
 def find_file(fileset_arr, frame):
     """Index of the file holding global ``frame``, or -1 (binary search over sorted rows)."""
@@ -144,7 +194,10 @@ def _tile_block(frames, runs, n_runs, slice_px, frame_px, fileset_arr, bpp, fram
                 out[n, RR_STOP] = 0
                 out[n, RR_SKIP] = 0
             else:
-                if layout == LAYOUT_TILED:
+                if layout == LAYOUT_CHUNKED:
+                    start, stop, skip = chunked_px_to_bytes(bpp, frame - fileset_arr[f, 0], px_start, px_stop,
+                                                            extra)
+                elif layout == LAYOUT_TILED:
                     start, stop, skip = tiled_px_to_bytes(bpp, frame - fileset_arr[f, 0], px_start, px_stop,
                                                           frame_px, fileset_arr[f, 2], extra)
                 else:

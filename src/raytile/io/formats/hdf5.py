@@ -4,8 +4,15 @@
 The last ``sig_dims`` axes are the signal. For chunked datasets the base
 shape follows the chunking: tiles span whole chunks in the signal and a
 multiple of the chunk's frames in nav, so each chunk is read (and
-decompressed) once per tile block; each nav block is read with one
-``read_direct`` per signal slice into a reused buffer.
+decompressed) once per tile block.
+
+Uncompressed data (no filters, every chunk allocated, no user block) is
+read without the HDF5 library: a contiguous dataset is a plain run of
+frames at its offset (read "straight" from a file map), one chunked in
+whole frames a :data:`~raytile.io.read_ranges.LAYOUT_CHUNKED` file set
+built from the chunks' offsets; both go through :class:`~raytile.io.fileset.FilePartition`
+and the IO backends. Other datasets are read with one h5py ``read_direct``
+per signal slice and nav block into a reused buffer.
 """
 
 from __future__ import annotations
@@ -18,6 +25,9 @@ import numpy as np
 
 from raytile.errors import DataSetException
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
+from raytile.io.decoders import NativeDecoder
+from raytile.io.fileset import File, FilePartition, FileSet
+from raytile.io.read_ranges import LAYOUT_CHUNKED, chunked_extra
 from raytile.io.shape import Shape
 from raytile.io.slice import Slice
 from raytile.io.tiling import DataTile, TilingScheme
@@ -52,17 +62,64 @@ def _open(path: str, ds_path: str):
     return f, ds
 
 
-class H5Partition(Partition):
-    def __init__(self, meta: DataSetMeta, partition_slice: Slice, idx: int, path: str, ds_path: str,
-                 chunks: tuple | None, file_nav: tuple):
-        super().__init__(meta, partition_slice, idx)
-        self.path = path
-        self.ds_path = ds_path
-        self.chunks = chunks
-        self.file_nav = file_nav  # nav shape as stored in the file
+class ChunkedFileSet(FileSet):
+    """One file of uncompressed chunks at the offsets HDF5 reports (two signal dims)."""
 
-    def describe(self) -> str:
-        return f"partition {self.idx} (frames {self.start}:{self.stop}) of {self.path}:{self.ds_path}"
+    layout = LAYOUT_CHUNKED
+
+    def __init__(self, path: str, file_nav: tuple, chunks: tuple, sig_shape: tuple, dtype: np.dtype,
+                 offsets: np.ndarray):
+        super().__init__([File(path, 0, math.prod(file_nav))], sig_shape, dtype.itemsize * 8,
+                         extra=chunked_extra(file_nav, chunks, sig_shape, offsets))
+        self.split_x = 0 if tuple(chunks[-2:]) == tuple(sig_shape) else int(chunks[-1])
+        self._end = int(offsets.max()) + math.prod(chunks) * dtype.itemsize
+
+    def file_bytes(self, f: File) -> int:
+        return self._end
+
+
+def raw_fileset(f, ds, path: str, sig_dims: int) -> FileSet | None:
+    """A file set reading ``ds``'s bytes directly, or None when only the HDF5 library can read it."""
+    h5py = _h5py()
+    plist = ds.id.get_create_plist()
+    dtype = np.dtype(ds.dtype)
+    if plist.get_nfilters() or f.userblock_size or dtype.kind not in "biuf" or ds.size == 0:
+        return None
+    file_nav = tuple(ds.shape[: ds.ndim - sig_dims])
+    sig = tuple(ds.shape[ds.ndim - sig_dims:])
+    layout = plist.get_layout()
+    if layout == h5py.h5d.CONTIGUOUS:
+        if plist.get_external_count():
+            return None
+        offset = ds.id.get_offset()
+        if offset is None:
+            return None
+        return FileSet([File(path, 0, math.prod(file_nav), int(offset))], sig, dtype.itemsize * 8)
+    chunks = tuple(int(c) for c in ds.chunks or ())
+    if layout != h5py.h5d.CHUNKED or sig_dims != 2 or chunks[-2:] != sig:
+        return None  # chunks that cut frames would take a read range per chunk row: h5py reads them faster
+    grid = tuple(-(-n // c) for n, c in zip(ds.shape, chunks))
+    offsets = np.full(grid, -1, dtype=np.int64)
+
+    def put(info):
+        offsets[tuple(o // c for o, c in zip(info.chunk_offset, chunks))] = info.byte_offset
+
+    if hasattr(ds.id, "chunk_iter"):
+        ds.id.chunk_iter(put)
+    else:
+        for i in range(ds.id.get_num_chunks()):
+            put(ds.id.get_chunk_info(i))
+    if (offsets < 0).any():
+        return None  # unallocated chunks hold the fill value
+    return ChunkedFileSet(path, file_nav, chunks, sig, dtype, offsets)
+
+
+class _ChunkTiling:
+    """Base shape and tile shape veto following HDF5 chunks (``self.chunks``, ``self.file_nav``)."""
+
+    chunks: tuple | None
+    file_nav: tuple
+    meta: DataSetMeta
 
     def _chunk_frames(self) -> int:
         """Consecutive flat frames one chunk row covers (its last nav dim's chunk length)."""
@@ -84,6 +141,31 @@ class H5Partition(Partition):
         for t, b, s in zip(tileshape[1:], base[1:], sig):
             out.append(s if t >= s else max(b, t // b * b))
         return tuple(out)
+
+
+class H5FilePartition(_ChunkTiling, FilePartition):
+    """An uncompressed HDF5 dataset's frames, read by the IO backends from its byte layout."""
+
+    def __init__(self, meta: DataSetMeta, partition_slice: Slice, idx: int, fileset: FileSet, dtype: np.dtype,
+                 chunks: tuple | None, file_nav: tuple):
+        super().__init__(meta, partition_slice, idx, fileset, NativeDecoder(dtype), "mmap", dtype)
+        self.chunks = chunks
+        self.file_nav = file_nav
+
+
+class H5Partition(_ChunkTiling, Partition):
+    """A dataset's frames read through h5py (compressed or otherwise not directly readable data)."""
+
+    def __init__(self, meta: DataSetMeta, partition_slice: Slice, idx: int, path: str, ds_path: str,
+                 chunks: tuple | None, file_nav: tuple):
+        super().__init__(meta, partition_slice, idx)
+        self.path = path
+        self.ds_path = ds_path
+        self.chunks = chunks
+        self.file_nav = file_nav  # nav shape as stored in the file
+
+    def describe(self) -> str:
+        return f"partition {self.idx} (frames {self.start}:{self.stop}) of {self.path}:{self.ds_path}"
 
     def _source(self):
         f, ds = _open(self.path, self.ds_path)
@@ -170,6 +252,7 @@ class H5DataSet(DataSet):
         self._ds_path = str(ds_path)
         self._sig_dims = int(sig_dims)
         self._nav_shape = None if nav_shape is None else tuple(int(v) for v in nav_shape)
+        self._raw_fileset: FileSet | None = None
 
     def _do_initialize(self) -> DataSetMeta:
         if not os.path.isfile(self._path):
@@ -179,6 +262,7 @@ class H5DataSet(DataSet):
             shape, dtype, chunks = tuple(ds.shape), np.dtype(ds.dtype), ds.chunks
             if dtype.kind not in "biuf":
                 raise DataSetException(f"{self._path}:{self._ds_path}: cannot read dtype {dtype}")
+            self._raw_fileset = raw_fileset(f, ds, self._path, self._sig_dims) if len(shape) > self._sig_dims else None
         if len(shape) <= self._sig_dims:
             raise DataSetException(
                 f"{self._path}:{self._ds_path}: shape {shape} has no nav axis for sig_dims={self._sig_dims}"
@@ -200,6 +284,8 @@ class H5DataSet(DataSet):
                 ds[(0,) * ds.ndim]
             except Exception as e:
                 raise DataSetException(f"{self._path}:{self._ds_path}: cannot read data: {e}") from None
+        if self._raw_fileset is not None:
+            self._raw_fileset.check()
 
     def get_cache_key(self) -> Any:
         st = os.stat(self._path)
@@ -209,8 +295,13 @@ class H5DataSet(DataSet):
         return super().get_diagnostics() + [
             {"name": "path", "value": f"{self._path}:{self._ds_path}"},
             {"name": "chunks", "value": str(self._chunks)},
+            {"name": "read", "value": "directly from the file" if self._raw_fileset is not None else "with h5py"},
         ]
 
     def get_partitions(self) -> list[Partition]:
+        fs = self._raw_fileset
+        if fs is not None:
+            return [H5FilePartition(self.meta, sl, idx, fs, self._h5dtype, self._chunks, self._file_nav)
+                    for idx, sl in enumerate(self.get_slices())]
         return [H5Partition(self.meta, sl, idx, self._path, self._ds_path, self._chunks, self._file_nav)
                 for idx, sl in enumerate(self.get_slices())]
