@@ -163,3 +163,35 @@ def test_close_kills_actors(ray_context, data):
                 break
             assert time.monotonic() < deadline, "actor survived Context.close()"
             time.sleep(0.1)
+
+
+def test_task_is_resubmitted_when_its_worker_lacks_a_cached_value(ray_context, data, monkeypatch):
+    """Tasks carry memory frames' refs only the first time an actor needs them (raytile.actors.cache).
+
+    If the driver's ledger lists a value the worker does not hold (it evicted
+    it, or the task that carried it was cancelled while queued), the task comes
+    back unrun and is submitted again with the value; the result is unchanged.
+    """
+    from raytile.runtime.executor import TaskNotRun
+
+    fresh = data + 1  # new arrays: no worker has their frames yet
+    ex = ray_context.executor
+    ds = ray_context.load("memory", data=fresh, num_partitions=4)
+    keys = [ex._share(p.data).hex() for p in ds.get_partitions()]
+    for slot in ex._slots:  # the ledgers claim every worker holds every partition
+        for key in keys:
+            slot.ledgers["data"].ship(key)
+    unrun = []
+    result = ex.result
+
+    def counting_result(handle):
+        try:
+            return result(handle)
+        except TaskNotRun:
+            unrun.append(handle.task.idx)
+            raise
+
+    monkeypatch.setattr(ex, "result", counting_result)
+    res = ray_context.run_udf(dataset=ds, udf=rt.SumUDF(dtype="int64"))
+    assert np.array_equal(res["intensity"].data, fresh.sum(axis=(0, 1)))
+    assert sorted(set(unrun)) == [0, 1, 2, 3]

@@ -19,9 +19,10 @@ import ray
 from ray import exceptions as rex
 
 from raytile.actors import resources
-from raytile.actors.worker import ParamsHandle, ProgressActor, WorkerActor
+from raytile.actors.cache import Ledger, pack
+from raytile.actors.worker import DATA_CACHE, PARAMS_CACHE, ProgressActor, WorkerActor
 from raytile.errors import ExecutorError, UDFRunCancelled
-from raytile.runtime.executor import Executor, ProgressSink, TaskHandle, WorkerLost
+from raytile.runtime.executor import Executor, ProgressSink, TaskHandle, TaskNotRun, WorkerLost
 from raytile.runtime.params import PartitionResult, PartitionTask
 from raytile.runtime import tracing
 
@@ -34,6 +35,25 @@ _LOST = tuple(
                               "OwnerDiedError", "ObjectLostError")
     if hasattr(rex, n)
 )
+
+#: Run parameters that pickle to at most this many bytes travel inside the first task each actor gets
+#: (no object store round trip); larger ones are put into the object store once.
+INLINE_PARAMS_BYTES = 64 * 1024
+
+
+class ParamsHandle:
+    """The driver's handle of one params version: its cache key ``(run_id, version)`` and what
+    ships it to an actor the first time, the packed params (small ones) or their object ref."""
+
+    def __init__(self, payload: Any, run_id: str, version: int):
+        self.payload = payload
+        self.run_id = run_id
+        self.version = version
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.run_id, self.version)
+
 
 _RemoteWorker = ray.remote(concurrency_groups=WorkerActor.CONCURRENCY_GROUPS)(WorkerActor)
 _RemoteProgress = ray.remote(num_cpus=0)(ProgressActor)
@@ -50,6 +70,12 @@ class _Slot:
         self.in_flight = 0
         self.dead = False
         self.actor = self._start()
+        self.ledgers = self._ledgers()
+
+    @staticmethod
+    def _ledgers() -> dict[str, Ledger]:
+        """What this actor was sent to keep (see raytile.actors.cache); empty for a new actor."""
+        return {"params": Ledger(PARAMS_CACHE), "data": Ledger(DATA_CACHE)}
 
     @property
     def name(self) -> str:
@@ -67,12 +93,16 @@ class _Slot:
         self.generation += 1
         self.in_flight = 0
         self.actor = self._start()
+        self.ledgers = self._ledgers()
 
 
 class _RayHandle(TaskHandle):
+    """A submitted task: its object ref, and a future of it whose callback wakes the run's coordinator."""
+
     def __init__(self, task, version, ref, slot: _Slot, actor, run_id: str, sink):
         super().__init__(task, version)
         self.ref = ref
+        self.future = ref.future()
         self.slot = slot
         self.actor = actor
         self.run_id = run_id
@@ -92,7 +122,8 @@ class RayExecutor(Executor):
         self._slots += [_Slot("cuda", i, cpu_share) for i in range(gpus)]
         # started with the workers: creating it lazily would cost a process start in the first run with progress
         self._progress_actor = _RemoteProgress.remote()
-        self._progress_polls: dict[str, tuple[Any, ProgressSink]] = {}
+        self._progress_polls: dict[str, tuple[Any, ProgressSink]] = {}  # run_id -> (future of take, sink)
+        self._wakeups: dict[str, threading.Event] = {}
         self._shared: dict[tuple, tuple[Any, np.ndarray]] = {}
         self._closed = False
         self.num_workers = len(self._slots)
@@ -143,10 +174,12 @@ class RayExecutor(Executor):
 
     # -- params and data -------------------------------------------------------
     def put_params(self, params: Any) -> Any:
-        return ParamsHandle(ray.put(params), params.run_id, params.version)
+        packed = pack(params)
+        payload = packed if len(packed) <= INLINE_PARAMS_BYTES else ray.put(params)
+        return ParamsHandle(payload, params.run_id, params.version)
 
     def _share(self, arr: np.ndarray):
-        """The object ref of ``arr`` in the object store, put once per Context."""
+        """The object ref of ``arr`` in the object store, put once per Context (its hex is its cache key)."""
         key = (arr.__array_interface__["data"][0], arr.shape, arr.strides, arr.dtype.str)
         with self._lock:
             hit = self._shared.get(key)
@@ -180,6 +213,8 @@ class RayExecutor(Executor):
         if self._closed:
             raise ExecutorError("this Context is closed")
         send, data_ref = self._strip(task)
+        data_key = None if data_ref is None else data_ref.hex()
+        message = pack((send, params_handle.key, data_key))
         progress_actor = None
         if progress is not None:
             progress_actor = self._progress(params_handle.run_id, progress)
@@ -190,13 +225,36 @@ class RayExecutor(Executor):
                                     f"workers: {sorted(self.device_classes)})")
             slot.in_flight += 1
             actor = slot.actor
-        ref = actor.run_task.remote(send, params_handle, data_ref, progress_actor)
-        return _RayHandle(task, version, ref, slot, actor, params_handle.run_id, progress)
+            shipped = {}  # what this actor gets for the first time (see raytile.actors.cache)
+            if slot.ledgers["params"].ship(params_handle.key):
+                shipped["params"] = params_handle.payload
+            if data_key is not None and slot.ledgers["data"].ship(data_key):
+                shipped["data"] = data_ref
+        ref = actor.run_task.remote(message, shipped or None, progress_actor)
+        handle = _RayHandle(task, version, ref, slot, actor, params_handle.run_id, progress)
+        self._ring_when_done(handle.future, params_handle.run_id)
+        return handle
+
+    def start_run(self, run_id: str, wakeup: threading.Event) -> None:
+        with self._lock:
+            self._wakeups[run_id] = wakeup
+
+    def _ring_when_done(self, future, run_id: str) -> None:
+        """Set the run's wakeup event when ``future`` is done (from Ray's callback thread)."""
+        wakeup = self._wakeups.get(run_id)
+        if wakeup is not None:
+            future.add_done_callback(lambda _f: wakeup.set())
+
+    def _take_progress(self, run_id: str):
+        """A long-poll of the run's progress counts, as a future that wakes the run when it returns."""
+        future = self._progress_actor.take.remote(run_id, 1.0).future()
+        self._ring_when_done(future, run_id)
+        return future
 
     def _progress(self, run_id: str, sink: ProgressSink):
         with self._lock:
             if run_id not in self._progress_polls:
-                self._progress_polls[run_id] = (self._progress_actor.take.remote(run_id, 1.0), sink)
+                self._progress_polls[run_id] = (self._take_progress(run_id), sink)
             return self._progress_actor
 
     def _settle(self, handle: _RayHandle) -> None:
@@ -207,31 +265,41 @@ class RayExecutor(Executor):
                     handle.slot.in_flight = max(0, handle.slot.in_flight - 1)
 
     def wait(self, handles: Sequence[TaskHandle], timeout: float) -> list[TaskHandle]:
+        """The finished handles; blocks on the run's wakeup event (no polling of Ray) if there are none.
+
+        Task futures and progress polls set the event from Ray's callback
+        thread, the coordinator sets it on a patch or a cancel. Progress that
+        arrived is delivered here, in the coordinator's thread.
+        """
         if not handles:
             return []
-        by_ref = {h.ref: h for h in handles}  # type: ignore[attr-defined]
-        run_ids = {h.run_id for h in handles}  # type: ignore[attr-defined]
-        with self._lock:
-            polls = {self._progress_polls[r][0]: r for r in run_ids if r in self._progress_polls}
-        ready, _ = ray.wait(list(by_ref) + list(polls), num_returns=1, timeout=timeout)
-        if ready and ready[0] in by_ref and len(by_ref) > 1:  # collect whatever else is done too
-            more, _ = ray.wait([r for r in by_ref if r is not ready[0]], num_returns=len(by_ref) - 1, timeout=0)
-            ready += more
-        for ref in ready:
-            if ref in polls:
-                self._deliver_progress(polls[ref], ref, renew=True)
-        return [by_ref[r] for r in ready if r in by_ref]
+        run_id = handles[0].run_id  # type: ignore[attr-defined]  (one coordinator, one run)
+        wakeup = self._wakeups.get(run_id)
+        if wakeup is not None:
+            wakeup.clear()  # before looking: a task finishing from now on sets it again
+        done = self._collect(handles, run_id)
+        if done or wakeup is None:
+            return done
+        wakeup.wait(timeout)
+        return self._collect(handles, run_id)
 
-    def _deliver_progress(self, run_id: str, ref, renew: bool) -> None:
+    def _collect(self, handles: Sequence[TaskHandle], run_id: str) -> list[TaskHandle]:
+        with self._lock:
+            poll = self._progress_polls.get(run_id)
+        if poll is not None and poll[0].done():
+            self._deliver_progress(run_id, poll[0], renew=True)
+        return [h for h in handles if h.future.done()]  # type: ignore[attr-defined]
+
+    def _deliver_progress(self, run_id: str, future, renew: bool) -> None:
         with self._lock:
             entry = self._progress_polls.get(run_id)
-            if entry is None or entry[0] is not ref:
+            if entry is None or entry[0] is not future:
                 return
             sink = entry[1]
             if renew:
-                self._progress_polls[run_id] = (self._progress_actor.take.remote(run_id, 1.0), sink)
+                self._progress_polls[run_id] = (self._take_progress(run_id), sink)
         try:
-            frames = ray.get(ref)
+            frames = future.result()
         except _LOST:
             frames = 0
         if frames:
@@ -240,14 +308,15 @@ class RayExecutor(Executor):
     def finish_run(self, run_id: str) -> None:
         """Deliver the run's last progress counts and forget its progress poll."""
         with self._lock:
+            self._wakeups.pop(run_id, None)
             entry = self._progress_polls.pop(run_id, None)
         if entry is None:
             return
-        ref, sink = entry
+        future, sink = entry
         frames = 0
         try:
             frames += ray.get(self._progress_actor.forget.remote(run_id), timeout=5)
-            frames += ray.get(ref, timeout=5)  # woken by forget: returns at once
+            frames += future.result(timeout=5)  # woken by forget: returns at once
         except Exception as e:  # progress is best effort once the run is over
             log.debug("progress drain for run %s failed: %s", run_id[:8], e)
         if frames:
@@ -257,7 +326,7 @@ class RayExecutor(Executor):
         assert isinstance(handle, _RayHandle)
         self._settle(handle)
         try:
-            status, payload, spans = ray.get(handle.ref)
+            status, payload, spans = handle.future.result()
         except _LOST as e:
             self._replace(handle)
             raise WorkerLost(f"worker {handle.slot.name} died running {handle.task.describe()}: "
@@ -272,6 +341,12 @@ class RayExecutor(Executor):
             return payload
         if status == "cancelled":
             raise UDFRunCancelled(f"{handle.task.describe()} was cancelled")
+        if status == "missing":
+            kind, key = payload
+            with self._lock:
+                if handle.slot.actor is handle.actor:
+                    handle.slot.ledgers[kind].forget(key)
+            raise TaskNotRun(f"worker {handle.slot.name} did not hold the {kind} of {handle.task.describe()}")
         raise payload
 
     def _replace(self, handle: _RayHandle) -> None:
@@ -338,6 +413,7 @@ class RayExecutor(Executor):
                 self._progress_actor = None
             self._shared.clear()
             self._progress_polls.clear()
+            self._wakeups.clear()
 
     def __repr__(self) -> str:
         kinds = [s.kind for s in self._slots]

@@ -5,11 +5,11 @@ the same code the inline executor runs. The actor
 
 - limits its native thread pools (BLAS/OpenMP through threadpoolctl, numba)
   to its share of the machine and passes ``threads_per_worker`` on;
-- resolves a run's parameters once per ``(run_id, version)`` from the object
-  store handle and caches them;
-- gets in-memory partition data as a top-level object ref argument, which Ray
-  hands over as a read-only numpy view of the shared-memory object store
-  (zero-copy);
+- keeps a run's parameters (per ``(run_id, version)``) and in-memory
+  partitions' frames between tasks (:mod:`raytile.actors.cache`): a task
+  carries their object refs only the first time this actor sees them, and
+  short keys afterwards. Frames come back from the object store as read-only
+  numpy views of its shared memory (zero-copy);
 - reports per-tile progress to a :class:`ProgressActor` (batched to at most
   one message per ``PROGRESS_FLUSH_S``);
 - stops a task at the next tile when it is cancelled (``ray.cancel`` sets a
@@ -33,25 +33,16 @@ from typing import Any
 
 import ray
 
+from raytile.actors.cache import CacheMiss, ValueCache, unpack
 from raytile.errors import ExecutorError
 
 #: Progress messages from a worker are batched to at most one per this many seconds.
 PROGRESS_FLUSH_S = 0.02
 #: Params versions a worker keeps resolved.
 PARAMS_CACHE = 8
-
-
-class ParamsHandle:
-    """What a task carries instead of the run parameters: an object ref plus its cache key.
-
-    The ref is nested in this object, so Ray does not resolve it for every
-    task; the actor resolves it once per ``(run_id, version)``.
-    """
-
-    def __init__(self, ref: Any, run_id: str, version: int):
-        self.ref = ref
-        self.run_id = run_id
-        self.version = version
+#: In-memory partitions a worker keeps as zero-copy views of the object store (they pin no extra memory:
+#: the driver holds the objects for the Context's lifetime anyway).
+DATA_CACHE = 4096
 
 
 class _Cancelled(Exception):
@@ -156,7 +147,8 @@ class WorkerActor:
         _limit_threads(self.threads)
         from raytile.runtime import part_runner  # noqa: F401  (import cost paid once, at start)
 
-        self._params: "OrderedDict[tuple[str, int], Any]" = OrderedDict()
+        self._params = ValueCache("params", PARAMS_CACHE, _fetch_params)
+        self._data = ValueCache("data", DATA_CACHE, ray.get)
         self._cancelled_runs: "OrderedDict[str, None]" = OrderedDict()
         self._tracing = _WorkerTracing()
         self._host = socket.gethostname()
@@ -166,28 +158,28 @@ class WorkerActor:
         return {"name": self.name, "kind": self.kind, "pid": os.getpid(), "host": self._host,
                 "threads": self.threads}
 
-    def _resolve(self, handle: ParamsHandle):
-        key = (handle.run_id, handle.version)
-        params = self._params.get(key)
-        if params is None:
-            params = ray.get(handle.ref)
-            self._params[key] = params
-            while len(self._params) > PARAMS_CACHE:
-                self._params.popitem(last=False)
-        else:
-            self._params.move_to_end(key)
-        return params
-
-    def run_task(self, task, params_handle: ParamsHandle, data: Any = None, progress: Any = None):
+    def run_task(self, message: bytes, shipped: dict[str, Any] | None = None, progress: Any = None):
         """Run one partition. Returns ``("ok", PartitionResult, spans)`` or ``("error", exc, spans)``.
 
-        ``data`` is the in-memory partition's frames (resolved by Ray from a
-        top-level object ref: a read-only view of the object store).
+        ``message`` is the packed ``(PartitionTask, params key, data key)``
+        (see :mod:`raytile.actors.cache`); ``shipped`` holds, when this worker
+        gets them for the first time, the run's parameters (packed, or their
+        object ref if they are large) and the object ref of an in-memory
+        partition's frames. If it holds neither for a key, the task does not
+        run and returns ``("missing", (kind, key), [])``.
         """
         try:
-            params = self._resolve(params_handle)
+            task, params_key, data_key = unpack(message)
         except Exception as e:
-            return "error", ExecutorError(f"{task.describe()}: cannot read the run parameters: {e}"), []
+            return "error", ExecutorError(f"worker {self.name} cannot unpickle a task: {type(e).__name__}: {e}"), []
+        shipped = shipped or {}
+        try:
+            params = self._params.resolve(params_key, shipped.get("params"))
+            data = None if data_key is None else self._data.resolve(data_key, shipped.get("data"))
+        except CacheMiss as e:
+            return "missing", (e.kind, e.key), []
+        except Exception as e:
+            return "error", ExecutorError(f"{task.describe()}: cannot read the run parameters or data: {e}"), []
         if data is not None:
             task.partition.data = data
         ctx = ray.get_runtime_context()
@@ -248,6 +240,11 @@ class WorkerActor:
             return "ok", fn(*args)
         except BaseException as e:  # noqa: BLE001
             return "error", _picklable(e, None)
+
+
+def _fetch_params(shipped: Any) -> Any:
+    """Run parameters from what the driver shipped: packed bytes (small ones) or an object ref."""
+    return unpack(shipped) if isinstance(shipped, bytes) else ray.get(shipped)
 
 
 def _picklable(exc: BaseException, task) -> BaseException:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from raytile.errors import ExecutorError, UDFRunCancelled
-from raytile.runtime.executor import Executor, TaskHandle, WorkerLost
+from raytile.runtime.executor import Executor, TaskHandle, TaskNotRun, WorkerLost
 from raytile.runtime.plan import RunPlan
 from raytile.runtime.progress import ProgressReporter
 from raytile.runtime.results import ResultAccumulator, UDFResults
@@ -24,8 +24,9 @@ from raytile.runtime import tracing
 
 #: How often a task may be retried after its worker died.
 MAX_RETRIES = 3
-#: How long one wait for task completion blocks before checking for patches/cancel.
-POLL_S = 0.05
+#: The longest one wait for task completion blocks. Only a safety net: executors that support it
+#: (Ray) end the wait as soon as a task finishes, and patches and cancels end it at once too.
+POLL_S = 0.2
 
 
 @dataclass
@@ -53,6 +54,8 @@ class Coordinator:
         self.outbox: "queue.Queue[Any]" = queue.Queue()
         self._lock = threading.Lock()
         self._cancelled = threading.Event()
+        self._wakeup = threading.Event()  # set by task completions, patches and cancels (see Executor.start_run)
+        self._final_only = False
         self._in_flight: list[TaskHandle] = []
         self._patches: list[tuple[list[dict], bool]] = []
         self._thread = threading.Thread(target=self._main, name=f"raytile-run-{plan.params.run_id[:8]}",
@@ -75,9 +78,19 @@ class Coordinator:
     def patch(self, patches: list[dict], recompute: bool) -> None:
         with self._lock:
             self._patches.append((patches, recompute))
+        self._wakeup.set()
 
     def cancel(self) -> None:
         self._cancelled.set()
+        self._wakeup.set()
+
+    def only_final_result(self) -> None:
+        """Put only the final result into the outbox from now on (the caller waits for the end anyway).
+
+        Saves a snapshot of every result buffer per partition, and waking the
+        consumer for each; merging and progress are unchanged.
+        """
+        self._final_only = True
 
     @property
     def cancelled(self) -> bool:
@@ -113,6 +126,7 @@ class Coordinator:
     def _loop(self, span) -> None:
         ex = self._executor
         plan = self._plan
+        ex.start_run(self.run_id, self._wakeup)
         params = replace(plan.params, trace_context=tracing.inject_context())
         version = ParamsVersion(0, ex.put_params(params))
         current_params = params
@@ -159,6 +173,9 @@ class Coordinator:
                         ) from e
                     pending.appendleft(task)
                     continue
+                except TaskNotRun:
+                    pending.appendleft(task)
+                    continue
                 if result.version < needed_version[task.idx]:
                     pending.append(task)  # computed with parameters a recompute patch replaced
                     continue
@@ -167,7 +184,8 @@ class Coordinator:
                 if self._progress is not None:
                     self._progress.partition_done(self.run_id, self._acc.done)
                 finished = not pending and not in_flight
-                self.outbox.put(self._acc.snapshot(finished=finished))
+                if finished or not self._final_only:
+                    self.outbox.put(self._acc.snapshot(finished=finished))
         if not plan.tasks:
             self.outbox.put(self._acc.snapshot(finished=True))
 

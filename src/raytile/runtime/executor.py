@@ -8,6 +8,7 @@ finish, collect or cancel them.
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Sequence
 
@@ -16,6 +17,14 @@ from raytile.runtime.params import PartitionResult, PartitionTask
 
 class WorkerLost(Exception):
     """A task's worker died; the task may be retried elsewhere (internal)."""
+
+
+class TaskNotRun(Exception):
+    """A task did not run and is to be submitted again, as it is (internal).
+
+    The Ray executor raises it when a worker lacked a value it caches between
+    tasks; the executor has noted that, so the next submission ships the value.
+    """
 
 
 class TaskHandle:
@@ -51,14 +60,20 @@ class Executor(ABC):
 
     @abstractmethod
     def wait(self, handles: Sequence[TaskHandle], timeout: float) -> list[TaskHandle]:
-        """Return the handles that are finished (at least one unless ``timeout`` passed)."""
+        """Return the handles that are finished; may return none when ``timeout`` passed or the
+        run's ``wakeup`` event (see :meth:`start_run`) was set."""
 
     @abstractmethod
     def result(self, handle: TaskHandle) -> PartitionResult:
-        """The finished task's result; raises its UDFException, or WorkerLost to retry."""
+        """The finished task's result; raises its UDFException, WorkerLost to retry, TaskNotRun to resubmit."""
 
     def cancel(self, handles: Sequence[TaskHandle]) -> None:
         """Stop tasks in flight, as far as possible."""
+
+    def start_run(self, run_id: str, wakeup: threading.Event) -> None:
+        """Hook: a run begins. Set ``wakeup`` whenever one of its tasks finishes (or anything else
+        :meth:`wait` would return for), so that :meth:`wait` can block on it instead of polling.
+        The coordinator sets it too, on a patch or a cancel, to end a :meth:`wait` early."""
 
     def prepare_dataset(self, dataset: Any) -> None:
         """Hook: share a data set's in-memory partitions with workers once."""

@@ -117,6 +117,7 @@ class UDFRun:
 
     def result(self) -> UDFResults:
         """Block until the run is done; return the final results."""
+        self._coordinator.only_final_result()
         last = None
         for last in self:
             pass
@@ -127,6 +128,8 @@ class UDFRun:
         return last
 
     async def aresult(self) -> UDFResults:
+        """Await the end of the run; return the final results."""
+        self._coordinator.only_final_result()
         last = None
         async for last in self:
             pass
