@@ -4,6 +4,9 @@ One actor per CPU slot (``num_cpus=1``) and one per GPU (``num_gpus=1``),
 created once per Context and reused by every run (no per-run start-up).
 The coordinator keeps ``IN_FLIGHT_PER_ACTOR`` (2) tasks per actor in flight,
 so an actor's next partition is already queued when the current one ends.
+Tasks travel as one packed message with the values they share shipped once
+per actor (:mod:`raytile.actors.cache`); each task's future wakes the run's
+coordinator when it finishes (:meth:`RayExecutor.wait`), so nothing polls Ray.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import copy
 import dataclasses
 import logging
 import threading
+from concurrent import futures
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -275,10 +279,12 @@ class RayExecutor(Executor):
             return []
         run_id = handles[0].run_id  # type: ignore[attr-defined]  (one coordinator, one run)
         wakeup = self._wakeups.get(run_id)
-        if wakeup is not None:
-            wakeup.clear()  # before looking: a task finishing from now on sets it again
+        if wakeup is None:  # a caller that did not start_run: wait on the task futures alone
+            futures.wait([h.future for h in handles], timeout, return_when=futures.FIRST_COMPLETED)  # type: ignore[attr-defined]
+            return self._collect(handles, run_id)
+        wakeup.clear()  # before looking: a task finishing from now on sets it again
         done = self._collect(handles, run_id)
-        if done or wakeup is None:
+        if done:
             return done
         wakeup.wait(timeout)
         return self._collect(handles, run_id)
