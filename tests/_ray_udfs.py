@@ -150,3 +150,26 @@ class LoggingTileUDF(SlowTileUDF):
         super().process_tile(tile)
         with open(self.params.log, "a") as f:
             f.write("x\n")
+
+
+class RefOffsetSumUDF(UDF):
+    """Sum of frames plus ``offset`` per frame, where ``offset`` is an object ref in the parameters.
+
+    Parameters that hold Ray object refs must reach the workers through Ray's
+    serializer, which keeps the object alive while a worker uses it.
+    """
+
+    def __init__(self, offset_ref):
+        super().__init__(offset_ref=offset_ref)
+
+    def get_result_buffers(self):
+        return {"intensity": self.buffer(kind="sig", dtype="float64")}
+
+    def process_tile(self, tile):
+        import ray
+
+        offset = ray.get(self.params.offset_ref)
+        self.results.intensity[:] += tile.sum(axis=0) + offset * tile.shape[0]
+
+    def merge(self, dest, src):
+        dest.intensity[:] += src.intensity

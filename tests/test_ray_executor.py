@@ -14,7 +14,7 @@ import raytile as rt
 from raytile.errors import UDFException
 from raytile.runtime.progress import ProgressReporter
 
-from _ray_udfs import FailingUDF, InputFlagsUDF, ScaledSumUDF, SlowTileUDF, WriteInputUDF
+from _ray_udfs import FailingUDF, InputFlagsUDF, RefOffsetSumUDF, ScaledSumUDF, SlowTileUDF, WriteInputUDF
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
@@ -195,3 +195,14 @@ def test_task_is_resubmitted_when_its_worker_lacks_a_cached_value(ray_context, d
     res = ray_context.run_udf(dataset=ds, udf=rt.SumUDF(dtype="int64"))
     assert np.array_equal(res["intensity"].data, fresh.sum(axis=(0, 1)))
     assert sorted(set(unrun)) == [0, 1, 2, 3]
+
+
+def test_udf_parameters_holding_an_object_ref(ray_context, data):
+    """Parameters and tasks pickle outside Ray where they can; an object ref in them goes through Ray."""
+    from raytile.actors.cache import pack
+
+    offset = ray.put(np.full(data.shape[2:], 7.0))
+    assert pack({"offset": offset}) is None
+    ds = ray_context.load("memory", data=data, num_partitions=4)
+    res = ray_context.run_udf(dataset=ds, udf=RefOffsetSumUDF(offset_ref=offset))
+    np.testing.assert_array_equal(res["intensity"].data, data.sum(axis=(0, 1)) + 7.0 * 48)

@@ -9,7 +9,9 @@ more than a tiny partition's whole compute. So a task travels as
 
 - one ``bytes`` message (:func:`pack`): the partition task and the keys of
   the values it needs, pickled by the C pickler (cloudpickle only for what
-  that cannot pickle by reference), which Ray passes on without pickling;
+  that cannot pickle by reference), which Ray passes on without pickling
+  (a task or parameters holding Ray object refs or actor handles go through
+  Ray's serializer as before, so that Ray tracks those refs);
 - the values themselves only the first time an actor needs them: a run's
   parameters (per ``(run_id, version)``; packed bytes, or an object ref when
   they are large) and an in-memory partition's frames (an object ref: the
@@ -41,18 +43,28 @@ class CacheMiss(Exception):
         self.key = key
 
 
-def pack(obj: Any) -> bytes:
-    """``obj`` pickled for a worker: by the C pickler, or by cloudpickle where that is needed.
+#: Names in a pickle that mean it holds Ray object refs or actor handles. Pickled outside Ray's own
+#: serializer they lose their ownership: the worker would not be registered as a borrower, and the
+#: object could be freed while it still uses it. Such values go through Ray's serializer instead.
+_RAY_HANDLES = (b"ObjectRef", b"ActorHandle")
+
+
+def pack(obj: Any) -> bytes | None:
+    """``obj`` pickled for a worker by the C pickler, or by cloudpickle where that is needed.
 
     Classes and functions of ``__main__`` (which the worker does not have)
-    and local ones (which the C pickler refuses) go by value, through cloudpickle.
+    and local ones (which the C pickler refuses) go by value, through
+    cloudpickle. Returns None if ``obj`` holds Ray object refs or actor
+    handles: the caller passes it to Ray as it is.
     """
     try:
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, AttributeError, TypeError):
-        return cloudpickle.dumps(obj)
-    if b"__main__" in data:
-        return cloudpickle.dumps(obj)
+        data = None
+    if data is None or b"__main__" in data:
+        data = cloudpickle.dumps(obj)
+    if any(name in data for name in _RAY_HANDLES):
+        return None
     return data
 
 

@@ -179,7 +179,8 @@ class RayExecutor(Executor):
     # -- params and data -------------------------------------------------------
     def put_params(self, params: Any) -> Any:
         packed = pack(params)
-        payload = packed if len(packed) <= INLINE_PARAMS_BYTES else ray.put(params)
+        small = packed is not None and len(packed) <= INLINE_PARAMS_BYTES
+        payload = packed if small else ray.put(params)
         return ParamsHandle(payload, params.run_id, params.version)
 
     def _share(self, arr: np.ndarray):
@@ -218,7 +219,8 @@ class RayExecutor(Executor):
             raise ExecutorError("this Context is closed")
         send, data_ref = self._strip(task)
         data_key = None if data_ref is None else data_ref.hex()
-        message = pack((send, params_handle.key, data_key))
+        message = (send, params_handle.key, data_key)
+        message = pack(message) or message  # as it is if it holds Ray refs (see raytile.actors.cache)
         progress_actor = None
         if progress is not None:
             progress_actor = self._progress(params_handle.run_id, progress)

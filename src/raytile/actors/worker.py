@@ -158,18 +158,19 @@ class WorkerActor:
         return {"name": self.name, "kind": self.kind, "pid": os.getpid(), "host": self._host,
                 "threads": self.threads}
 
-    def run_task(self, message: bytes, shipped: dict[str, Any] | None = None, progress: Any = None):
+    def run_task(self, message: bytes | tuple, shipped: dict[str, Any] | None = None, progress: Any = None):
         """Run one partition. Returns ``("ok", PartitionResult, spans)`` or ``("error", exc, spans)``.
 
         ``message`` is the packed ``(PartitionTask, params key, data key)``
-        (see :mod:`raytile.actors.cache`); ``shipped`` holds, when this worker
+        (see :mod:`raytile.actors.cache`; the tuple itself if it holds Ray
+        object refs); ``shipped`` holds, when this worker
         gets them for the first time, the run's parameters (packed, or their
         object ref if they are large) and the object ref of an in-memory
         partition's frames. If it holds neither for a key, the task does not
         run and returns ``("missing", (kind, key), [])``.
         """
         try:
-            task, params_key, data_key = unpack(message)
+            task, params_key, data_key = unpack(message) if isinstance(message, bytes) else message
         except Exception as e:
             return "error", ExecutorError(f"worker {self.name} cannot unpickle a task: {type(e).__name__}: {e}"), []
         shipped = shipped or {}
