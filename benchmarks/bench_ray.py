@@ -41,14 +41,7 @@ import numpy as np
 import raytile as rt
 from raytile.cli import default_cache_dir, demo_file, demo_shape
 
-
-def warm_page_cache(path: Path, block: int = 64 * 2**20) -> float:
-    t0 = time.perf_counter()
-    with open(path, "rb", buffering=0) as f:
-        buf = bytearray(block)
-        while f.readinto(buf):
-            pass
-    return time.perf_counter() - t0
+from bench_inline import best_of, warm_page_cache  # this folder is on sys.path when run as a script
 
 
 def _np_sum_range(args):
@@ -59,15 +52,6 @@ def _np_sum_range(args):
     for s in range(start, stop, chunk):
         acc += flat[s:min(s + chunk, stop)].sum(axis=0, dtype=np.float32)
     return acc
-
-
-def best_of(fn, repeat):
-    times, value = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        value = fn()
-        times.append(time.perf_counter() - t0)
-    return min(times), value
 
 
 def ring_udf(sig):
