@@ -8,7 +8,7 @@ import sparse
 from sparseconverter import get_backend
 
 import raytile as rt
-from raytile.errors import BackendError
+from raytile.common.errors import BackendError
 from raytile.runtime import part_runner
 from raytile.runtime.backends import TileConverter, execution_plan, plan_dtype
 from raytile.runtime.plan import make_plan

@@ -142,7 +142,7 @@ def test_sparse_dataset_native_backend_and_dtype(inline_ctx, data, tmp_path):
 
 
 def test_sparse_dataset_errors(inline_ctx, tmp_path):
-    from raytile.errors import DataSetException
+    from raytile.common.errors import DataSetException
 
     with pytest.raises(DataSetException, match="does not exist"):
         inline_ctx.load("npz_csr", path=tmp_path / "missing.npz")

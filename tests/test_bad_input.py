@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import raytile as rt
-from raytile.errors import DataSetException, RaytileError, UDFException
+from raytile.common.errors import DataSetException, RaytileError, UDFException
 
 NAV, SIG = (4, 5), (8, 6)
 

@@ -10,7 +10,7 @@ import pytest
 import trio
 
 import raytile as rt
-from raytile.errors import UDFRunCancelled
+from raytile.common.errors import UDFRunCancelled
 
 from _ray_udfs import LoggingTileUDF
 

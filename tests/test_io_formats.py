@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import raytile as rt
-from raytile.errors import ConfigValidationError, DataSetException
+from raytile.common.errors import ConfigValidationError, DataSetException
 from raytile.io import CorrectionSet
 from raytile.io.corrections import reference_correct
 from raytile.io.formats.packed import pack_bits
@@ -184,7 +184,7 @@ def test_dataset_own_corrections(inline_ctx, tmp_path, frames):
 
 
 def test_corrections_errors():
-    from raytile.io import Shape
+    from raytile.common import Shape
 
     with pytest.raises(DataSetException, match="dark frame has shape"):
         CorrectionSet(dark=np.zeros((3, 3))).check(Shape((4, 16, 12), sig_dims=2))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from raytile.errors import DataSetException
-from raytile.io import Shape, TilingScheme
+from raytile.common.errors import DataSetException
+from raytile.common import Shape, TilingScheme
 from raytile.io.fileset import File, FileSet
 from raytile.io.read_ranges import plan_block_reads, slice_runs
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from raytile.errors import UDFException
+from raytile.common.errors import UDFException
 
 from _ray_udfs import RingUDF, ScaledSumUDF, ring_mask
 

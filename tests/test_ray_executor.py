@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import raytile as rt
-from raytile.errors import UDFException
+from raytile.common.errors import UDFException
 from raytile.runtime.progress import ProgressReporter
 
 from _ray_udfs import FailingUDF, InputFlagsUDF, RefOffsetSumUDF, ScaledSumUDF, SlowTileUDF, WriteInputUDF

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 import sparse
 
 import raytile as rt
-from raytile.errors import UDFException
+from raytile.common.errors import UDFException
 from raytile.udf import (
     UDF, ApplyMasksUDF, AutoUDF, CoMUDF, LogsumUDF, PickUDF, StdDevUDF, SumSigUDF, SumUDF, masks,
 )

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import raytile as rt
-from raytile.errors import UDFException
+from raytile.common.errors import UDFException
 from raytile.udf import UDF, NoOpUDF, SumUDF
 from raytile.udf.base import check_cast
 

@@ -9,7 +9,7 @@
 """
 
 from raytile import udf
-from raytile.errors import (
+from raytile.common.errors import (
     BackendError, ConfigValidationError, DataSetException, ExecutorError, RaytileError, UDFException,
     UDFRunCancelled,
 )

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from raytile.errors import RaytileError
+from raytile.common.errors import RaytileError
 
 #: Version of the synthetic data recipe; part of the cached file's name.
 DEMO_RECIPE = 1

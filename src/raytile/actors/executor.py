@@ -25,7 +25,7 @@ from ray import exceptions as rex
 from raytile.actors import resources
 from raytile.actors.cache import Ledger, pack
 from raytile.actors.worker import DATA_CACHE, PARAMS_CACHE, ProgressActor, WorkerActor
-from raytile.errors import ExecutorError, UDFRunCancelled
+from raytile.common.errors import ExecutorError, UDFRunCancelled
 from raytile.runtime.executor import Executor, ProgressSink, TaskHandle, TaskNotRun, WorkerLost
 from raytile.runtime.params import PartitionResult, PartitionTask
 from raytile.runtime import tracing

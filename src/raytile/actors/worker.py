@@ -15,7 +15,7 @@ the same code the inline executor runs. The actor
 - stops a task at the next tile when it is cancelled (``ray.cancel`` sets a
   flag on a running actor task that we poll per tile);
 - returns UDF errors as values, so the driver re-raises the original
-  :class:`~raytile.errors.UDFException` with the worker's traceback;
+  :class:`~raytile.common.errors.UDFException` with the worker's traceback;
 - records a ``raytile.task`` span under the run's propagated span context and
   ships finished spans back with the result (see docs/coordinator.md).
 """
@@ -34,7 +34,7 @@ from typing import Any
 import ray
 
 from raytile.actors.cache import CacheMiss, ValueCache, unpack
-from raytile.errors import ExecutorError
+from raytile.common.errors import ExecutorError
 
 #: Progress messages from a worker are batched to at most one per this many seconds.
 PROGRESS_FLUSH_S = 0.02

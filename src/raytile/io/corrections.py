@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from raytile.errors import DataSetException
-from raytile.io.shape import Shape
-from raytile.io.tiling import TilingScheme
+from raytile.common.errors import DataSetException
+from raytile.common.shape import Shape
+from raytile.common.tiling import TilingScheme
 
 if TYPE_CHECKING:
     from raytile.io.dataset import Partition

@@ -9,10 +9,10 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from raytile.errors import ConfigValidationError, DataSetException
-from raytile.io.shape import Shape
-from raytile.io.slice import Slice
-from raytile.io.tiling import DataTile, TilingScheme
+from raytile.common.errors import ConfigValidationError, DataSetException
+from raytile.common.shape import Shape
+from raytile.common.slice import Slice
+from raytile.common.tiling import DataTile, TilingScheme
 
 #: Partition size aimed for by default, in bytes of raw data.
 DEFAULT_PARTITION_BYTES = 128 * 1024 * 1024
@@ -333,7 +333,7 @@ class DataSet(ABC):
     def convert_json_params(cls, params: dict[str, Any]) -> dict[str, Any]:
         """Validate plain JSON parameters against the schema; return constructor kwargs.
 
-        Raises :class:`~raytile.errors.ConfigValidationError` naming the parameter.
+        Raises :class:`~raytile.common.errors.ConfigValidationError` naming the parameter.
         """
         if not isinstance(params, dict):
             raise ConfigValidationError(f"{cls.__name__} parameters must be an object, got {type(params).__name__}")

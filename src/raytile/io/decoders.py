@@ -19,7 +19,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from raytile.errors import DataSetException
+from raytile.common.errors import DataSetException
 from raytile.io.read_ranges import RR_FILE, RR_NPX, RR_OUT, RR_SKIP, RR_START, RR_STOP
 
 #: Decode kinds understood by :func:`decode_tile`.

@@ -18,14 +18,14 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from raytile.errors import DataSetException
+from raytile.common.errors import DataSetException
 from raytile.io.backends import ReadJob, choose_backend, get_backend
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
 from raytile.io.decoders import Decoder, NativeDecoder
 from raytile.io.read_ranges import LAYOUT_FRAMES, frame_stride_bytes, get_read_ranges, slice_runs
-from raytile.io.shape import Shape
-from raytile.io.slice import Slice
-from raytile.io.tiling import DataTile, TilingScheme
+from raytile.common.shape import Shape
+from raytile.common.slice import Slice
+from raytile.common.tiling import DataTile, TilingScheme
 
 
 @dataclass(frozen=True)

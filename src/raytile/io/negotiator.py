@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from raytile.io.shape import Shape
-from raytile.io.tiling import TilingScheme
+from raytile.common.shape import Shape
+from raytile.common.tiling import TilingScheme
 
 if TYPE_CHECKING:
     from raytile.io.dataset import Partition

@@ -46,7 +46,7 @@ from sparseconverter import (
     result_type,
 )
 
-from raytile.errors import BackendError
+from raytile.common.errors import BackendError
 
 __all__ = [
     "BACKENDS", "CPU_BACKENDS", "CUDA_BACKENDS", "CUPY_BACKENDS", "SPARSE_BACKENDS", "DENSE_BACKENDS",

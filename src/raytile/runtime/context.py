@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from raytile.errors import ExecutorError
+from raytile.common.errors import ExecutorError
 from raytile.io.dataset import DataSet
 from raytile.io.formats import get_format
 from raytile.runtime import tracing

@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from raytile.errors import ExecutorError, UDFRunCancelled
+from raytile.common.errors import ExecutorError, UDFRunCancelled
 from raytile.runtime.executor import Executor, TaskHandle, TaskNotRun, WorkerLost
 from raytile.runtime.plan import RunPlan
 from raytile.runtime.progress import ProgressReporter

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from raytile.io.dataset import Partition
-from raytile.io.shape import Shape
-from raytile.io.tiling import TilingScheme
+from raytile.common.shape import Shape
+from raytile.common.tiling import TilingScheme
 
 
 @dataclass

@@ -11,9 +11,9 @@ from typing import Callable
 
 import numpy as np
 
-from raytile.errors import BackendError, UDFException
-from raytile.io.shape import Shape
-from raytile.io.slice import Slice
+from raytile.common.errors import BackendError, UDFException
+from raytile.common.shape import Shape
+from raytile.common.slice import Slice
 from raytile.runtime import backends as _backends
 from raytile.runtime.backends import ExecutionPlan, PinnedStager, TileConverter, execution_plan
 from raytile.runtime.params import PartitionResult, PartitionTask, RunParams

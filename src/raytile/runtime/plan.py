@@ -8,7 +8,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from raytile.errors import BackendError, DataSetException, UDFException
+from raytile.common.errors import BackendError, DataSetException, UDFException
 from raytile.io.dataset import DataSet, validate_roi
 from raytile.io.negotiator import Negotiator
 from raytile.runtime.backends import (

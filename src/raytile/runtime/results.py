@@ -6,8 +6,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from raytile.errors import UDFException
-from raytile.io.shape import Shape
+from raytile.common.errors import UDFException
+from raytile.common.shape import Shape
 from raytile.runtime.params import PartitionResult
 from raytile.udf.base import UDF, ArrayWithMask, MergeAttrMapping, UDFData, check_cast
 from raytile.udf.buffers import BufferWrapper

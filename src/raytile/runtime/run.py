@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator, Iterator, Sequence
 import anyio
 import anyio.to_thread
 
-from raytile.errors import UDFException, UDFRunCancelled
+from raytile.common.errors import UDFException, UDFRunCancelled
 from raytile.runtime.coordinator import FINISHED, Coordinator
 from raytile.runtime.results import UDFResults
 

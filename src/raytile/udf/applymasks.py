@@ -7,7 +7,7 @@ from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 
-from raytile.errors import UDFException
+from raytile.common.errors import UDFException
 from raytile.udf._tiles import TILE_BACKENDS, dense, flat2d, is_pydata_sparse, is_scipy_like
 from raytile.udf.base import UDF
 

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from raytile.errors import UDFException
+from raytile.common.errors import UDFException
 from raytile.udf.base import UDF
 
 

@@ -24,7 +24,7 @@ from typing import Any, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 
-from raytile.errors import UDFException
+from raytile.common.errors import UDFException
 from raytile.udf.buffers import AuxBufferWrapper, BufferWrapper
 from raytile.udf.meta import UDFMeta
 

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from raytile.errors import UDFException
+from raytile.common.errors import UDFException
 
 BufferKind = Literal["nav", "sig", "single"]
 BufferUse = Literal["private", "result_only", None]

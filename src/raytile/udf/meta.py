@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from raytile.io.shape import Shape
-from raytile.io.slice import Slice
-from raytile.io.tiling import TilingScheme
+from raytile.common.shape import Shape
+from raytile.common.slice import Slice
+from raytile.common.tiling import TilingScheme
 
 
 class UDFMeta:

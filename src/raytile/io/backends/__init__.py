@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import sys
 
-from raytile.errors import DataSetException
+from raytile.common.errors import DataSetException
 from raytile.io.backends.base import IOBackend, ReadJob
 from raytile.io.backends.buffered import BufferedBackend, DirectBackend
 from raytile.io.backends.mmap import MMapBackend

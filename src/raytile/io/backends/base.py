@@ -8,9 +8,9 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from raytile.io.decoders import Decoder, decode_tile
-from raytile.io.shape import Shape
-from raytile.io.slice import Slice
-from raytile.io.tiling import DataTile, TilingScheme
+from raytile.common.shape import Shape
+from raytile.common.slice import Slice
+from raytile.common.tiling import DataTile, TilingScheme
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Iterator
 
 import numpy as np
 
-from raytile.errors import DataSetException
+from raytile.common.errors import DataSetException
 from raytile.io.backends.base import Block, IOBackend, ReadJob
 from raytile.io.read_ranges import META_COUNT, RR_START, plan_block_reads
 

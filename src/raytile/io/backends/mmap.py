@@ -7,9 +7,9 @@ from typing import Iterator
 
 import numpy as np
 
-from raytile.errors import DataSetException
+from raytile.common.errors import DataSetException
 from raytile.io.backends.base import Block, IOBackend, ReadJob, TileSlices
-from raytile.io.tiling import DataTile
+from raytile.common.tiling import DataTile
 
 
 @lru_cache(maxsize=256)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Type
 
-from raytile.errors import DataSetException
+from raytile.common.errors import DataSetException
 from raytile.io.dataset import DataSet
 
 _FORMATS: dict[str, str] = {

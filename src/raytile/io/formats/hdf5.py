@@ -23,14 +23,14 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from raytile.errors import DataSetException
+from raytile.common.errors import DataSetException
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
 from raytile.io.decoders import NativeDecoder
 from raytile.io.fileset import File, FilePartition, FileSet
 from raytile.io.read_ranges import LAYOUT_CHUNKED, chunked_extra
-from raytile.io.shape import Shape
-from raytile.io.slice import Slice
-from raytile.io.tiling import DataTile, TilingScheme
+from raytile.common.shape import Shape
+from raytile.common.slice import Slice
+from raytile.common.tiling import DataTile, TilingScheme
 
 
 def _h5py():

@@ -6,10 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from raytile.errors import DataSetException
+from raytile.common.errors import DataSetException
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
-from raytile.io.shape import Shape
-from raytile.io.slice import Slice
+from raytile.common.shape import Shape
+from raytile.common.slice import Slice
 
 
 def _is_sparse(data: Any) -> bool:

@@ -6,12 +6,12 @@ import math
 
 import numpy as np
 
-from raytile.errors import DataSetException
+from raytile.common.errors import DataSetException
 from raytile.io.dataset import DataSetMeta, Partition
 from raytile.io.decoders import NativeDecoder
 from raytile.io.fileset import File, FileDataSet, FileSet
 from raytile.io.formats.raw import check_file
-from raytile.io.shape import Shape
+from raytile.common.shape import Shape
 
 
 def read_npy_header(path: str) -> tuple[tuple[int, ...], np.dtype, bool, int]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from raytile.errors import DataSetException
+from raytile.common.errors import DataSetException
 from raytile.io.dataset import DataSetMeta
 from raytile.io.decoders import PackedDecoder
 from raytile.io.formats.raw import RawFileDataSet

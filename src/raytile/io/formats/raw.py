@@ -16,12 +16,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from raytile.errors import DataSetException
+from raytile.common.errors import DataSetException
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
 from raytile.io.decoders import NativeDecoder
 from raytile.io.fileset import File, FileDataSet, FileSet, expand_paths
-from raytile.io.shape import Shape
-from raytile.io.slice import Slice
+from raytile.common.shape import Shape
+from raytile.common.slice import Slice
 
 
 def parse_dtype(dtype) -> np.dtype:

@@ -30,11 +30,11 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from raytile.errors import DataSetException
+from raytile.common.errors import DataSetException
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
-from raytile.io.shape import Shape
-from raytile.io.slice import Slice
-from raytile.io.tiling import DataTile, TilingScheme
+from raytile.common.shape import Shape
+from raytile.common.slice import Slice
+from raytile.common.tiling import DataTile, TilingScheme
 
 SCIPY_CSR = "scipy.sparse.csr_matrix"
 

@@ -24,12 +24,12 @@ import struct
 
 import numpy as np
 
-from raytile.errors import DataSetException
+from raytile.common.errors import DataSetException
 from raytile.io.dataset import DataSetMeta
 from raytile.io.decoders import NativeDecoder
 from raytile.io.fileset import File, FileDataSet, FilePartition, FileSet
 from raytile.io.read_ranges import LAYOUT_TILED
-from raytile.io.shape import Shape
+from raytile.common.shape import Shape
 
 MAGIC = b"RTTILED1"
 _HEAD = struct.Struct("<8sI6I16s")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from raytile.io.shape import Shape
+from raytile.common.shape import Shape
 
 
 class Slice:

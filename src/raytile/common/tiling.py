@@ -8,8 +8,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from raytile.io.shape import Shape
-from raytile.io.slice import Slice
+from raytile.common.shape import Shape
+from raytile.common.slice import Slice
 
 
 class TilingScheme:
