@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import raytile as rt
-from raytile.common.errors import DataSetException, RaytileError, UDFException
+from raytile.common.errors import ConfigValidationError, DataSetException, RaytileError, UDFException
 
 NAV, SIG = (4, 5), (8, 6)
 
@@ -65,11 +65,190 @@ def test_missing_file(inline_ctx, tmp_path, fmt):
         inline_ctx.load(fmt, path=path, **kwargs)
 
 
-@pytest.mark.parametrize("dtype", ["uint17", "notadtype"])
+@pytest.mark.parametrize("dtype", ["uint17", "notadtype", "S4", object])
 def test_unknown_dtype(inline_ctx, files, dtype):
     _, raw, _ = files
-    with pytest.raises(DataSetException, match=rf"unknown dtype '{dtype}'"):
+    with pytest.raises(ConfigValidationError,
+                       match=rf"raw: parameter 'dtype' must be a numeric dtype.*, got {re.escape(repr(dtype))}$"):
         inline_ctx.load("raw", path=raw, nav_shape=NAV, sig_shape=SIG, dtype=dtype)
+
+
+# -- strict parameters: checked against the format's schema before anything is read --------------
+
+def load_raw(ctx, raw, **overrides):
+    return ctx.load("raw", **{"path": raw, "nav_shape": NAV, "sig_shape": SIG, "dtype": "uint16", **overrides})
+
+
+@pytest.mark.parametrize("name,value", [
+    ("nav_shape", (3.5, 5)),  # was truncated to (3, 5): 15 of the 20 frames read silently
+    ("nav_shape", (4.0, 5)),
+    ("sig_shape", (8, 6.0)),
+    ("nav_shape", (-4, -5)),
+    ("nav_shape", ()),
+    ("nav_shape", (True, 20)),
+])
+def test_raw_non_integer_shapes_raise(inline_ctx, files, name, value):
+    _, raw, _ = files
+    with pytest.raises(ConfigValidationError,
+                       match=rf"raw: parameter '{name}' must be a non-empty list of positive integers, "
+                             rf"got {re.escape(repr(value))}$"):
+        load_raw(inline_ctx, raw, **{name: value})
+
+
+@pytest.mark.parametrize("name,value,what", [
+    ("nav_shape", None, "is required, got None"),
+    ("sig_shape", None, "is required, got None"),
+    ("nav_shape", "4x5", "must be a non-empty list of positive integers, got '4x5'"),
+    ("sync_offset", "2", "must be a 64-bit integer, got '2'"),
+    ("sync_offset", 10**30, "must be a 64-bit integer, got 1000000000000000000000000000000"),
+    ("file_header_bytes", 1.5, "must be a 64-bit integer >= 0, got 1.5"),
+    ("frame_header_bytes", -4, "must be a 64-bit integer >= 0, got -4"),
+    ("num_partitions", "2", "must be a 64-bit integer >= 1, got '2'"),
+    ("num_partitions", 0, "must be a 64-bit integer >= 1, got 0"),
+    ("path", None, "is required, got None"),
+    ("path", 42, "must be a path, a glob pattern or a non-empty list of paths, got 42"),
+    ("path", [], "must be a path, a glob pattern or a non-empty list of paths, got \\[\\]"),
+    ("dtype", None, "is required, got None"),  # was float64 silently
+])
+def test_raw_none_and_strings_name_the_parameter(inline_ctx, files, name, value, what):
+    _, raw, _ = files
+    with pytest.raises(ConfigValidationError, match=rf"^raw: parameter '{name}' {what}$"):
+        load_raw(inline_ctx, raw, **{name: value})
+
+
+@pytest.mark.parametrize("overrides,match", [
+    # frames of 2**62 uint64 pixels: 2**65 bytes wrapped around to 0 in int64 (ZeroDivisionError)
+    (dict(sig_shape=(2**31, 2**31), dtype="uint64"),
+     r"raw: parameter 'sig_shape' \(2147483648, 2147483648\) at 64 bits per pixel .* makes frames of "
+     r"36893488147419103232 bytes, more than 64-bit file offsets reach"),
+    (dict(sig_shape=(2**40, 2**40)),  # 2**80 pixels overflowed numba's int64 (OverflowError)
+     r"raw: parameter 'sig_shape' must be a non-empty list of positive integers whose product is at most "
+     r"9223372036854775807, got \(1099511627776, 1099511627776\)"),
+    (dict(frame_header_bytes=2**63 - 1),
+     r"raw: parameter 'sig_shape' \(8, 6\) at 16 bits per pixel \(\+9223372036854775807/0 frame header/footer "
+     r"bytes\) makes frames of 9223372036854775903 bytes"),
+    (dict(nav_shape=(2**40, 2**20)),
+     r"raw: parameter 'nav_shape' \(1099511627776, 1048576\) of 96-byte frames makes 110680464442257309696 bytes"),
+])
+def test_raw_sizes_beyond_int64_raise_naming_the_parameter(inline_ctx, files, overrides, match):
+    _, raw, _ = files
+    with pytest.raises(ConfigValidationError, match=match):
+        load_raw(inline_ctx, raw, **overrides)
+
+
+@pytest.mark.parametrize("sync_offset", [3, -3])
+def test_empty_file_with_sync_offset(inline_ctx, tmp_path, sync_offset):
+    empty = tmp_path / "empty.raw"
+    empty.write_bytes(b"")
+    with pytest.raises(DataSetException, match=rf"empty\.raw: sync_offset {sync_offset} reads no frame of the file: "
+                                               rf"nav positions 0\.\.19 .* the file holds 0 frames"):
+        load_raw(inline_ctx, empty, sync_offset=sync_offset)
+
+
+@pytest.mark.parametrize("fmt,sync_offset", [("raw", 20), ("raw", -20), ("npy", 25), ("npy", -30)])
+def test_sync_offset_past_the_data_raises(inline_ctx, files, fmt, sync_offset):
+    _, raw, npy = files
+    with pytest.raises(DataSetException, match=rf"sync_offset {sync_offset} reads no frame of the file.*holds 20 frames"):
+        if fmt == "raw":
+            load_raw(inline_ctx, raw, sync_offset=sync_offset)
+        else:
+            inline_ctx.load("npy", path=npy, sync_offset=sync_offset)
+
+
+def test_sync_offset_within_the_data_reads_shifted_frames(inline_ctx, files):
+    data, raw, _ = files
+    ds = load_raw(inline_ctx, raw, sync_offset=-19)  # only the last nav position holds a frame: the file's first
+    res = inline_ctx.run_udf(dataset=ds, udf=rt.SumSigUDF())
+    expected = np.zeros(20)
+    expected[19] = data.reshape(20, -1)[0].sum()
+    np.testing.assert_array_equal(res["intensity"].data.reshape(-1), expected)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(sig_dims=-1), r"memory: parameter 'sig_dims' must be a 64-bit integer >= 1, got -1$"),
+    (dict(sig_dims=0), r"memory: parameter 'sig_dims' must be a 64-bit integer >= 1, got 0$"),
+    (dict(nav_shape=(-4, -5)), r"memory: parameter 'nav_shape' must be a non-empty list of positive integers, "
+                               r"got \(-4, -5\)$"),
+    (dict(sig_shape=(8.0, 6)), r"memory: parameter 'sig_shape' must be a non-empty list of positive integers, "
+                               r"got \(8\.0, 6\)$"),
+])
+def test_memory_bad_parameters_raise_at_load(inline_ctx, files, kwargs, match):
+    data, _, _ = files
+    with pytest.raises(ConfigValidationError, match=match):
+        inline_ctx.load("memory", data=data, **kwargs)
+
+
+def test_memory_data_of_wrong_type(inline_ctx):
+    with pytest.raises(ConfigValidationError, match=r"memory: parameter 'data' must be an array .*, got \[1, 2, 3\]$"):
+        inline_ctx.load("memory", data=[1, 2, 3])
+
+
+def test_ragged_roi(inline_ctx, files):
+    data, _, _ = files
+    ds = inline_ctx.load("memory", data=data[:2, :2])
+    with pytest.raises(DataSetException, match=r"roi must be a boolean array of the nav shape \(2, 2\), "
+                                               r"got \[\[True, False\], \[True\]\]$"):
+        inline_ctx.run_udf(dataset=ds, udf=rt.SumUDF(), roi=[[True, False], [True]])
+
+
+def test_misspelt_parameter(inline_ctx, files):
+    _, raw, _ = files
+    with pytest.raises(ConfigValidationError, match=r"raw: unknown parameter 'nav_shap' \(did you mean 'nav_shape'\?\); "
+                                                    r"known parameters: .*dtype.*nav_shape.*sig_shape") as info:
+        inline_ctx.load("raw", path=raw, nav_shap=NAV, sig_shape=SIG, dtype="uint16")
+    assert isinstance(info.value, RaytileError)
+
+
+def test_io_backend_outside_file_formats(inline_ctx, files, tmp_path):
+    from raytile.io.formats.sparse import save_npz_csr
+
+    data, raw, _ = files
+    with pytest.raises(ConfigValidationError, match=r"raw: parameter 'io_backend' must be one of "
+                                                    r"\['buffered', 'direct', 'mmap'\], got 'floppy'$"):
+        load_raw(inline_ctx, raw, io_backend="floppy")
+    npz = tmp_path / "scan.npz"
+    save_npz_csr(npz, data)
+    with pytest.raises(ConfigValidationError, match=r"npz_csr: unknown parameter 'io_backend'; known parameters: "):
+        inline_ctx.load("npz_csr", path=npz, io_backend="mmap")
+
+
+@pytest.mark.parametrize("io_backend", ["mmap", "buffered"])
+def test_hdf5_accepts_io_backend(inline_ctx, files, tmp_path, io_backend):
+    h5py = pytest.importorskip("h5py")
+    data, _, _ = files
+    p = tmp_path / "scan.h5"
+    with h5py.File(p, "w") as f:
+        f.create_dataset("data", data=data)
+    ds = inline_ctx.load("hdf5", path=p, ds_path="data", io_backend=io_backend)
+    diagnostics = {d["name"]: d["value"] for d in ds.get_diagnostics()}
+    assert diagnostics["read"] == "directly from the file" and diagnostics["io backend"] == io_backend
+    res = inline_ctx.run_udf(dataset=ds, udf=rt.SumUDF(dtype="int64"))
+    np.testing.assert_array_equal(res["intensity"].data, data.sum(axis=(0, 1)))
+    with pytest.raises(ConfigValidationError, match=r"hdf5: parameter 'io_backend' must be one of .*got 'floppy'$"):
+        inline_ctx.load("hdf5", path=p, ds_path="data", io_backend="floppy")
+
+
+def test_python_values_are_accepted(inline_ctx, files):
+    data, raw, _ = files
+    ds = inline_ctx.load("raw", path=raw, nav_shape=np.array(NAV), sig_shape=(np.int64(8), np.int32(6)),
+                         dtype=np.dtype("<u2"), sync_offset=np.int16(0), num_partitions=np.uint8(2))
+    assert ds.shape.to_tuple() == NAV + SIG and ds.num_partitions == 2
+    res = inline_ctx.run_udf(dataset=ds, udf=rt.SumUDF(dtype="int64"))
+    np.testing.assert_array_equal(res["intensity"].data, data.sum(axis=(0, 1)))
+    ds = inline_ctx.load("raw", path=[raw], nav_shape=list(NAV), sig_shape=list(SIG), dtype=np.uint16)
+    assert ds.shape.to_tuple() == NAV + SIG
+
+
+def test_json_and_python_parameters_share_one_validation(inline_ctx, files):
+    from raytile.io import dataset_from_json
+
+    _, raw, _ = files
+    with pytest.raises(ConfigValidationError) as from_python:
+        load_raw(inline_ctx, raw, nav_shape=[3.5, 5])
+    with pytest.raises(ConfigValidationError) as from_json:
+        dataset_from_json({"type": "raw", "path": str(raw), "nav_shape": [3.5, 5], "sig_shape": list(SIG),
+                           "dtype": "uint16"})
+    assert str(from_python.value) == str(from_json.value)
 
 
 def test_unknown_format(inline_ctx, files):

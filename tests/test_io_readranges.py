@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from raytile.common.errors import DataSetException
+from raytile.common.errors import ConfigValidationError, DataSetException
 from raytile.common import Shape, TilingScheme
 from raytile.io.fileset import File, FileSet
 from raytile.io.read_ranges import plan_block_reads, slice_runs
@@ -100,7 +100,7 @@ def test_wrong_bit_depth(inline_ctx, tmp_path):
     p.write_bytes(pack_bits(np.zeros((4, 4, 5), np.uint16), 12))  # 4 frames of 30 bytes
     with pytest.raises(DataSetException, match=r"p12\.bin.*not a multiple of the frame size"):
         inline_ctx.load("packed_raw", path=p, nav_shape=(4,), sig_shape=(4, 5), bits=10)
-    with pytest.raises(DataSetException, match="cannot hold 12-bit"):
+    with pytest.raises(ConfigValidationError, match="parameter 'dtype' uint8 cannot hold 12-bit"):
         inline_ctx.load("packed_raw", path=p, nav_shape=(4,), sig_shape=(4, 5), bits=12, dtype="uint8")
 
 
@@ -132,7 +132,8 @@ def test_hdf5_missing_path_and_not_hdf5(inline_ctx, tmp_path):
 
 
 def test_unknown_backend(inline_ctx, tmp_path):
-    with pytest.raises(DataSetException, match="unknown io_backend 'floppy'"):
+    with pytest.raises(ConfigValidationError,
+                       match=r"parameter 'io_backend' must be one of \['buffered', 'direct', 'mmap'\], got 'floppy'"):
         inline_ctx.load("raw", path=tmp_path / "a", nav_shape=(1,), sig_shape=(1,), dtype="u1", io_backend="floppy")
 
 

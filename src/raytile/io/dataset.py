@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import math
-from abc import ABC, abstractmethod
+from abc import ABC, ABCMeta, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
@@ -13,6 +14,7 @@ from raytile.common.errors import ConfigValidationError, DataSetException
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.common.tiling import DataTile, TilingScheme
+from raytile.io.params import ParamSpec, show, validate_params
 
 #: Partition size aimed for by default, in bytes of raw data.
 DEFAULT_PARTITION_BYTES = 128 * 1024 * 1024
@@ -57,8 +59,11 @@ def validate_roi(roi: Any, shape: Shape) -> np.ndarray | None:
     """Check an ROI against the nav shape; return it as a flat bool array (or None)."""
     if roi is None:
         return None
-    roi = np.asarray(roi)
     nav = shape.nav.to_tuple()
+    try:
+        roi = np.asarray(roi)
+    except ValueError:  # a ragged nested list
+        raise DataSetException(f"roi must be a boolean array of the nav shape {nav}, got {show(roi)}") from None
     if roi.dtype != bool:
         raise DataSetException(f"roi must be a boolean array, got dtype {roi.dtype}")
     if roi.shape != nav and roi.shape != (math.prod(nav),):
@@ -151,62 +156,6 @@ def _initialize_on_worker(ds: "DataSet"):
     return meta, ds.__dict__
 
 
-PARAM_TYPES = ("str", "path", "paths", "int", "float", "bool", "shape", "dtype", "choice", "int_list")
-
-
-def _convert_param(owner: str, name: str, spec: dict[str, Any], value: Any) -> Any:
-    kind = spec.get("type", "str")
-
-    def bad(what: str):
-        return ConfigValidationError(f"{owner}: parameter {name!r} must be {what}, got {value!r}")
-
-    if kind in ("str", "path"):
-        if not isinstance(value, str):
-            raise bad("a string")
-        return value
-    if kind == "paths":
-        if isinstance(value, str):
-            return value
-        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-            return list(value)
-        raise bad("a path, a glob pattern or a non-empty list of paths")
-    if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise bad("an integer")
-        if "min" in spec and value < spec["min"]:
-            raise bad(f"an integer >= {spec['min']}")
-        return value
-    if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad("a number")
-        return float(value)
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise bad("true or false")
-        return value
-    if kind in ("shape", "int_list"):
-        if not isinstance(value, list) or not value or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value
-        ):
-            raise bad("a non-empty list of integers")
-        if kind == "shape" and min(value) <= 0:
-            raise bad("a list of positive integers")
-        return tuple(value)
-    if kind == "dtype":
-        if not isinstance(value, str):
-            raise bad("a dtype name such as 'uint16' or '>f4'")
-        try:
-            np.dtype(value)
-        except TypeError:
-            raise bad("a dtype name such as 'uint16' or '>f4'") from None
-        return value
-    if kind == "choice":
-        if value not in spec["choices"]:
-            raise bad(f"one of {spec['choices']}")
-        return value
-    raise ConfigValidationError(f"{owner}: parameter {name!r} has unknown schema type {kind!r}")
-
-
 def dataset_from_json(params: dict[str, Any]) -> "DataSet":
     """A data set from JSON parameters with a ``"type"`` (or ``"format"``) key naming the format."""
     from raytile.io.formats import get_format
@@ -220,7 +169,7 @@ def dataset_from_json(params: dict[str, Any]) -> "DataSet":
         cls = get_format(name)
     except DataSetException as e:
         raise ConfigValidationError(str(e)) from None
-    return cls.from_json_params(params)
+    return cls(**{k: v for k, v in params.items() if k not in ("type", "format")})
 
 
 def iter_array_tiles(
@@ -264,11 +213,24 @@ def iter_array_tiles(
             yield DataTile(data, tile_slice, scheme_idx)
 
 
-class DataSet(ABC):
+class DataSetType(ABCMeta):
+    """Metaclass of :class:`DataSet`: calling a format class validates its arguments first.
+
+    ``Context.load``, :func:`dataset_from_json` and direct construction all
+    call the class, so all go through :meth:`DataSet.validate_params`, and
+    constructors receive checked values in canonical form.
+    """
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        return super().__call__(**cls.validate_params(*args, **kwargs))
+
+
+class DataSet(metaclass=DataSetType):
     """A data set: nav x sig frames of one dtype, split into partitions.
 
-    Formats subclass this and implement :meth:`initialize` (open files, read
-    headers, check sizes) and :meth:`get_partitions`.
+    Formats subclass this and implement :meth:`_do_initialize` (open files, read
+    headers, check sizes) and :meth:`get_partitions`, and declare every
+    constructor parameter in ``params_schema`` (see :mod:`raytile.io.params`).
     """
 
     #: Name under which ``Context.load`` finds this format.
@@ -278,11 +240,12 @@ class DataSet(ABC):
     #: in-memory formats keep it False so their data is not shipped around.
     initialize_on_worker: bool = False
 
-    #: Constructor parameters accepted from plain JSON (see :meth:`from_json_params`):
-    #: name -> {"type": one of PARAM_TYPES, "required": bool, "choices": [...]}.
-    params_schema: dict[str, dict[str, Any]] = {
-        "num_partitions": {"type": "int"},
-        "partition_bytes": {"type": "int"},
+    #: Constructor parameters, merged along the class hierarchy by :meth:`get_params_schema`:
+    #: name -> {"type": a kind of :data:`raytile.io.params.CHECKS`, "required": bool, "min", "max", "choices"}.
+    params_schema: dict[str, ParamSpec] = {
+        "num_partitions": {"type": "int", "min": 1},
+        "partition_bytes": {"type": "int", "min": 1},
+        "corrections": {"type": "corrections"},
     }
 
     def __init__(self, num_partitions: int | None = None, partition_bytes: int = DEFAULT_PARTITION_BYTES,
@@ -320,43 +283,34 @@ class DataSet(ABC):
             self.check_valid()
         return self
 
-    # -- parameters from JSON ---------------------------------------------
+    # -- parameters ----------------------------------------------------------
     @classmethod
-    def get_params_schema(cls) -> dict[str, dict[str, Any]]:
+    def get_params_schema(cls) -> dict[str, ParamSpec]:
         """The merged parameter schema of this class and its bases."""
-        schema: dict[str, dict[str, Any]] = {}
+        schema: dict[str, ParamSpec] = {}
         for klass in reversed(cls.__mro__):
             schema.update(getattr(klass, "params_schema", {}) or {})
         return schema
 
     @classmethod
-    def convert_json_params(cls, params: dict[str, Any]) -> dict[str, Any]:
-        """Validate plain JSON parameters against the schema; return constructor kwargs.
+    def validate_params(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Constructor arguments checked against :meth:`get_params_schema`, as keyword arguments.
 
-        Raises :class:`~raytile.common.errors.ConfigValidationError` naming the parameter.
+        Positional arguments are named after the constructor's signature.
+        Raises :class:`~raytile.common.errors.ConfigValidationError` naming
+        the parameter and the value.
         """
-        if not isinstance(params, dict):
-            raise ConfigValidationError(f"{cls.__name__} parameters must be an object, got {type(params).__name__}")
-        schema = cls.get_params_schema()
-        params = {k: v for k, v in params.items() if k not in ("type", "format")}
-        unknown = sorted(set(params) - set(schema))
-        if unknown:
-            raise ConfigValidationError(
-                f"{cls.__name__}: unknown parameter(s) {unknown}; known: {sorted(schema)}"
-            )
-        out = {}
-        for name, spec in schema.items():
-            if name not in params or params[name] is None:
-                if spec.get("required"):
-                    raise ConfigValidationError(f"{cls.__name__}: parameter {name!r} is required")
-                continue
-            out[name] = _convert_param(cls.__name__, name, spec, params[name])
-        return out
-
-    @classmethod
-    def from_json_params(cls, params: dict[str, Any]) -> "DataSet":
-        """A (not yet initialized) data set from plain JSON parameters; see :meth:`convert_json_params`."""
-        return cls(**cls.convert_json_params(params))
+        owner = cls.format_name or cls.__name__
+        names = [p.name for p in inspect.signature(cls.__init__).parameters.values()
+                 if p.kind is p.POSITIONAL_OR_KEYWORD][1:]
+        if len(args) > len(names):
+            raise ConfigValidationError(f"{owner}: takes at most {len(names)} positional parameters "
+                                        f"({', '.join(names)}), got {len(args)}")
+        for name, value in zip(names, args):
+            if name in kwargs:
+                raise ConfigValidationError(f"{owner}: parameter {name!r} is given twice")
+            kwargs[name] = value
+        return validate_params(owner, cls.get_params_schema(), kwargs)
 
     @abstractmethod
     def _do_initialize(self) -> DataSetMeta:

@@ -19,7 +19,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from raytile.common.errors import DataSetException
-from raytile.io.backends import ReadJob, choose_backend, get_backend
+from raytile.io.backends import BACKENDS, ReadJob, choose_backend, get_backend
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
 from raytile.io.decoders import Decoder, NativeDecoder
 from raytile.io.read_ranges import LAYOUT_FRAMES, frame_stride_bytes, get_read_ranges, slice_runs
@@ -64,6 +64,32 @@ def expand_paths(path: Any) -> list[str]:
     return paths
 
 
+def exact_frame_stride(bpp: int, frame_px: int, frame_header_bytes: int = 0, frame_footer_bytes: int = 0) -> int:
+    """Bytes one frame takes in a file, in Python integers.
+
+    The jitted :func:`~raytile.io.read_ranges.frame_stride_bytes` computes in
+    int64 and wraps around for huge frames; its pure Python body gives the
+    exact size, which formats compare with :data:`~raytile.io.params.INT64_MAX`
+    before any numba code sees it.
+    """
+    return int(frame_stride_bytes.py_func(bpp, frame_px, frame_header_bytes, frame_footer_bytes))
+
+
+def check_sync_offset(path: str, sync_offset: int, nav_frames: int, file_frames: int) -> None:
+    """DataSetException unless the nav axis shifted by ``sync_offset`` reads at least one frame of the file.
+
+    Nav position ``i`` reads file frame ``i + sync_offset``; with a non-zero
+    offset frames outside the file read as zeros, so without overlap a run
+    would silently return zeros. (Without an offset the formats require the
+    file to hold every nav position's frame.)
+    """
+    if sync_offset and max(sync_offset, 0) >= min(sync_offset + nav_frames, file_frames):
+        raise DataSetException(
+            f"{path}: sync_offset {sync_offset} reads no frame of the file: nav positions 0..{nav_frames - 1} "
+            f"map to file frames {sync_offset}..{sync_offset + nav_frames - 1}, the file holds {file_frames} frames"
+        )
+
+
 class FileSet:
     """Files of equally sized frames, in frame order.
 
@@ -102,7 +128,7 @@ class FileSet:
 
     @property
     def frame_stride(self) -> int:
-        return int(frame_stride_bytes(self.bpp, self.frame_px, self.frame_header_bytes, self.frame_footer_bytes))
+        return exact_frame_stride(self.bpp, self.frame_px, self.frame_header_bytes, self.frame_footer_bytes)
 
     def file_bytes(self, f: File) -> int:
         """Bytes ``f`` needs to hold its frames."""
@@ -217,11 +243,10 @@ class FileDataSet(DataSet):
 
     initialize_on_worker = True
     partition_class = FilePartition
+    params_schema = {"io_backend": {"type": "choice", "choices": sorted(BACKENDS)}}
 
     def __init__(self, io_backend: str | None = None, **kwargs):
         super().__init__(**kwargs)
-        if io_backend is not None:
-            choose_backend(0, io_backend)  # validates the name early
         self._io_backend_requested = io_backend
         self._fileset: FileSet | None = None
         self._decoder: Decoder | None = None

@@ -11,8 +11,10 @@ read without the HDF5 library: a contiguous dataset is a plain run of
 frames at its offset (read "straight" from a file map), one chunked in
 whole frames a :data:`~raytile.io.read_ranges.LAYOUT_CHUNKED` file set
 built from the chunks' offsets; both go through :class:`~raytile.io.fileset.FilePartition`
-and the IO backends. Other datasets are read with one h5py ``read_direct``
-per signal slice and nav block into a reused buffer.
+and the IO backend ``io_backend`` (default ``"mmap"``). Other datasets are
+read with one h5py ``read_direct`` per signal slice and nav block into a
+reused buffer (``io_backend`` does not apply; the diagnostics say which way
+a data set is read).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 from raytile.common.errors import DataSetException
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
 from raytile.io.decoders import NativeDecoder
+from raytile.io.backends import BACKENDS
 from raytile.io.fileset import File, FilePartition, FileSet
 from raytile.io.read_ranges import LAYOUT_CHUNKED, chunked_extra
 from raytile.common.shape import Shape
@@ -147,8 +150,8 @@ class H5FilePartition(_ChunkTiling, FilePartition):
     """An uncompressed HDF5 dataset's frames, read by the IO backends from its byte layout."""
 
     def __init__(self, meta: DataSetMeta, partition_slice: Slice, idx: int, fileset: FileSet, dtype: np.dtype,
-                 chunks: tuple | None, file_nav: tuple):
-        super().__init__(meta, partition_slice, idx, fileset, NativeDecoder(dtype), "mmap", dtype)
+                 chunks: tuple | None, file_nav: tuple, io_backend: str):
+        super().__init__(meta, partition_slice, idx, fileset, NativeDecoder(dtype), io_backend, dtype)
         self.chunks = chunks
         self.file_nav = file_nav
 
@@ -244,14 +247,17 @@ class H5DataSet(DataSet):
         "ds_path": {"type": "str", "required": True},
         "sig_dims": {"type": "int", "min": 1},
         "nav_shape": {"type": "shape"},
+        "io_backend": {"type": "choice", "choices": sorted(BACKENDS)},
     }
 
-    def __init__(self, path, ds_path: str, sig_dims: int = 2, nav_shape=None, **kwargs):
+    def __init__(self, path: str, ds_path: str, sig_dims: int = 2, nav_shape: tuple[int, ...] | None = None,
+                 io_backend: str = "mmap", **kwargs):
         super().__init__(**kwargs)
-        self._path = os.fspath(path)
-        self._ds_path = str(ds_path)
-        self._sig_dims = int(sig_dims)
-        self._nav_shape = None if nav_shape is None else tuple(int(v) for v in nav_shape)
+        self._path = path
+        self._ds_path = ds_path
+        self._sig_dims = sig_dims
+        self._nav_shape = nav_shape
+        self._io_backend = io_backend
         self._raw_fileset: FileSet | None = None
 
     def _do_initialize(self) -> DataSetMeta:
@@ -296,12 +302,13 @@ class H5DataSet(DataSet):
             {"name": "path", "value": f"{self._path}:{self._ds_path}"},
             {"name": "chunks", "value": str(self._chunks)},
             {"name": "read", "value": "directly from the file" if self._raw_fileset is not None else "with h5py"},
-        ]
+        ] + ([{"name": "io backend", "value": self._io_backend}] if self._raw_fileset is not None else [])
 
     def get_partitions(self) -> list[Partition]:
         fs = self._raw_fileset
         if fs is not None:
-            return [H5FilePartition(self.meta, sl, idx, fs, self._h5dtype, self._chunks, self._file_nav)
+            return [H5FilePartition(self.meta, sl, idx, fs, self._h5dtype, self._chunks, self._file_nav,
+                                    self._io_backend)
                     for idx, sl in enumerate(self.get_slices())]
         return [H5Partition(self.meta, sl, idx, self._path, self._ds_path, self._chunks, self._file_nav)
                 for idx, sl in enumerate(self.get_slices())]

@@ -45,6 +45,12 @@ class MemoryDataSet(DataSet):
     """
 
     format_name = "memory"
+    params_schema = {
+        "data": {"type": "array", "required": True},
+        "sig_dims": {"type": "int", "min": 1},
+        "nav_shape": {"type": "shape"},
+        "sig_shape": {"type": "shape"},
+    }
 
     def __new__(cls, data: Any = None, *args: Any, **kwargs: Any):
         if cls is MemoryDataSet and _is_sparse(data):
@@ -53,14 +59,13 @@ class MemoryDataSet(DataSet):
             return SparseMemoryDataSet(data, *args, **kwargs)
         return super().__new__(cls)
 
-    def __init__(self, data: Any, sig_dims: int = 2, nav_shape=None, sig_shape=None, **kwargs):
+    def __init__(self, data: Any, sig_dims: int = 2, nav_shape: tuple[int, ...] | None = None,
+                 sig_shape: tuple[int, ...] | None = None, **kwargs):
         super().__init__(**kwargs)
-        if not hasattr(data, "shape") or not hasattr(data, "dtype"):
-            raise DataSetException(f"memory data set needs an array, got {type(data).__name__}")
         self._data = data
-        self._sig_dims = int(sig_dims if sig_shape is None else len(sig_shape))
-        self._nav_shape = None if nav_shape is None else tuple(nav_shape)
-        self._sig_shape = None if sig_shape is None else tuple(sig_shape)
+        self._sig_dims = sig_dims if sig_shape is None else len(sig_shape)
+        self._nav_shape = nav_shape
+        self._sig_shape = sig_shape
 
     def _do_initialize(self) -> DataSetMeta:
         data = self._data

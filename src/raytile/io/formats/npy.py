@@ -9,7 +9,7 @@ import numpy as np
 from raytile.common.errors import DataSetException
 from raytile.io.dataset import DataSetMeta, Partition
 from raytile.io.decoders import NativeDecoder
-from raytile.io.fileset import File, FileDataSet, FileSet
+from raytile.io.fileset import File, FileDataSet, FileSet, check_sync_offset
 from raytile.io.formats.raw import check_file
 from raytile.common.shape import Shape
 
@@ -41,17 +41,16 @@ class NPYDataSet(FileDataSet):
         "nav_shape": {"type": "shape"},
         "sig_shape": {"type": "shape"},
         "sync_offset": {"type": "int"},
-        "io_backend": {"type": "choice", "choices": ["mmap", "buffered", "direct"]},
     }
 
-    def __init__(self, path, sig_dims: int = 2, nav_shape=None, sig_shape=None, sync_offset: int = 0,
-                 **kwargs):
+    def __init__(self, path: str, sig_dims: int = 2, nav_shape: tuple[int, ...] | None = None,
+                 sig_shape: tuple[int, ...] | None = None, sync_offset: int = 0, **kwargs):
         super().__init__(**kwargs)
-        self._path = str(path)
-        self._sig_dims = int(sig_dims if sig_shape is None else len(sig_shape))
-        self._nav_shape = None if nav_shape is None else tuple(int(v) for v in nav_shape)
-        self._sig_shape = None if sig_shape is None else tuple(int(v) for v in sig_shape)
-        self._sync_offset = int(sync_offset)
+        self._path = path
+        self._sig_dims = sig_dims if sig_shape is None else len(sig_shape)
+        self._nav_shape = nav_shape
+        self._sig_shape = sig_shape
+        self._sync_offset = sync_offset
 
     def _do_initialize(self) -> DataSetMeta:
         check_file(self._path)
@@ -69,6 +68,7 @@ class NPYDataSet(FileDataSet):
         if total % frame:
             raise DataSetException(f"{self._path}: array of shape {shape} does not hold whole frames of {sig}")
         self._file_frames = total // frame
+        check_sync_offset(self._path, self._sync_offset, math.prod(nav), self._file_frames)
         if math.prod(nav) + max(self._sync_offset, 0) > self._file_frames and self._sync_offset == 0:
             raise DataSetException(
                 f"{self._path}: array of shape {shape} holds {self._file_frames} frames, "

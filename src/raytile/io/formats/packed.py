@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from raytile.common.errors import DataSetException
+from raytile.common.errors import ConfigValidationError
 from raytile.io.dataset import DataSetMeta
 from raytile.io.decoders import PackedDecoder
 from raytile.io.formats.raw import RawFileDataSet
@@ -45,19 +45,23 @@ class PackedRawDataSet(RawFileDataSet):
     format_name = "packed_raw"
     params_schema = {
         "dtype": {"type": "dtype"},
-        "bits": {"type": "int", "required": True, "min": 1},
+        "bits": {"type": "int", "required": True, "min": 1, "max": 31},
         "bit_order": {"type": "choice", "choices": ["lsb", "msb"]},
     }
 
-    def __init__(self, path, nav_shape, sig_shape, bits: int = 12, bit_order: str = "lsb", dtype=None, **kwargs):
-        bits = int(bits)
+    def __init__(self, path: str | list[str], nav_shape: tuple[int, ...], sig_shape: tuple[int, ...],
+                 bits: int, bit_order: str = "lsb", dtype: np.dtype | None = None, **kwargs):
+        if bits in (8, 16):
+            raise ConfigValidationError(f"packed_raw: parameter 'bits' must not be {bits}: "
+                                        f"read {bits}-bit pixels with the raw format and dtype uint{bits}")
+        self._bits = bits
         self._decoder_packed = PackedDecoder(bits, bit_order)
         native = self._decoder_packed.native_dtype
-        out = np.dtype(dtype) if dtype is not None else native
+        out = dtype if dtype is not None else native
         if out.kind not in "uif" or (out.kind in "ui" and out.itemsize * 8 < bits):
-            raise DataSetException(f"packed_raw: dtype {out} cannot hold {bits}-bit pixels")
+            raise ConfigValidationError(f"packed_raw: parameter 'dtype' {out} cannot hold {bits}-bit pixels "
+                                        f"(parameter 'bits' {bits})")
         super().__init__(path, nav_shape, sig_shape, out, **kwargs)
-        self._bits = bits
 
     def _bpp(self) -> int:
         return self._bits

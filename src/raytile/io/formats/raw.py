@@ -16,19 +16,13 @@ from functools import lru_cache
 
 import numpy as np
 
-from raytile.common.errors import DataSetException
+from raytile.common.errors import ConfigValidationError, DataSetException
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
 from raytile.io.decoders import NativeDecoder
-from raytile.io.fileset import File, FileDataSet, FileSet, expand_paths
+from raytile.io.fileset import File, FileDataSet, FileSet, check_sync_offset, exact_frame_stride, expand_paths
+from raytile.io.params import INT64_MAX
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
-
-
-def parse_dtype(dtype) -> np.dtype:
-    try:
-        return np.dtype(dtype)
-    except TypeError as e:
-        raise DataSetException(f"unknown dtype {dtype!r}: {e}") from None
 
 
 @lru_cache(maxsize=64)
@@ -97,27 +91,38 @@ class RawFileDataSet(FileDataSet):
         "file_header_bytes": {"type": "int", "min": 0},
         "frame_header_bytes": {"type": "int", "min": 0},
         "frame_footer_bytes": {"type": "int", "min": 0},
-        "io_backend": {"type": "choice", "choices": ["mmap", "buffered", "direct"]},
     }
 
-    def __init__(self, path, nav_shape, sig_shape, dtype, sync_offset: int = 0, file_header_bytes: int = 0,
-                 frame_header_bytes: int = 0, frame_footer_bytes: int = 0, **kwargs):
+    def __init__(self, path: str | list[str], nav_shape: tuple[int, ...], sig_shape: tuple[int, ...],
+                 dtype: np.dtype, sync_offset: int = 0, file_header_bytes: int = 0, frame_header_bytes: int = 0,
+                 frame_footer_bytes: int = 0, **kwargs):
         super().__init__(**kwargs)
-        self._paths_in = path if isinstance(path, (list, tuple)) else os.fspath(path)
-        is_list = isinstance(path, (list, tuple))
-        self._path = (os.fspath(path[0]) if path else "") if is_list else os.fspath(path)
-        self._nav_shape = tuple(int(v) for v in nav_shape)
-        self._sig_shape = tuple(int(v) for v in sig_shape)
-        self._dtype = parse_dtype(dtype)
-        self._sync_offset = int(sync_offset)
-        self._file_header = int(file_header_bytes)
-        self._frame_header = int(frame_header_bytes)
-        self._frame_footer = int(frame_footer_bytes)
-        if min(self._file_header, self._frame_header, self._frame_footer) < 0:
-            raise DataSetException("file_header_bytes, frame_header_bytes and frame_footer_bytes must be >= 0")
-        if not self._nav_shape or not self._sig_shape or min(self._nav_shape + self._sig_shape) <= 0:
-            raise DataSetException(
-                f"nav_shape {self._nav_shape} and sig_shape {self._sig_shape} must be non-empty and positive"
+        self._paths_in = path
+        self._path = path[0] if isinstance(path, list) else path
+        self._nav_shape = nav_shape
+        self._sig_shape = sig_shape
+        self._dtype = dtype
+        self._sync_offset = sync_offset
+        self._file_header = file_header_bytes
+        self._frame_header = frame_header_bytes
+        self._frame_footer = frame_footer_bytes
+        self._check_byte_sizes()
+
+    def _check_byte_sizes(self) -> None:
+        """A frame, and all frames of ``nav_shape``, must fit int64 byte offsets (the read code's integers)."""
+        owner = self.format_name
+        stride = exact_frame_stride(self._bpp(), math.prod(self._sig_shape), self._frame_header, self._frame_footer)
+        if stride > INT64_MAX:
+            raise ConfigValidationError(
+                f"{owner}: parameter 'sig_shape' {self._sig_shape} at {self._bpp()} bits per pixel "
+                f"(+{self._frame_header}/{self._frame_footer} frame header/footer bytes) makes frames of {stride} "
+                f"bytes, more than 64-bit file offsets reach"
+            )
+        total = self._file_header + math.prod(self._nav_shape) * stride
+        if total > INT64_MAX:
+            raise ConfigValidationError(
+                f"{owner}: parameter 'nav_shape' {self._nav_shape} of {stride}-byte frames makes {total} bytes, "
+                f"more than 64-bit file offsets reach"
             )
 
     def _bpp(self) -> int:
@@ -152,6 +157,7 @@ class RawFileDataSet(FileDataSet):
         self._fileset = self._make_fileset(files)
         self._path = files[0].path if len(files) == 1 else f"{files[0].path} (+{len(files) - 1} files)"
         self._file_frames = self._fileset.num_frames
+        check_sync_offset(self._path, self._sync_offset, math.prod(self._nav_shape), self._file_frames)
         needed = math.prod(self._nav_shape) + max(self._sync_offset, 0)
         if self._file_frames < needed and self._sync_offset == 0:
             raise DataSetException(

@@ -150,13 +150,18 @@ class SparseMemoryDataSet(DataSet):
     format_name = "sparse_memory"
     native_backend = SCIPY_CSR
     array_backends = (SCIPY_CSR,)
+    params_schema = {
+        "data": {"type": "array", "required": True},
+        "sig_dims": {"type": "int", "min": 1},
+        "nav_shape": {"type": "shape"},
+        "sig_shape": {"type": "shape"},
+    }
 
-    def __init__(self, data: Any, sig_dims: int = 2, nav_shape=None, sig_shape=None, **kwargs):
+    def __init__(self, data: Any, sig_dims: int = 2, nav_shape: tuple[int, ...] | None = None,
+                 sig_shape: tuple[int, ...] | None = None, **kwargs):
         super().__init__(**kwargs)
-        if not hasattr(data, "shape") or not hasattr(data, "dtype"):
-            raise DataSetException(f"sparse_memory data set needs a sparse array, got {type(data).__name__}")
         self._data = data
-        self._sig_dims = int(sig_dims if sig_shape is None else len(sig_shape))
+        self._sig_dims = sig_dims if sig_shape is None else len(sig_shape)
         self._nav_shape = nav_shape
         self._sig_shape = sig_shape
 
@@ -294,11 +299,17 @@ class NPZCSRDataSet(DataSet):
     format_name = "npz_csr"
     native_backend = SCIPY_CSR
     array_backends = (SCIPY_CSR,)
+    params_schema = {
+        "path": {"type": "path", "required": True},
+        "nav_shape": {"type": "shape"},
+        "sig_shape": {"type": "shape"},
+        "sig_dims": {"type": "int", "min": 1},
+    }
 
-    def __init__(self, path: str | os.PathLike, nav_shape=None, sig_shape=None, sig_dims: int | None = None,
-                 **kwargs):
+    def __init__(self, path: str, nav_shape: tuple[int, ...] | None = None,
+                 sig_shape: tuple[int, ...] | None = None, sig_dims: int | None = None, **kwargs):
         super().__init__(**kwargs)
-        self._path = os.fspath(path)
+        self._path = path
         self._nav_shape = nav_shape
         self._sig_shape = sig_shape
         self._sig_dims = sig_dims

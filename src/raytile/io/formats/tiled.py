@@ -108,13 +108,12 @@ class TiledDataSet(FileDataSet):
     params_schema = {
         "path": {"type": "path", "required": True},
         "nav_shape": {"type": "shape"},
-        "io_backend": {"type": "choice", "choices": ["mmap", "buffered", "direct"]},
     }
 
-    def __init__(self, path, nav_shape=None, **kwargs):
+    def __init__(self, path: str, nav_shape: tuple[int, ...] | None = None, **kwargs):
         super().__init__(**kwargs)
-        self._path = os.fspath(path)
-        self._nav_shape = None if nav_shape is None else tuple(int(v) for v in nav_shape)
+        self._path = path
+        self._nav_shape = nav_shape
 
     def _do_initialize(self) -> DataSetMeta:
         if not os.path.isfile(self._path):

@@ -1,0 +1,187 @@
+"""Data set parameters: one validation path for ``Context.load``, direct construction and JSON.
+
+A format declares its constructor parameters in ``params_schema``, a dict
+``name -> {"type": kind, "required": bool, "min": int, "max": int, "choices": [...]}``
+with ``kind`` one of :data:`CHECKS`. :func:`validate_params` checks the given
+values against a schema before the constructor runs and converts them to one
+canonical form (``int``, tuples of ``int``, ``str`` paths, ``np.dtype``), so
+constructors only ever see valid values. Python values (tuples, numpy
+integers, ``pathlib.Path``, ``np.dtype``) and their JSON forms (lists,
+strings) are both accepted; nothing is truncated or guessed (``7.5`` is not a
+shape entry, ``None`` is not a dtype). ``None`` stands for "not given", as
+JSON ``null`` does. Every error is a
+:class:`~raytile.common.errors.ConfigValidationError` naming the format, the
+parameter and the value.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import reprlib
+from typing import Any, Callable
+
+import numpy as np
+
+from raytile.common.errors import ConfigValidationError
+from raytile.common.shape import Shape
+from raytile.io.corrections import CorrectionSet
+
+#: Largest byte offset, frame count or element count the read code (int64 arithmetic) handles.
+INT64_MAX = int(np.iinfo(np.int64).max)
+INT64_MIN = int(np.iinfo(np.int64).min)
+
+ParamSpec = dict[str, Any]
+
+_repr = reprlib.Repr()
+_repr.maxstring = _repr.maxother = 120
+_repr.maxlist = _repr.maxtuple = 8
+
+
+def show(value: Any) -> str:
+    """``repr(value)`` cut to a readable length (a rejected value may be a huge list)."""
+    return _repr.repr(value)
+
+
+class _Invalid(Exception):
+    """Raised by a check with what the value should have been; :func:`validate_params` words the error."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_int(value: Any, spec: ParamSpec) -> int:
+    """An integer (Python or numpy, not bool, not float) within ``spec``'s min/max and int64."""
+    lo, hi = spec.get("min", INT64_MIN), spec.get("max", INT64_MAX)
+    if not _is_int(value) or not lo <= int(value) <= hi:
+        bounds = " and ".join(b for b in (f">= {lo}" if "min" in spec else "", f"<= {hi}" if "max" in spec else "") if b)
+        raise _Invalid(f"a 64-bit integer {bounds}".rstrip())
+    return int(value)
+
+
+def check_shape(value: Any, spec: ParamSpec) -> tuple[int, ...]:
+    """A non-empty sequence (list, tuple, 1-D array, Shape) of positive integers whose product fits int64."""
+    what = "a non-empty list of positive integers"
+    if isinstance(value, np.ndarray) and value.ndim != 1:
+        raise _Invalid(what)
+    if not isinstance(value, (list, tuple, np.ndarray, Shape)) or len(value) == 0:
+        raise _Invalid(what)
+    if not all(_is_int(v) and int(v) > 0 for v in value):
+        raise _Invalid(what)
+    dims = tuple(int(v) for v in value)
+    if math.prod(dims) > INT64_MAX:
+        raise _Invalid(f"{what} whose product is at most {INT64_MAX}")
+    return dims
+
+
+def check_dtype(value: Any, spec: ParamSpec) -> np.dtype:
+    """A numeric numpy dtype given by name (``"uint16"``, ``">f4"``), ``np.dtype`` or type (``np.uint16``)."""
+    what = "a numeric dtype such as 'uint16', '>f4' or np.float32"
+    if not isinstance(value, (str, np.dtype, type)):
+        raise _Invalid(what)
+    try:
+        dtype = np.dtype(value)
+    except TypeError:
+        raise _Invalid(what) from None
+    if dtype.kind not in "biufc":
+        raise _Invalid(what)
+    return dtype
+
+
+def check_str(value: Any, spec: ParamSpec) -> str:
+    if not isinstance(value, str):
+        raise _Invalid("a string")
+    return value
+
+
+def check_path(value: Any, spec: ParamSpec) -> str:
+    """A file path: ``str`` or ``os.PathLike`` (``pathlib.Path``)."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise _Invalid("a path (str or pathlib.Path)")
+    path = os.fspath(value)
+    if not isinstance(path, str) or not path:
+        raise _Invalid("a non-empty path (str or pathlib.Path)")
+    return path
+
+
+def check_paths(value: Any, spec: ParamSpec) -> str | list[str]:
+    """A path or glob pattern, or a non-empty list of paths (kept as a list: its order is the frame order)."""
+    what = "a path, a glob pattern or a non-empty list of paths"
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise _Invalid(what)
+        try:
+            return [check_path(v, spec) for v in value]
+        except _Invalid:
+            raise _Invalid(what) from None
+    try:
+        return check_path(value, spec)
+    except _Invalid:
+        raise _Invalid(what) from None
+
+
+def check_choice(value: Any, spec: ParamSpec) -> str:
+    """One of ``spec["choices"]`` (strings, compared exactly)."""
+    if not isinstance(value, str) or value not in spec["choices"]:
+        raise _Invalid(f"one of {list(spec['choices'])}")
+    return value
+
+
+def check_array(value: Any, spec: ParamSpec) -> Any:
+    """An array with ``shape`` and ``dtype`` (numpy, CuPy, sparse, scipy.sparse), kept as it is."""
+    if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+        raise _Invalid("an array (numpy, CuPy, sparse or scipy.sparse)")
+    return value
+
+
+def check_corrections(value: Any, spec: ParamSpec) -> CorrectionSet:
+    if not isinstance(value, CorrectionSet):
+        raise _Invalid("a raytile.io.CorrectionSet")
+    return value
+
+
+#: Parameter kinds and their checks: each returns the canonical value or raises ``_Invalid``.
+CHECKS: dict[str, Callable[[Any, ParamSpec], Any]] = {
+    "int": check_int,
+    "shape": check_shape,
+    "dtype": check_dtype,
+    "str": check_str,
+    "path": check_path,
+    "paths": check_paths,
+    "choice": check_choice,
+    "array": check_array,
+    "corrections": check_corrections,
+}
+
+
+def validate_params(owner: str, schema: dict[str, ParamSpec], params: dict[str, Any]) -> dict[str, Any]:
+    """Check ``params`` against ``schema``; return the given (non-None) ones in canonical form.
+
+    ``owner`` names the format in messages. Unknown names, missing required
+    parameters and values of the wrong kind raise ConfigValidationError.
+    """
+    unknown = sorted(set(params) - set(schema))
+    if unknown:
+        hints = [f"{u!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(u, schema, 1))
+                 else repr(u) for u in unknown]
+        raise ConfigValidationError(
+            f"{owner}: unknown parameter {', '.join(hints)}; known parameters: {', '.join(sorted(schema))}"
+        )
+    out = {}
+    for name, spec in schema.items():
+        value = params.get(name)
+        if value is None:
+            if spec.get("required"):
+                got = ", got None" if name in params else ""
+                raise ConfigValidationError(f"{owner}: parameter {name!r} is required{got}")
+            continue
+        check = CHECKS.get(spec["type"])
+        if check is None:
+            raise ConfigValidationError(f"{owner}: parameter {name!r} has unknown schema type {spec['type']!r}")
+        try:
+            out[name] = check(value, spec)
+        except _Invalid as e:
+            raise ConfigValidationError(f"{owner}: parameter {name!r} must be {e}, got {show(value)}") from None
+    return out
