@@ -202,3 +202,54 @@ def test_native_decoders(dtype, rng):
     out = np.zeros(6, dtype=np.float64)
     decode_tile(raw, rr, 1, 0, out, kind, bits, np.empty(0, value_dtype))
     np.testing.assert_array_equal(out[1:], values[2:7].astype(np.float64))
+
+
+# -- plain file sets: numpy alone ---------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["mmap", "buffered", "direct"])
+@pytest.mark.parametrize("file_dtype, dest_dtype", [
+    ("<u2", "<u2"), ("<u2", "float32"), (">u2", "uint16"), (">f4", "float64"), ("|b1", "bool"), ("|b1", "uint8"),
+])
+def test_plain_files_read_by_numpy_alone(inline_ctx, tmp_path, monkeypatch, rng, backend, file_dtype, dest_dtype):
+    """Plain files (several, any byte order), ROI, frames outside the files, sig-sliced tiles: numpy only."""
+    import raytile.io.backends.base as base
+    import raytile.io.fileset as fileset
+
+    def jitted(*args, **kwargs):
+        raise AssertionError("a plain file set went through the numba read-range/decode path")
+
+    monkeypatch.setattr(base, "decode_tile", jitted)
+    monkeypatch.setattr(fileset, "get_read_ranges", jitted)
+    sig = (6, 5)
+    data = (rng.random((15,) + sig) * 300).astype(file_dtype)
+    paths = []
+    for i, (a, b) in enumerate([(0, 5), (5, 11), (11, 15)]):
+        paths.append(str(tmp_path / f"p{i}.raw"))
+        data[a:b].tofile(paths[-1])
+    roi = rng.random(15) > 0.5
+    roi[[0, 14]] = True
+    for sync_offset in (0, -3, 2):
+        ds = inline_ctx.load("raw", path=paths, nav_shape=(15,), sig_shape=sig, dtype=file_dtype,
+                             sync_offset=sync_offset, num_partitions=2, io_backend=backend)
+        ref = np.zeros((15,) + sig, dtype=dest_dtype)
+        lo, hi = max(0, -sync_offset), min(15, 15 - sync_offset)
+        ref[lo:hi] = data[lo + sync_offset:hi + sync_offset]
+        for r in (None, roi):
+            want = ref if r is None else ref[r]
+            for tileshape in ((4, 6, 5), (3, 2, 5), (2, 3, 2)):
+                got = np.full_like(want, 7)
+                for p in ds.get_partitions():
+                    tiles = p.get_tiles(scheme(tileshape, (15,) + sig), roi=r, dest_dtype=dest_dtype)
+                    for tile in tiles:
+                        assert tile.data.dtype == np.dtype(dest_dtype)
+                        got[tile.tile_slice.get()] = tile.data
+                np.testing.assert_array_equal(got, want, err_msg=f"{sync_offset=} {tileshape=} roi={r is not None}")
+
+
+def test_plain_file_whole_blocks_are_views_of_the_map(inline_ctx, tmp_path):
+    data = np.arange(8 * 4 * 4, dtype=np.uint16).reshape(8, 4, 4)
+    data.tofile(tmp_path / "a.raw")
+    ds = inline_ctx.load("raw", path=tmp_path / "a.raw", nav_shape=(8,), sig_shape=(4, 4), dtype="uint16")
+    tiles = list(ds.get_partitions()[0].get_tiles(scheme((4, 4, 4), (8, 4, 4)), dest_dtype="uint16"))
+    assert [t.data.flags.writeable for t in tiles] == [False, False]  # read-only views of the file map
+    np.testing.assert_array_equal(np.concatenate([t.data for t in tiles]), data)

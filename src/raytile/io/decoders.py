@@ -43,9 +43,13 @@ class Decoder:
     def do_clear(self) -> bool:
         return False
 
-    def is_identity(self, native_dtype, read_dtype) -> bool:
-        """True when the file's bytes already are the tile (no decode or conversion needed)."""
-        return False
+    def file_dtype(self) -> np.dtype | None:
+        """The numpy dtype whose items are the stored pixels byte for byte, or None (decoding needed).
+
+        With one, plain file sets are read by numpy alone (views and
+        ``np.copyto``), without jitted code (see :mod:`raytile.io.backends.base`).
+        """
+        return None
 
     def describe(self) -> str:
         return type(self).__name__
@@ -66,8 +70,8 @@ class NativeDecoder(Decoder):
         swap = not self.dtype.isnative and self.dtype.itemsize > 1
         return (SWAPPED if swap else NATIVE), self.bpp, value
 
-    def is_identity(self, native_dtype, read_dtype) -> bool:
-        return self.dtype.isnative and np.dtype(read_dtype) == self.dtype
+    def file_dtype(self) -> np.dtype | None:
+        return self.dtype
 
     def describe(self) -> str:
         return f"native {self.dtype.str}"

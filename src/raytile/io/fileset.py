@@ -19,7 +19,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from raytile.common.errors import DataSetException
-from raytile.io.backends import BACKENDS, ReadJob, choose_backend, get_backend
+from raytile.io.backends import BACKENDS, FrameFile, ReadJob, choose_backend, get_backend
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
 from raytile.io.decoders import Decoder, NativeDecoder
 from raytile.io.read_ranges import LAYOUT_FRAMES, frame_stride_bytes, get_read_ranges, slice_runs
@@ -139,7 +139,7 @@ class FileSet:
 
     @property
     def is_plain(self) -> bool:
-        """Frames back to back without headers/footers, whole bytes per pixel: mmap straight is possible."""
+        """Frames back to back without headers/footers, whole bytes per pixel: numpy can read them as frames."""
         return (self.layout == LAYOUT_FRAMES and self.frame_header_bytes == 0 and self.frame_footer_bytes == 0
                 and self.bpp % 8 == 0 and not self.split_x)
 
@@ -209,11 +209,6 @@ class FilePartition(Partition):
         return np.concatenate([np.array(t.data) for t in tiles]) if tiles else np.zeros(
             (0,) + self.meta.shape.sig.to_tuple(), dtype=self.meta.raw_dtype)
 
-    def can_read_straight(self, roi, dest_dtype, frames: np.ndarray) -> bool:
-        fs = self.fileset
-        return (roi is None and fs.is_plain and self.decoder.is_identity(self.native_dtype, dest_dtype)
-                and (frames.shape[0] == 0 or (frames[0] >= 0 and frames[-1] < fs.num_frames)))
-
     def get_tiles(self, tiling_scheme: TilingScheme, roi: np.ndarray | None = None,
                   dest_dtype: Any = None, io_backend: str | None = None) -> Iterator[DataTile]:
         """Yield tiles in nav order, every signal slice per nav block (buffers are reused)."""
@@ -223,12 +218,12 @@ class FilePartition(Partition):
             return
         backend = get_backend(io_backend or self.io_backend)
         job = ReadJob(paths=self.fileset.paths, scheme=tiling_scheme, frames=frames,
-                      nav_origin=self.roi_offset(roi), dest_dtype=dest_dtype, decoder=self.decoder,
-                      native_dtype=self.native_dtype)
-        job.plain = self.can_read_straight(roi, dest_dtype, frames)
-        if backend.supports_straight and job.plain:
-            job.straight_files = [(f.path, f.file_header, f.start_idx, f.end_idx) for f in self.fileset.files]
-            yield from backend.get_tiles_straight(job)
+                      nav_origin=self.roi_offset(roi), dest_dtype=dest_dtype, decoder=self.decoder)
+        file_dtype = self.decoder.file_dtype()
+        if self.fileset.is_plain and file_dtype is not None:  # numpy alone, no jitted code
+            job.frame_files = [FrameFile(f.path, f.file_header, f.start_idx, f.end_idx) for f in self.fileset.files]
+            job.file_dtype = file_dtype
+            yield from backend.get_frame_tiles(job)
             return
         job.tile_meta, job.read_ranges = self.fileset.get_read_ranges(frames, tiling_scheme)
         yield from backend.get_tiles(job)

@@ -64,8 +64,15 @@ def pixel_groups(bpp):
 
 @numba.njit(cache=True, nogil=True)
 def frame_stride_bytes(bpp, frame_px, frame_header, frame_footer):
-    """Bytes one frame takes in a file: header, whole pixel groups, footer."""
-    g, bpg = pixel_groups(bpp)
+    """Bytes one frame takes in a file: header, whole pixel groups, footer.
+
+    Calls no other jitted function, so Python code can use its ``py_func``
+    (exact integers) without compiling anything.
+    """
+    a, b = bpp, 8
+    while b:
+        a, b = b, a % b
+    g, bpg = 8 // a, bpp // a  # pixels and bytes of the smallest whole-byte group
     return frame_header + ((frame_px + g - 1) // g) * bpg + frame_footer
 
 
@@ -78,7 +85,7 @@ def frames_px_to_bytes(bpp, frame_in_file, px_start, px_stop, frame_px, frame_he
     decoded bytes precede ``px_start`` (non-zero only for bit-packed data).
     """
     g, bpg = pixel_groups(bpp)
-    stride = frame_header + ((frame_px + g - 1) // g) * bpg + frame_footer
+    stride = frame_stride_bytes(bpp, frame_px, frame_header, frame_footer)
     base = file_header + frame_in_file * stride + frame_header
     start = base + (px_start // g) * bpg
     stop = base + ((px_stop + g - 1) // g) * bpg

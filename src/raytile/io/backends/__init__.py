@@ -1,12 +1,14 @@
 """IO backends: how a file partition's tiles get from disk into memory.
 
 ``mmap``
-    Memory-maps the files. Reads "straight" (tiles are views of the map, no
-    copy) when there is no ROI, no dtype conversion and no decoding, and the
-    file set is a plain run of frames; otherwise decodes read ranges from the map.
+    Memory-maps the files. A plain file set (frames back to back, pixels of
+    a numpy dtype) reads "straight" (tiles are views of the map, no copy) when
+    there is no ROI and no dtype conversion, and through numpy copies
+    otherwise; other file sets decode read ranges from the map (numba).
 ``buffered``
-    ``os.preadv`` of each nav block's coalesced read ranges into one reused,
-    page-aligned buffer, then decodes; no mmap, friendly to network file systems.
+    ``os.preadv`` of each nav block's frames (plain file sets) or coalesced
+    read ranges into one of two reused, page-aligned buffers, then tiles;
+    no mmap, friendly to network file systems.
 ``direct``
     Like ``buffered`` with ``O_DIRECT`` on Linux (aligned offsets, lengths and
     buffer): bypasses the page cache, for data sets larger than RAM. Falls back
@@ -23,7 +25,7 @@ import os
 import sys
 
 from raytile.common.errors import DataSetException
-from raytile.io.backends.base import IOBackend, ReadJob
+from raytile.io.backends.base import FrameFile, IOBackend, ReadJob
 from raytile.io.backends.buffered import BufferedBackend, DirectBackend
 from raytile.io.backends.mmap import MMapBackend
 
@@ -57,5 +59,5 @@ def choose_backend(nbytes: int, requested: str | None = None) -> str:
     return "mmap"
 
 
-__all__ = ["IOBackend", "ReadJob", "MMapBackend", "BufferedBackend", "DirectBackend", "BACKENDS",
+__all__ = ["FrameFile", "IOBackend", "ReadJob", "MMapBackend", "BufferedBackend", "DirectBackend", "BACKENDS",
            "get_backend", "choose_backend"]

@@ -1,17 +1,20 @@
-"""Buffered and direct-I/O backends: ``os.preadv`` into reused aligned buffers (read ahead), then decode."""
+"""Buffered and direct-I/O backends: ``os.preadv`` into reused aligned buffers (read ahead), then tiles."""
 
 from __future__ import annotations
 
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator
+from typing import Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
 from raytile.common.errors import DataSetException
-from raytile.io.backends.base import Block, IOBackend, ReadJob
-from raytile.io.read_ranges import META_COUNT, RR_START, plan_block_reads
+from raytile.io.backends.base import Block, IOBackend, ReadJob, Segment, frame_segments
+from raytile.io.read_ranges import plan_block_reads
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: Alignment of the buffer (and, for O_DIRECT, of offsets and lengths).
 ALIGN = 4096
@@ -47,14 +50,12 @@ class BufferedBackend(IOBackend):
     """``os.preadv`` of each nav block's coalesced read ranges into a page-aligned buffer, then decode.
 
     A helper thread reads the next block into a second buffer while the
-    current one is decoded and consumed. With a plain job (the bytes are the
-    pixels) a block read in one piece is handed out as views of the buffer,
-    without decoding.
+    current one is decoded and consumed. On the frames path (plain file sets)
+    a block's frames are handed out as views of the buffer.
     """
 
     name = "buffered"
     align = 1
-    supports_straight = False
 
     def __init__(self):
         self._fds: dict[int, int] = {}
@@ -77,22 +78,22 @@ class BufferedBackend(IOBackend):
             fd = self._fds[f] = self._open_fd(self._paths[f])
         return fd
 
-    def _blocks(self, job: ReadJob) -> Iterator[Block]:
+    def _read_ahead(self, job: ReadJob, items: Sequence[T], read: Callable[[T, list, int], R]) -> Iterator[R]:
+        """``read(item, buffers, which)`` of each item in order; a helper thread reads the next item
+        into the other of two buffers while the caller consumes the current one."""
         self._paths = job.paths
-        n_slices = len(job.scheme)
-        starts = range(0, job.tile_meta.shape[0], n_slices)
         buffers: list[np.ndarray | None] = [None, None]
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raytile-read")
         pending = None
         try:
-            if len(starts):
-                pending = pool.submit(self._read_block, job, starts[0], n_slices, buffers, 0)
-            for i in range(len(starts)):
-                block = pending.result()
+            if len(items):
+                pending = pool.submit(read, items[0], buffers, 0)
+            for i in range(len(items)):
+                result = pending.result()
                 pending = None
-                if i + 1 < len(starts):
-                    pending = pool.submit(self._read_block, job, starts[i + 1], n_slices, buffers, (i + 1) % 2)
-                yield block
+                if i + 1 < len(items):
+                    pending = pool.submit(read, items[i + 1], buffers, (i + 1) % 2)
+                yield result
         finally:
             if pending is not None:
                 pending.cancel()
@@ -103,23 +104,56 @@ class BufferedBackend(IOBackend):
             pool.shutdown(wait=True)
             self._close()
 
+    def _blocks(self, job: ReadJob) -> Iterator[Block]:
+        n_slices = len(job.scheme)
+        starts = range(0, job.tile_meta.shape[0], n_slices)
+        return self._read_ahead(job, starts, lambda t0, buffers, which: self._read_block(job, t0, n_slices,
+                                                                                        buffers, which))
+
+    def _frame_blocks(self, job: ReadJob) -> Iterator[tuple[int, int, list[tuple[int, np.ndarray]]]]:
+        blocks = list(frame_segments(job))
+        return self._read_ahead(job, blocks, lambda block, buffers, which: self._read_frames(job, block, buffers,
+                                                                                           which))
+
+    @staticmethod
+    def _buffer(buffers: list, which: int, nbytes: int) -> np.ndarray:
+        buf = buffers[which]
+        if buf is None or buf.shape[0] < nbytes:
+            buf = buffers[which] = aligned_empty(max(nbytes, ALIGN), ALIGN)
+        return buf
+
     def _read_block(self, job: ReadJob, t0: int, n_slices: int, buffers: list, which: int) -> Block:
         """Read tiles ``[t0, t0 + n_slices)`` into ``buffers[which]`` (grown as needed)."""
         reads, rr = plan_block_reads(job.read_ranges, job.tile_meta, t0, t0 + n_slices, self.align, COALESCE_GAP)
         total = int(reads[-1, 3] + reads[-1, 2] - reads[-1, 1]) if reads.shape[0] else 0
-        buf = buffers[which]
-        if buf is None or buf.shape[0] < total:
-            buf = buffers[which] = aligned_empty(max(total, ALIGN), ALIGN)
+        buf = self._buffer(buffers, which, total)
         for f, start, stop, pos in reads.tolist():
             self._read(f, buf[pos:pos + stop - start], start)
-        frames = None
-        if job.plain and reads.shape[0] == 1:
-            count = int(job.tile_meta[t0, META_COUNT])
-            sig = job.scheme.dataset_shape.sig.to_tuple()
-            start = int(rr[0, 0, RR_START])
-            nbytes = count * math.prod(sig) * job.native_dtype.itemsize
-            frames = buf[start:start + nbytes].view(job.native_dtype).reshape((count,) + sig)
-        return Block(rr, lambda f: buf, frames)
+        return Block(rr, lambda f: buf)
+
+    def _read_frames(self, job: ReadJob, block: tuple[int, int, list[Segment]], buffers: list,
+                     which: int) -> tuple[int, int, list[tuple[int, np.ndarray]]]:
+        """Read a frames-path block's segments into ``buffers[which]``, each at an ``ALIGN`` boundary."""
+        b0, count, segments = block
+        sig = job.scheme.dataset_shape.sig.to_tuple()
+        frame_bytes = math.prod(sig) * job.file_dtype.itemsize
+        a = self.align
+        reads = []
+        pos = 0
+        for seg in segments:
+            ff = job.frame_files[seg.file]
+            start = ff.header + seg.first * frame_bytes
+            stop = start + seg.n * frame_bytes
+            lo, hi = start // a * a, -(-stop // a) * a
+            reads.append((seg, lo, hi, pos, start - lo))
+            pos += -(-(hi - lo) // ALIGN) * ALIGN
+        buf = self._buffer(buffers, which, pos)
+        parts = []
+        for seg, lo, hi, pos, skip in reads:
+            self._read(seg.file, buf[pos:pos + hi - lo], lo)
+            data = buf[pos + skip:pos + skip + seg.n * frame_bytes]
+            parts.append((seg.k, data.view(job.file_dtype).reshape((seg.n,) + sig)))
+        return b0, count, parts
 
     def _read(self, f: int, dest: np.ndarray, offset: int) -> None:
         _preadv_all(self._fd(f), dest, offset, self._paths[f], exact=True)
