@@ -148,7 +148,7 @@ def test_bad_arguments_after_parsing(demo, tmp_path, capsys):
         (["run", "--path", raw, "--nav-shape", "64,64", "--sig-shape", "256,256", "--dtype", "uint16"],
          "too short"),
         (["run", "--path", raw, "--nav-shape", "4,8", "--sig-shape", "256,256", "--dtype", "nonsense"],
-         "unknown dtype"),
+         "parameter 'dtype' must be a numeric dtype such as 'uint16', '>f4' or np.float32, got 'nonsense'"),
         (["run", "--path", raw, "--nav-shape", "4,8"], "--format raw needs --sig-shape, --dtype"),
         (["run", "--path", raw, "--nav-shape", "4,8", "--sig-shape", "256,256", "--dtype", "uint16",
           "--udf", "ring", "--ring-radii", "9,3"], "inner <= outer"),
