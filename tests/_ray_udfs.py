@@ -173,3 +173,41 @@ class RefOffsetSumUDF(UDF):
 
     def merge(self, dest, src):
         dest.intensity[:] += src.intensity
+
+
+class BadMergeUDF(UDF):
+    """A frame-sum UDF whose ``merge`` raises on the partition starting at frame ``bad_start``."""
+
+    def __init__(self, bad_start=0, **kwargs):
+        super().__init__(bad_start=bad_start, **kwargs)
+
+    def get_result_buffers(self):
+        return {"total": self.buffer(kind="single", dtype="float64"),
+                "start": self.buffer(kind="single", dtype="int64")}
+
+    def process_partition(self, partition):
+        self.results.total[:] += partition.sum()
+        self.results.start[:] = self.meta.slice.origin[0]
+
+    def merge(self, dest, src):
+        if int(src.start[0]) == self.params.bad_start:
+            raise ValueError("deliberate failure in merge")
+        dest.total[:] += src.total
+
+
+class WideSingleUDF(UDF):
+    """A ``single`` result of ``size`` float32 values (a large result, cheap to compute): element 0
+    sums the frames, element -1 counts them."""
+
+    def __init__(self, size=1 << 24, **kwargs):
+        super().__init__(size=size, **kwargs)
+
+    def get_result_buffers(self):
+        return {"acc": self.buffer(kind="single", extra_shape=(self.params.size,), dtype="float32")}
+
+    def process_partition(self, partition):
+        self.results.acc[0] += partition.sum()
+        self.results.acc[-1] += partition.shape[0]
+
+    def merge(self, dest, src):
+        dest.acc[:] += src.acc

@@ -20,15 +20,21 @@ def data():
 
 async def _collect(ctx, ds, udf):
     parts = []
-    async for part in ctx.run_udf_iter(dataset=ds, udf=udf, sync=False):
+    run = ctx.run_udf_iter(dataset=ds, udf=udf, sync=False)
+    async for part in run:
         parts.append(part)
-    return parts
+    return parts, run.coalesced
 
 
-def _check_stream(parts, data):
-    assert parts and parts[-1].finished
-    assert [p.partitions_done for p in parts] == list(range(1, len(parts) + 1))
-    assert parts[0].damage.data.sum() < data.shape[0] * data.shape[1]
+def _check_stream(stream, data):
+    """Partials are cumulative and latest-wins: each one delivered or folded into a later one."""
+    parts, coalesced = stream
+    assert parts and parts[-1].finished and parts[-1].partitions_done == parts[-1].partitions_total
+    done = [p.partitions_done for p in parts]
+    assert done == sorted(set(done))
+    assert len(parts) + coalesced == parts[-1].partitions_total
+    for p in parts:
+        assert p.damage.data.sum() == p.partitions_done * data.shape[0] * data.shape[1] // p.partitions_total
     np.testing.assert_allclose(parts[-1].buffers[0]["intensity"].data, data.sum(axis=(2, 3)), rtol=1e-5)
 
 

@@ -40,7 +40,7 @@ def test_actors_are_created_once_and_reused(ray_context, data):
 
 def test_memory_partitions_are_zero_copy_and_read_only(ray_context, data):
     ds = ray_context.load("memory", data=data, num_partitions=4)
-    shared = len(ray_context.executor._shared)
+    shared = len(ray_context.executor.shared)
     res = ray_context.run_udf(dataset=ds, udf=InputFlagsUDF())
     assert np.array_equal(res["sum"].data, data.sum(axis=(0, 1)))
     assert not res["writeable"].data.any()          # read-only views ...
@@ -48,7 +48,7 @@ def test_memory_partitions_are_zero_copy_and_read_only(ray_context, data):
     assert not np.isin(res["pid"].data, [os.getpid()]).any()
     # put once per Context: a second run ships no new objects
     ray_context.run_udf(dataset=ds, udf=InputFlagsUDF())
-    assert len(ray_context.executor._shared) == shared
+    assert len(ray_context.executor.shared) == shared
 
 
 def test_udf_writing_to_its_input_gets_a_clear_error(ray_context, data):
@@ -177,7 +177,7 @@ def test_task_is_resubmitted_when_its_worker_lacks_a_cached_value(ray_context, d
     fresh = data + 1  # new arrays: no worker has their frames yet
     ex = ray_context.executor
     ds = ray_context.load("memory", data=fresh, num_partitions=4)
-    keys = [ex._share(p.data).hex() for p in ds.get_partitions()]
+    keys = [ex.shared.ref(id(ds), p.idx).hex() for p in ds.get_partitions()]
     for slot in ex._slots:  # the ledgers claim every worker holds every partition
         for key in keys:
             slot.ledgers["data"].ship(key)

@@ -28,8 +28,9 @@ the key in its ledger and submits the task again, this time with the value.
 from __future__ import annotations
 
 import pickle
+import threading
 from collections import OrderedDict
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, Iterable
 
 from ray import cloudpickle
 
@@ -81,20 +82,32 @@ class ValueCache:
         self.capacity = capacity
         self._fetch = fetch
         self._values: "OrderedDict[Hashable, Any]" = OrderedDict()
+        self._lock = threading.Lock()
 
     def resolve(self, key: Hashable, shipped: Any = None) -> Any:
         """The value of ``key``: read from ``shipped`` (and kept) if given, else the kept one."""
-        values = self._values
-        if shipped is not None:
-            value = values[key] = self._fetch(shipped)
-        elif key in values:
-            value = values[key]
-        else:
-            raise CacheMiss(self.kind, key)
-        values.move_to_end(key)
-        while len(values) > self.capacity:
-            values.popitem(last=False)
-        return value
+        with self._lock:
+            values = self._values
+            if shipped is not None:
+                value = values[key] = self._fetch(shipped)
+            elif key in values:
+                value = values[key]
+            else:
+                raise CacheMiss(self.kind, key)
+            values.move_to_end(key)
+            while len(values) > self.capacity:
+                values.popitem(last=False)
+            return value
+
+
+    def forget(self, keys: Iterable[Hashable]) -> None:
+        """Drop the values of ``keys`` (released on the driver)."""
+        with self._lock:  # called from the actor's control thread, beside a running task
+            for k in keys:
+                self._values.pop(k, None)
+
+    def __len__(self) -> int:
+        return len(self._values)
 
 
 class Ledger:
@@ -117,3 +130,10 @@ class Ledger:
     def forget(self, key: Hashable) -> None:
         """Ship ``key``'s value again next time (the worker lacks it)."""
         self._keys.pop(key, None)
+
+    def forget_all(self, keys: Iterable[Hashable]) -> list[Hashable]:
+        """Forget ``keys``; returns those that were shipped (the worker may hold their values)."""
+        held = [k for k in keys if k in self._keys]
+        for k in held:
+            del self._keys[k]
+        return held

@@ -24,6 +24,7 @@ from ray import exceptions as rex
 
 from raytile.actors import resources
 from raytile.actors.cache import Ledger, pack
+from raytile.actors.shared_frames import SharedFrames
 from raytile.actors.worker import DATA_CACHE, PARAMS_CACHE, ProgressActor, WorkerActor
 from raytile.common.errors import ExecutorError, UDFRunCancelled
 from raytile.runtime.executor import Executor, ProgressSink, TaskHandle, TaskNotRun, WorkerLost
@@ -114,6 +115,15 @@ class _RayHandle(TaskHandle):
         self.settled = False
 
 
+@dataclasses.dataclass
+class _ProgressPoll:
+    """A pending ``ProgressActor.take`` of one run: its future, where its frames go, which actor."""
+
+    future: Any
+    sink: ProgressSink
+    actor: Any
+
+
 class RayExecutor(Executor):
     """Worker actors on a local or remote Ray cluster. Build it with :meth:`make`."""
 
@@ -126,9 +136,9 @@ class RayExecutor(Executor):
         self._slots += [_Slot("cuda", i, cpu_share) for i in range(gpus)]
         # started with the workers: creating it lazily would cost a process start in the first run with progress
         self._progress_actor = _RemoteProgress.remote()
-        self._progress_polls: dict[str, tuple[Any, ProgressSink]] = {}  # run_id -> (future of take, sink)
+        self._progress_polls: dict[str, _ProgressPoll] = {}  # run_id -> its pending poll
         self._wakeups: dict[str, threading.Event] = {}
-        self._shared: dict[tuple, tuple[Any, np.ndarray]] = {}
+        self.shared = SharedFrames(ray.put)
         self._closed = False
         self.num_workers = len(self._slots)
         self.max_in_flight = resources.IN_FLIGHT_PER_ACTOR * len(self._slots)
@@ -183,22 +193,33 @@ class RayExecutor(Executor):
         payload = packed if small else ray.put(params)
         return ParamsHandle(payload, params.run_id, params.version)
 
-    def _share(self, arr: np.ndarray):
-        """The object ref of ``arr`` in the object store, put once per Context (its hex is its cache key)."""
-        key = (arr.__array_interface__["data"][0], arr.shape, arr.strides, arr.dtype.str)
-        with self._lock:
-            hit = self._shared.get(key)
-            if hit is None:
-                hit = self._shared[key] = (ray.put(np.ascontiguousarray(arr)), arr)  # arr kept: address stays ours
-            return hit[0]
-
     def prepare_dataset(self, dataset: Any) -> None:
-        """Put an in-memory data set's partitions into the object store, once per Context."""
+        """Put an in-memory data set's partitions into the object store, once per DataSet object.
+
+        The copy lives as long as the DataSet (see :mod:`raytile.actors.shared_frames`).
+        """
         from raytile.io.formats.memory import MemoryPartition
 
-        for p in dataset.get_partitions():
-            if isinstance(p, MemoryPartition) and isinstance(p.data, np.ndarray):
-                self._share(p.data)
+        self._forget_released()
+        frames = {p.idx: p.data for p in dataset.get_partitions()
+                  if isinstance(p, MemoryPartition) and isinstance(p.data, np.ndarray)}
+        if frames:
+            self.shared.share(dataset, frames)
+
+    def _forget_released(self) -> None:
+        """Tell the workers to drop their views of released data sets' frames (which pin them)."""
+        keys = self.shared.take_released()
+        if not keys:
+            return
+        with self._lock:
+            slots = list(self._slots)
+        for slot in slots:
+            held = slot.ledgers["data"].forget_all(keys)
+            if held:
+                try:
+                    slot.actor.forget_values.remote("data", held)
+                except Exception as e:  # its actor is gone
+                    log.debug("forget_values on %s: %s", slot.name, e)
 
     def _strip(self, task: PartitionTask):
         """The task to send and the ref of its frames (memory partitions), else None."""
@@ -206,7 +227,10 @@ class RayExecutor(Executor):
 
         part = task.partition
         if isinstance(part, MemoryPartition) and isinstance(part.data, np.ndarray):
-            ref = self._share(part.data)
+            ref = self.shared.ref(task.dataset_id, part.idx)
+            if ref is None:
+                raise ExecutorError(f"{task.describe()}: its data set was not shared with the workers "
+                                    "(prepare_dataset was not called for it)")
             light = copy.copy(part)
             light.data = None
             return dataclasses.replace(task, partition=light), ref
@@ -251,17 +275,25 @@ class RayExecutor(Executor):
         if wakeup is not None:
             future.add_done_callback(lambda _f: wakeup.set())
 
-    def _take_progress(self, run_id: str):
+    def _take_progress(self, run_id: str, sink: ProgressSink) -> _ProgressPoll:
         """A long-poll of the run's progress counts, as a future that wakes the run when it returns."""
-        future = self._progress_actor.take.remote(run_id, 1.0).future()
+        actor = self._progress_actor
+        future = actor.take.remote(run_id, 1.0).future()
         self._ring_when_done(future, run_id)
-        return future
+        return _ProgressPoll(future, sink, actor)
 
     def _progress(self, run_id: str, sink: ProgressSink):
         with self._lock:
             if run_id not in self._progress_polls:
-                self._progress_polls[run_id] = (self._take_progress(run_id), sink)
+                self._progress_polls[run_id] = self._take_progress(run_id, sink)
             return self._progress_actor
+
+    def _replace_progress_actor(self, dead: Any) -> None:
+        """Start a new progress actor if ``dead`` is still the current one (tasks from now on use it)."""
+        with self._lock:
+            if self._progress_actor is dead and not self._closed:
+                log.warning("the progress actor died; starting a replacement")
+                self._progress_actor = _RemoteProgress.remote()
 
     def _settle(self, handle: _RayHandle) -> None:
         with self._lock:
@@ -274,8 +306,9 @@ class RayExecutor(Executor):
         """The finished handles; blocks on the run's wakeup event (no polling of Ray) if there are none.
 
         Task futures and progress polls set the event from Ray's callback
-        thread, the coordinator sets it on a patch or a cancel. Progress that
-        arrived is delivered here, in the coordinator's thread.
+        thread, the coordinator sets it on a patch or a cancel. Only the
+        coordinator clears it. Progress that arrived is delivered here, in
+        the coordinator's thread.
         """
         if not handles:
             return []
@@ -284,7 +317,8 @@ class RayExecutor(Executor):
         if wakeup is None:  # a caller that did not start_run: wait on the task futures alone
             futures.wait([h.future for h in handles], timeout, return_when=futures.FIRST_COMPLETED)  # type: ignore[attr-defined]
             return self._collect(handles, run_id)
-        wakeup.clear()  # before looking: a task finishing from now on sets it again
+        # The coordinator clears ``wakeup`` before it looks at its inputs; clearing it here too would
+        # lose a patch or cancel that arrived in between (seen as a 0.2 s delay).
         done = self._collect(handles, run_id)
         if done:
             return done
@@ -294,41 +328,45 @@ class RayExecutor(Executor):
     def _collect(self, handles: Sequence[TaskHandle], run_id: str) -> list[TaskHandle]:
         with self._lock:
             poll = self._progress_polls.get(run_id)
-        if poll is not None and poll[0].done():
-            self._deliver_progress(run_id, poll[0], renew=True)
+        if poll is not None and poll.future.done():
+            self._deliver_progress(run_id, poll)
         return [h for h in handles if h.future.done()]  # type: ignore[attr-defined]
 
-    def _deliver_progress(self, run_id: str, future, renew: bool) -> None:
-        with self._lock:
-            entry = self._progress_polls.get(run_id)
-            if entry is None or entry[0] is not future:
-                return
-            sink = entry[1]
-            if renew:
-                self._progress_polls[run_id] = (self._take_progress(run_id), sink)
+    def _deliver_progress(self, run_id: str, poll: _ProgressPoll) -> None:
+        """Hand a finished poll's frames to the run's sink and start the next poll.
+
+        A poll that failed because the progress actor died replaces the
+        actor first, so the next poll waits on a live one (re-polling the
+        dead one returned at once, and the coordinator spun a CPU core).
+        """
         try:
-            frames = future.result()
+            frames = poll.future.result()
         except _LOST:
             frames = 0
+            self._replace_progress_actor(poll.actor)
+        with self._lock:
+            if self._progress_polls.get(run_id) is not poll:
+                return
+            self._progress_polls[run_id] = self._take_progress(run_id, poll.sink)
         if frames:
-            sink(run_id, frames)
+            poll.sink(run_id, frames)
 
     def finish_run(self, run_id: str) -> None:
         """Deliver the run's last progress counts and forget its progress poll."""
         with self._lock:
             self._wakeups.pop(run_id, None)
-            entry = self._progress_polls.pop(run_id, None)
-        if entry is None:
+            poll = self._progress_polls.pop(run_id, None)
+            actor = self._progress_actor
+        if poll is None:
             return
-        future, sink = entry
         frames = 0
         try:
-            frames += ray.get(self._progress_actor.forget.remote(run_id), timeout=5)
-            frames += future.result(timeout=5)  # woken by forget: returns at once
+            frames += ray.get(actor.forget.remote(run_id), timeout=5)
+            frames += poll.future.result(timeout=5)  # woken by forget: returns at once
         except Exception as e:  # progress is best effort once the run is over
             log.debug("progress drain for run %s failed: %s", run_id[:8], e)
         if frames:
-            sink(run_id, frames)
+            poll.sink(run_id, frames)
 
     def result(self, handle: TaskHandle) -> PartitionResult:
         assert isinstance(handle, _RayHandle)
@@ -339,8 +377,6 @@ class RayExecutor(Executor):
             self._replace(handle)
             raise WorkerLost(f"worker {handle.slot.name} died running {handle.task.describe()}: "
                              f"{type(e).__name__}") from e
-        except rex.TaskCancelledError:
-            raise UDFRunCancelled(f"{handle.task.describe()} was cancelled") from None
         except rex.RayTaskError as e:  # not a UDF error (those come back as values): a Ray/pickling fault
             raise ExecutorError(f"{handle.task.describe()} failed in the Ray runtime: {e}") from e
         if spans:
@@ -365,7 +401,13 @@ class RayExecutor(Executor):
                 slot.replace()
 
     def cancel(self, handles: Sequence[TaskHandle]) -> None:
-        """Drop queued tasks (``ray.cancel``) and stop running ones at their next tile."""
+        """Tell each actor with tasks of the run to skip them: queued ones return at once, a running
+        one stops at its next tile.
+
+        No ``ray.cancel``: cancelling a queued call of an ordered actor leaves a gap in the actor's
+        sequence numbers, and the actor then waits 30 s for the missing call before running the next
+        run's tasks (seen as a 33 s run and a worker replaced for nothing).
+        """
         told = set()
         for h in handles:
             assert isinstance(h, _RayHandle)
@@ -376,10 +418,6 @@ class RayExecutor(Executor):
                     h.actor.cancel_run.remote(h.run_id)
                 except Exception as e:  # its actor is gone
                     log.debug("cancel_run on %s: %s", h.slot.name, e)
-            try:
-                ray.cancel(h.ref)
-            except Exception as e:  # already finished, or its actor is gone
-                log.debug("cancel of %s: %s", h.task.describe(), e)
             self._settle(h)
 
     def run_function(self, fn: Callable, *args: Any) -> Any:
@@ -419,7 +457,7 @@ class RayExecutor(Executor):
                 except Exception:
                     pass
                 self._progress_actor = None
-            self._shared.clear()
+            self.shared.clear()
             self._progress_polls.clear()
             self._wakeups.clear()
 

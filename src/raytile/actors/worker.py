@@ -12,8 +12,8 @@ the same code the inline executor runs. The actor
   numpy views of its shared memory (zero-copy);
 - reports per-tile progress to a :class:`ProgressActor` (batched to at most
   one message per ``PROGRESS_FLUSH_S``);
-- stops a task at the next tile when it is cancelled (``ray.cancel`` sets a
-  flag on a running actor task that we poll per tile);
+- skips the tasks of a cancelled run as they start, and stops a running
+  one at its next tile (``cancel_run`` sets a flag that is checked per tile);
 - returns UDF errors as values, so the driver re-raises the original
   :class:`~raytile.common.errors.UDFException` with the worker's traceback;
 - records a ``raytile.task`` span under the run's propagated span context and
@@ -40,9 +40,11 @@ from raytile.common.errors import ExecutorError
 PROGRESS_FLUSH_S = 0.02
 #: Params versions a worker keeps resolved.
 PARAMS_CACHE = 8
-#: In-memory partitions a worker keeps as zero-copy views of the object store (they pin no extra memory:
-#: the driver holds the objects for the Context's lifetime anyway).
+#: In-memory partitions a worker keeps as zero-copy views of the object store. A view pins its object;
+#: the driver tells the worker to drop the views of a data set that was garbage-collected.
 DATA_CACHE = 4096
+#: Cancelled runs a worker remembers (their queued tasks return unrun).
+CANCELLED_RUNS = 1024
 
 
 class _Cancelled(Exception):
@@ -156,7 +158,7 @@ class WorkerActor:
     @ray.method(concurrency_group="control")
     def ping(self) -> dict:
         return {"name": self.name, "kind": self.kind, "pid": os.getpid(), "host": self._host,
-                "threads": self.threads}
+                "threads": self.threads, "data_cached": len(self._data), "params_cached": len(self._params)}
 
     def run_task(self, message: bytes | tuple, shipped: dict[str, Any] | None = None, progress: Any = None):
         """Run one partition. Returns ``("ok", PartitionResult, spans)`` or ``("error", exc, spans)``.
@@ -181,16 +183,16 @@ class WorkerActor:
             return "missing", (e.kind, e.key), []
         except Exception as e:
             return "error", ExecutorError(f"{task.describe()}: cannot read the run parameters or data: {e}"), []
-        if data is not None:
-            task.partition.data = data
-        ctx = ray.get_runtime_context()
-        reporter = _TileReporter(progress, params.run_id) if progress is not None else None
-
         run_id = params.run_id
         cancelled_runs = self._cancelled_runs
+        if run_id in cancelled_runs:  # queued before its run was cancelled: skip it
+            return "cancelled", None, []
+        if data is not None:
+            task.partition.data = data
+        reporter = _TileReporter(progress, params.run_id) if progress is not None else None
 
         def on_tile(frames: int) -> None:
-            if run_id in cancelled_runs or ctx.is_canceled():
+            if run_id in cancelled_runs:
                 raise _Cancelled()
             if reporter is not None:
                 reporter.add(frames)
@@ -227,14 +229,22 @@ class WorkerActor:
 
     @ray.method(concurrency_group="control")
     def cancel_run(self, run_id: str) -> None:
-        """Stop this run's task at its next tile (runs beside the task, in the control group).
+        """Stop this run's tasks: the running one at its next tile, queued ones as they start.
 
-        ``ray.cancel`` drops queued actor tasks but does not interrupt a
-        running one in a threaded actor, so the running task polls this flag.
+        Runs beside the task, in the control group. (Not ``ray.cancel`` on
+        queued calls: that leaves a gap in the actor's call order that Ray
+        waits 30 s for.)
         """
         self._cancelled_runs[run_id] = None
-        while len(self._cancelled_runs) > 64:
+        while len(self._cancelled_runs) > CANCELLED_RUNS:
             self._cancelled_runs.popitem(last=False)
+
+    @ray.method(concurrency_group="control")
+    def forget_values(self, kind: str, keys: list) -> int:
+        """Drop cached values the driver released (``kind``: "data"); returns how many are still kept."""
+        cache = self._data if kind == "data" else self._params
+        cache.forget(keys)
+        return len(cache)
 
     def run_function(self, fn, args):
         try:

@@ -10,10 +10,11 @@ from raytile.io.formats import get_format
 from raytile.runtime import tracing
 from raytile.runtime.coordinator import Coordinator
 from raytile.runtime.executor import Executor
-from raytile.runtime.plan import check_udfs, make_plan
+from raytile.runtime.plan import make_plan
 from raytile.runtime.progress import ProgressReporter, TqdmProgressReporter
 from raytile.runtime.run import UDFRun
 from raytile.runtime.results import ResultBuffer, UDFResults
+from raytile.udf.base import UDF
 
 
 class Context:
@@ -83,18 +84,17 @@ class Context:
         ``for part in ctx.run_udf_iter(...)`` or, in async code,
         ``async for part in ctx.run_udf_iter(..., sync=False)``.
         """
-        udfs = check_udfs(udf)
-        span = tracing.start_span("raytile.run", {"raytile.udfs": ",".join(type(u).__name__ for u in udfs)})
+        span = tracing.start_span("raytile.run")
         try:
             with tracing.use_span(span), tracing.child_span("raytile.plan"):
-                plan = make_plan(dataset, udfs, roi=roi, corrections=corrections, backends=backends,
+                plan = make_plan(dataset, udf, roi=roi, corrections=corrections, backends=backends,
                                  device_classes=self.executor.device_classes)
+            span.set_attribute("raytile.udfs", ",".join(type(u).__name__ for u in plan.udfs))
         except BaseException as e:
             tracing.record_error(span, e)
             span.end()
             raise
-        reporter = _reporter(progress)
-        return UDFRun(Coordinator(self.executor, plan, reporter, span=span), [type(u).__name__ for u in udfs])
+        return UDFRun(Coordinator(self.executor, plan, _reporter(progress), span=span), plan.udfs)
 
     def run_udf(
         self,
@@ -111,7 +111,7 @@ class Context:
         Returns ``{name: ResultBuffer}`` for one UDF, a list of such dicts for
         a list of UDFs. With ``sync=False`` returns an awaitable of the same.
         """
-        single = not isinstance(udf, (list, tuple))
+        single = isinstance(udf, UDF)
         run = self.run_udf_iter(dataset, udf, roi=roi, corrections=corrections, backends=backends,
                                 progress=progress)
         if sync:
@@ -124,7 +124,7 @@ class Context:
 
     def dry_run(self, dataset: DataSet, udf: Any, roi: Any = None):
         """Check a run without reading data: the result buffers as they would come back (empty)."""
-        single = not isinstance(udf, (list, tuple))
+        single = isinstance(udf, UDF)
         plan = make_plan(dataset, udf, roi=roi, device_classes=self.executor.device_classes)
         from raytile.runtime.results import ResultAccumulator
 

@@ -1,45 +1,40 @@
-"""`Coordinator`: dispatches a run's tasks, merges results, streams `UDFResults`.
+"""`Coordinator`: dispatches a run's tasks, merges results, publishes `UDFResults`.
 
 It runs in one thread in the driver per run and talks to any
-:class:`~raytile.runtime.executor.Executor`. Partial results go to an
-outbox (a queue) that :class:`~raytile.runtime.run.UDFRun` reads from sync
-and async code alike. See docs/coordinator.md for why a driver thread and
-not an async actor.
+:class:`~raytile.runtime.executor.Executor`. Each turn of its loop has four
+named phases::
+
+    apply_patches -> dispatch -> collect -> publish
+
+and sleeps only inside the executor's ``wait``, on a wakeup event that task
+completions, patches, cancels and the consumer taking a result set. The
+event is cleared at the top of a turn, *before* the loop looks at its
+inputs, so nothing that arrives during a turn is missed. Results go to an
+:class:`~raytile.runtime.outbox.Outbox` (latest wins) that
+:class:`~raytile.runtime.run.UDFRun` reads. See docs/coordinator.md.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
-from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Sequence
 
 from raytile.common.errors import ExecutorError, UDFRunCancelled
+from raytile.runtime import tracing
 from raytile.runtime.executor import Executor, TaskHandle, TaskNotRun, WorkerLost
+from raytile.runtime.outbox import FINISHED, Outbox, should_publish
+from raytile.runtime.params import PartitionResult, RunParams
 from raytile.runtime.plan import RunPlan
 from raytile.runtime.progress import ProgressReporter
-from raytile.runtime.results import ResultAccumulator, UDFResults
-from raytile.runtime import tracing
+from raytile.runtime.results import ResultAccumulator
+from raytile.runtime.run_state import MAX_RETRIES, Outcome, RunState
 
-#: How often a task may be retried after its worker died.
-MAX_RETRIES = 3
-#: The longest one wait for task completion blocks. Only a safety net: executors that support it
-#: (Ray) end the wait as soon as a task finishes, and patches and cancels end it at once too.
+__all__ = ["Coordinator", "POLL_S", "FINISHED"]
+
+#: The longest one wait for task completion blocks. Only a safety net: every event the loop reacts to
+#: (a task finishing, a patch, a cancel, the consumer taking a result) ends the wait at once.
 POLL_S = 0.2
-
-
-@dataclass
-class ParamsVersion:
-    version: int
-    handle: Any
-
-
-class _Finished:
-    """Outbox marker: the run is over."""
-
-
-FINISHED = _Finished()
 
 
 class Coordinator:
@@ -51,19 +46,23 @@ class Coordinator:
         self._span = span  # the run's span, opened by the Context around planning (or here)
         self._plan = plan
         self._progress = progress
-        self.outbox: "queue.Queue[Any]" = queue.Queue()
         self._lock = threading.Lock()
         self._cancelled = threading.Event()
-        self._wakeup = threading.Event()  # set by task completions, patches and cancels (see Executor.start_run)
+        self._wakeup = threading.Event()
+        self.outbox = Outbox(on_take=self._wakeup.set)
         self._final_only = False
-        self._in_flight: list[TaskHandle] = []
         self._patches: list[tuple[list[dict], bool]] = []
-        self._thread = threading.Thread(target=self._main, name=f"raytile-run-{plan.params.run_id[:8]}",
-                                        daemon=True)
-        self._acc = ResultAccumulator(
+        self._state = RunState(plan.tasks)
+        self._params: RunParams = plan.params
+        self._params_handle: Any = None
+        self._frames_reported = 0
+        self._frames_merged = 0
+        self._coalesced = 0
+        self._acc: ResultAccumulator | None = ResultAccumulator(
             [u.copy() for u in plan.udfs], plan.params.dataset_shape, plan.params.roi, plan.metas(),
             plan.partition_offsets, plan.total_partitions,
         )
+        self._thread = threading.Thread(target=self._main, name=f"raytile-run-{self.run_id[:8]}", daemon=True)
 
     @property
     def run_id(self) -> str:
@@ -82,126 +81,158 @@ class Coordinator:
 
     def cancel(self) -> None:
         self._cancelled.set()
+        self.outbox.drop()
         self._wakeup.set()
 
     def only_final_result(self) -> None:
-        """Put only the final result into the outbox from now on (the caller waits for the end anyway).
-
-        Saves a snapshot of every result buffer per partition, and waking the
-        consumer for each; merging and progress are unchanged.
-        """
+        """Publish only the final result from now on (the caller waits for the end anyway)."""
         self._final_only = True
 
     @property
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
 
-    # -- the loop ------------------------------------------------------------
+    @property
+    def coalesced(self) -> int:
+        """Merged partitions whose partial result was not delivered on its own but folded into a later one."""
+        return max(0, self._coalesced) + self.outbox.replaced
+
+    @property
+    def finished(self) -> bool:
+        """True once the run's thread is over (its results and state released)."""
+        return not self._thread.is_alive() and self._acc is None
+
+    # -- the run ---------------------------------------------------------------
     def _main(self) -> None:
         span = self._span if self._span is not None else tracing.start_span("raytile.run")
         span.set_attribute("raytile.run_id", self.run_id)
         span.set_attribute("raytile.partitions", len(self._plan.tasks))
+        terminal: Any = FINISHED
         try:
             with tracing.use_span(span):
-                self._loop(span)
+                self._begin()
+                while not self._state.done:
+                    self._wakeup.clear()  # before looking at inputs: whatever arrives from now on sets it
+                    self._check_cancelled()
+                    self._apply_patches()
+                    self._dispatch()
+                    self._collect(self._executor.wait(self._state.in_flight, POLL_S))
+                    self._publish(finished=self._state.done)
+                if not self._plan.tasks:  # the ROI selects nothing: the empty result is final
+                    self._publish(finished=True)
         except BaseException as e:  # handed to the consumer
-            if self._in_flight:  # stop the run's other tasks
-                try:
-                    self._executor.cancel(self._in_flight)
-                except Exception:  # noqa: BLE001
-                    pass
-                self._in_flight = []
+            self._stop_in_flight()
             tracing.record_error(span, e)
-            self.outbox.put(e)
+            if isinstance(e, UDFRunCancelled):
+                self.outbox.drop()
+            terminal = e
         finally:
             span.end()
-            try:
-                self._executor.finish_run(self.run_id)
-            except Exception:  # noqa: BLE001  (progress flush is best effort)
-                pass
-            if self._progress is not None:
-                self._progress.finish(self.run_id)
-            self.outbox.put(FINISHED)
+            self._end()
+            self.outbox.put_terminal(terminal)  # last: the consumer sees the run's end after progress is final
 
-    def _loop(self, span) -> None:
+    def _begin(self) -> None:
         ex = self._executor
-        plan = self._plan
+        ex.prepare_dataset(self._plan.dataset)
         ex.start_run(self.run_id, self._wakeup)
-        params = replace(plan.params, trace_context=tracing.inject_context())
-        version = ParamsVersion(0, ex.put_params(params))
-        current_params = params
-        pending = deque(plan.tasks)
-        needed_version: dict[int, int] = {t.idx: 0 for t in plan.tasks}
-        in_flight: list[TaskHandle] = []
-        self._in_flight = in_flight
-        retries: dict[int, int] = {}
-        sink = self._on_tile if self._progress is not None else None
+        self._params = replace(self._plan.params, trace_context=tracing.inject_context())
+        self._params_handle = ex.put_params(self._params)
         if self._progress is not None:
-            self._progress.start(self.run_id, sum(t.num_frames for t in plan.tasks), len(plan.tasks))
+            self._progress.start(self.run_id, sum(t.num_frames for t in self._plan.tasks), len(self._plan.tasks))
 
-        while pending or in_flight:
-            if self._cancelled.is_set():
-                ex.cancel(in_flight)
-                in_flight.clear()
-                raise UDFRunCancelled(f"run {self.run_id[:8]} was cancelled")
-            with self._lock:
-                patches, self._patches = self._patches, []
-            for patch_list, recompute in patches:
-                current_params, version = self._apply_patch(current_params, version, patch_list)
-                if recompute:
-                    self._acc.reset()
-                    queued = {t.idx for t in pending}
-                    for task in plan.tasks:
-                        needed_version[task.idx] = version.version
-                        busy = any(h.task.idx == task.idx for h in in_flight)
-                        if task.idx not in queued and not busy:
-                            pending.append(task)
-            while pending and len(in_flight) < ex.max_in_flight:
-                task = pending.popleft()
-                in_flight.append(ex.submit(task, version.handle, version.version, sink))
-            done = ex.wait(in_flight, POLL_S)
-            for handle in done:
-                in_flight.remove(handle)
-                task = handle.task
-                try:
-                    result = ex.result(handle)
-                except WorkerLost as e:
-                    retries[task.idx] = retries.get(task.idx, 0) + 1
-                    if retries[task.idx] > MAX_RETRIES:
-                        raise ExecutorError(
-                            f"{task.describe()} failed {MAX_RETRIES} times because its worker died: {e}"
-                        ) from e
-                    pending.appendleft(task)
-                    continue
-                except TaskNotRun:
-                    pending.appendleft(task)
-                    continue
-                if result.version < needed_version[task.idx]:
-                    pending.append(task)  # computed with parameters a recompute patch replaced
-                    continue
-                with tracing.child_span("raytile.merge", {"raytile.partition": task.idx}):
-                    self._acc.merge(result)
-                if self._progress is not None:
-                    self._progress.partition_done(self.run_id, self._acc.done)
-                finished = not pending and not in_flight
-                if finished or not self._final_only:
-                    self.outbox.put(self._acc.snapshot(finished=finished))
-        if not plan.tasks:
-            self.outbox.put(self._acc.snapshot(finished=True))
+    def _end(self) -> None:
+        try:
+            self._executor.finish_run(self.run_id)
+        except Exception:  # noqa: BLE001  (progress flush is best effort)
+            pass
+        if self._progress is not None:
+            if self._frames_merged > self._frames_reported:  # tile reports lost with a dead progress actor
+                self._progress.advance(self.run_id, self._frames_merged - self._frames_reported)
+            self._progress.finish(self.run_id)
+        self._acc = None  # the merged buffers: the consumer has its own snapshots
 
-    def _apply_patch(self, params, version: ParamsVersion, patch_list: Sequence[dict]):
-        if len(patch_list) != len(params.udfs):
-            raise ValueError(f"update_parameters needs one dict per UDF ({len(params.udfs)}), got {len(patch_list)}")
+    # -- phases ----------------------------------------------------------------
+    def _check_cancelled(self) -> None:
+        if self._cancelled.is_set():
+            raise UDFRunCancelled(f"run {self.run_id[:8]} was cancelled")
+
+    def _apply_patches(self) -> None:
+        with self._lock:
+            patches, self._patches = self._patches, []
+        for patch_list, recompute in patches:
+            self._params = self._patched_params(patch_list)
+            self._params_handle = self._executor.put_params(self._params)
+            if recompute:
+                assert self._acc is not None
+                self._acc.reset()
+                self._state.recompute_all(self._params.version)
+
+    def _dispatch(self) -> None:
+        sink = self._on_tile if self._progress is not None else None
+        while (task := self._state.next_to_submit(self._executor.max_in_flight)) is not None:
+            self._state.submitted(self._executor.submit(task, self._params_handle, self._params.version, sink))
+
+    def _collect(self, done: Sequence[TaskHandle]) -> None:
+        for handle in done:
+            self._state.returned(handle)
+            result = self._task_result(handle)
+            if result is None or self._state.judge(handle.task, result.version) is Outcome.STALE:
+                continue
+            self._merge(handle, result)
+
+    def _publish(self, finished: bool = False) -> None:
+        if not should_publish(merged_since=self._state.merged_since_publish, outbox_empty=self.outbox.empty,
+                              finished=finished, final_only=self._final_only):
+            return
+        assert self._acc is not None
+        self.outbox.put_snapshot(self._acc.snapshot(finished=finished))
+        self._coalesced += self._state.merged_since_publish - 1
+        self._state.published()
+
+    # -- steps of the phases ---------------------------------------------------
+    def _task_result(self, handle: TaskHandle) -> PartitionResult | None:
+        """The task's result, or None if it is to run again (its worker died or lacked a value)."""
+        task = handle.task
+        try:
+            return self._executor.result(handle)
+        except WorkerLost as e:
+            if self._state.worker_lost(task) is Outcome.GIVE_UP:
+                raise ExecutorError(
+                    f"{task.describe()} failed {MAX_RETRIES} times because its worker died: {e}"
+                ) from e
+        except TaskNotRun:
+            self._state.not_run(task)
+        return None
+
+    def _merge(self, handle: TaskHandle, result: PartitionResult) -> None:
+        assert self._acc is not None
+        with tracing.child_span("raytile.merge", {"raytile.partition": handle.task.idx}):
+            self._acc.merge(result, handle.task.describe())
+        self._frames_merged += handle.task.num_frames
+        if self._progress is not None:
+            self._progress.partition_done(self.run_id, self._acc.done)
+
+    def _patched_params(self, patch_list: Sequence[dict]) -> RunParams:
+        params = self._params
         udfs = []
         for udf, patch in zip(params.udfs, patch_list):
             new = udf.copy_for_partition(0, params.dataset_shape.nav.size, None)
             if patch:
                 new.update_parameters(patch)
             udfs.append(new)
+        assert self._acc is not None
         self._acc.update_udf_params(patch_list)
-        new_params = replace(params, udfs=udfs, version=version.version + 1)
-        return new_params, ParamsVersion(new_params.version, self._executor.put_params(new_params))
+        return replace(params, udfs=udfs, version=params.version + 1)
+
+    def _stop_in_flight(self) -> None:
+        if self._state.in_flight:
+            try:
+                self._executor.cancel(self._state.in_flight)
+            except Exception:  # noqa: BLE001
+                pass
+            self._state.in_flight.clear()
 
     def _on_tile(self, run_id: str, frames: int) -> None:
+        self._frames_reported += frames
         if self._progress is not None:
             self._progress.advance(run_id, frames)

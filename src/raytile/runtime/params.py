@@ -36,12 +36,18 @@ class RunParams:
 
 @dataclass
 class PartitionTask:
-    """One partition to process. ``device_class`` is what the task needs ("cpu", "cuda", "any")."""
+    """One partition to process. ``device_class`` is what the task needs ("cpu", "cuda", "any").
+
+    ``dataset_id`` is the ``id`` of the :class:`DataSet` the run reads (the
+    run's plan keeps it alive): executors share a data set's in-memory frames
+    per data set, not per array address.
+    """
 
     partition: Partition
     idx: int
     device_class: str = "cpu"
     num_frames: int = 0
+    dataset_id: int = 0
 
     def describe(self) -> str:
         return self.partition.describe()

@@ -150,7 +150,7 @@ def make_plan(
         n = p.count_frames(roi)
         offsets[p.idx] = (p.roi_offset(roi), n)
         if n > 0:
-            tasks.append(PartitionTask(p, p.idx, device_class, n))
+            tasks.append(PartitionTask(p, p.idx, device_class, n, dataset_id=id(dataset)))
     params = RunParams(
         udfs=[u.copy_for_partition(0, dataset.shape.nav.size, None) for u in udfs],
         roi=roi, tiling_scheme=scheme, input_dtype=dtype,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import traceback
 from typing import Any, Sequence
 
 import numpy as np
@@ -143,7 +144,8 @@ class ResultAccumulator:
     def done(self) -> int:
         return len(self.versions)
 
-    def merge(self, result: PartitionResult) -> None:
+    def merge(self, result: PartitionResult, where: str = "") -> None:
+        """Merge one partition's buffers; ``where`` (the partition) goes into a failing merge's error."""
         start, count = self._offsets[result.idx]
         for i, (udf, part) in enumerate(zip(self.udfs, result.buffers)):
             udf.meta.set_valid_nav_mask(self._damage.copy())
@@ -158,7 +160,15 @@ class ResultAccumulator:
             missing = set(dest) - set(part)
             if missing:
                 raise UDFException(f"{type(udf).__name__}: partition result lacks buffers {sorted(missing)}")
-            udf.merge(MergeAttrMapping(dest), MergeAttrMapping(part))
+            try:
+                udf.merge(MergeAttrMapping(dest), MergeAttrMapping(part))
+            except UDFException:
+                raise
+            except Exception as e:
+                raise UDFException(
+                    f"{type(udf).__name__}.merge raised {type(e).__name__}: {e} while merging {where or 'a partition'}",
+                    worker_traceback="".join(traceback.format_exception(type(e), e, e.__traceback__)),
+                ) from e
         self._damage[start:start + count] = True
         self.versions[result.idx] = result.version
 

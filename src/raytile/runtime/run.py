@@ -3,11 +3,14 @@
 Iterate it (``for`` or ``async for``) for partial :class:`UDFResults`;
 ``update_parameters`` patches UDF parameters while it runs; ``cancel``
 stops it. Leaving the loop early cancels the run.
+
+Partial results are cumulative and latest-wins: a consumer slower than the
+run skips intermediate ones (``UDFResults.partitions_done`` jumps) instead
+of making them pile up.
 """
 
 from __future__ import annotations
 
-import queue
 from typing import Any, AsyncIterator, Iterator, Sequence
 
 import anyio
@@ -16,15 +19,20 @@ import anyio.to_thread
 from raytile.common.errors import UDFException, UDFRunCancelled
 from raytile.runtime.coordinator import FINISHED, Coordinator
 from raytile.runtime.results import UDFResults
+from raytile.udf.base import UDF
+
+__all__ = ["UDFRun"]
+
+#: How long leaving a run waits for its coordinator thread to end.
+JOIN_TIMEOUT_S = 5.0
 
 
 class UDFRun:
     """A run in progress. Both a sync and an async iterator of :class:`UDFResults`."""
 
-    def __init__(self, coordinator: Coordinator, udf_names: Sequence[str]):
+    def __init__(self, coordinator: Coordinator, udfs: Sequence[UDF]):
         self._coordinator = coordinator
-        self._udf_names = list(udf_names)
-        self._udfs = [u.copy() for u in coordinator._plan.udfs]
+        self._udfs = [u.copy() for u in udfs]  # validates patches in the caller's thread
         self._exhausted = False
         self._cancel_requested = False
         self.last: UDFResults | None = None
@@ -33,6 +41,16 @@ class UDFRun:
     @property
     def run_id(self) -> str:
         return self._coordinator.run_id
+
+    @property
+    def coalesced(self) -> int:
+        """Partial results folded into a later one because the consumer was busy (latest wins)."""
+        return self._coordinator.coalesced
+
+    @property
+    def done(self) -> bool:
+        """True once the run is over and its coordinator has released its state."""
+        return self._coordinator.finished
 
     # -- control -------------------------------------------------------------
     def update_parameters(self, patch: Sequence[dict[str, Any]], recompute: bool = False) -> None:
@@ -43,6 +61,8 @@ class UDFRun:
         tells which partition used which version. With ``recompute=True``
         partitions done with old parameters are computed again, so the final
         result equals a fresh run with the new parameters.
+
+        >>> run.update_parameters([{"radius": 5.0}])
         """
         patch = list(patch)
         if len(patch) != len(self._udfs):
@@ -54,7 +74,7 @@ class UDFRun:
     def cancel(self) -> None:
         """Stop dispatching, cancel tasks in flight; the consumer gets UDFRunCancelled.
 
-        Partial results still queued are dropped: the next step of the
+        A partial result not yet taken is dropped: the next step of the
         iteration raises at once.
         """
         self._cancel_requested = True
@@ -62,28 +82,26 @@ class UDFRun:
 
     # -- consuming -------------------------------------------------------------
     def _take(self, item: Any) -> UDFResults:
+        """The next result from an outbox item; raises StopIteration at the end."""
         if self._cancel_requested:
             self._exhausted = True
-            self._drain()
+            self._coordinator.join(JOIN_TIMEOUT_S)
             raise UDFRunCancelled(f"run {self.run_id[:8]} was cancelled")
         if item is FINISHED:
             self._exhausted = True
             raise StopIteration
         if isinstance(item, BaseException):
             self._exhausted = True
-            self._drain()
+            self._coordinator.join(JOIN_TIMEOUT_S)
             raise item
         self.last = item
         return item
-
-    def _drain(self) -> None:
-        self._coordinator.join(timeout=5)
 
     def __iter__(self) -> Iterator[UDFResults]:
         try:
             while not self._exhausted:
                 try:
-                    yield self._take(self._coordinator.outbox.get())
+                    yield self._take(self._coordinator.outbox.take())
                 except StopIteration:
                     return
         finally:
@@ -97,15 +115,12 @@ class UDFRun:
         box = self._coordinator.outbox
         try:
             while not self._exhausted:
-                try:
-                    item = box.get_nowait()
-                except queue.Empty:
+                item = box.take_nowait()
+                if item is None:
                     try:
-                        item = await anyio.to_thread.run_sync(box.get, abandon_on_cancel=True)
+                        item = await anyio.to_thread.run_sync(box.take, abandon_on_cancel=True)
                     except BaseException:
-                        # the consumer was cancelled: stop the run, unblock the waiting thread
-                        self.cancel()
-                        box.put(FINISHED)
+                        self.cancel()  # the consumer was cancelled; the run's end unblocks the thread
                         raise
                 try:
                     yield self._take(item)
@@ -118,23 +133,18 @@ class UDFRun:
     def result(self) -> UDFResults:
         """Block until the run is done; return the final results."""
         self._coordinator.only_final_result()
-        last = None
-        for last in self:
+        for _ in self:
             pass
-        if last is None:
-            last = self.last
-        if last is None:
-            raise UDFRunCancelled(f"run {self.run_id[:8]} produced no results")
-        return last
+        return self._final()
 
     async def aresult(self) -> UDFResults:
         """Await the end of the run; return the final results."""
         self._coordinator.only_final_result()
-        last = None
-        async for last in self:
+        async for _ in self:
             pass
-        if last is None:
-            last = self.last
-        if last is None:
+        return self._final()
+
+    def _final(self) -> UDFResults:
+        if self.last is None:
             raise UDFRunCancelled(f"run {self.run_id[:8]} produced no results")
-        return last
+        return self.last

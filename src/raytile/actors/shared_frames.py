@@ -1,0 +1,76 @@
+"""`SharedFrames`: in-memory data sets' frames in the Ray object store, one copy per DataSet.
+
+A memory data set's partitions are put into the object store once, when the
+data set is loaded (or first run), and read zero-copy by every worker. The
+copy belongs to the :class:`~raytile.io.dataset.DataSet` object: it is made
+per data set, never looked up by the array's address (an array refilled in
+place and loaded again is a new data set with new contents; keying by
+address returned the old contents), and it is released when the DataSet is
+garbage-collected: the driver drops its object refs at once, and the
+workers are told to drop their views (which pin the objects) at the next
+call of :meth:`SharedFrames.take_released`. Measured before this existed:
+loading and dropping 300 small data sets grew the object store by 300 MiB.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["SharedFrames"]
+
+
+class SharedFrames:
+    """Object refs of in-memory partitions, per ``(id(dataset), partition index)``.
+
+    ``put`` is ``ray.put`` (injected, so this class never imports ray).
+    """
+
+    def __init__(self, put: Callable[[np.ndarray], Any]):
+        self._put = put
+        self._lock = threading.RLock()  # re-entered when the collector runs _release inside a locked call
+        self._refs: dict[int, dict[int, Any]] = {}
+        self._released: list[str] = []  # hex keys of refs workers may still hold
+
+    def share(self, dataset: Any, partitions: dict[int, np.ndarray]) -> None:
+        """Put ``partitions`` (index -> frames) of ``dataset`` into the object store, once per data set."""
+        key = id(dataset)
+        with self._lock:
+            if key in self._refs:
+                return
+        refs = {idx: self._put(np.ascontiguousarray(frames)) for idx, frames in partitions.items()}
+        with self._lock:
+            if key in self._refs:  # another thread shared it meanwhile
+                return
+            self._refs[key] = refs
+        weakref.finalize(dataset, self._release, key)
+
+    def ref(self, dataset_id: int, idx: int) -> Any:
+        """The object ref of one shared partition, or None if that data set shares none."""
+        with self._lock:
+            return self._refs.get(dataset_id, {}).get(idx)
+
+    def _release(self, key: int) -> None:
+        # called by the garbage collector, in whatever thread: only drop refs and note their keys
+        with self._lock:
+            refs = self._refs.pop(key, {})
+            self._released.extend(r.hex() for r in refs.values())
+
+    def take_released(self) -> list[str]:
+        """Cache keys of refs released since the last call (for the workers to forget)."""
+        with self._lock:
+            released, self._released = self._released, []
+        return released
+
+    def __len__(self) -> int:
+        """The number of data sets shared."""
+        with self._lock:
+            return len(self._refs)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._refs.clear()
+            self._released.clear()
