@@ -6,7 +6,7 @@ import inspect
 import math
 from abc import ABC, ABCMeta, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, cast
 
 import numpy as np
 
@@ -222,7 +222,8 @@ class DataSetType(ABCMeta):
     """
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        return super().__call__(**cls.validate_params(*args, **kwargs))
+        params = cast("type[DataSet]", cls).validate_params(*args, **kwargs)
+        return super().__call__(**params)
 
 
 class DataSet(metaclass=DataSetType):

@@ -20,7 +20,11 @@ _FORMATS: dict[str, str] = {
 
 
 def register_format(name: str, target: str) -> None:
-    """Make ``Context.load(name, ...)`` create ``target`` ("module:Class")."""
+    """Make ``Context.load(name, ...)`` create ``target`` ("module:Class").
+
+    The class declares every constructor parameter in ``params_schema``
+    (see :mod:`raytile.io.params`); others are rejected as unknown.
+    """
     _FORMATS[name.lower()] = target
 
 

@@ -342,12 +342,12 @@ class NPZCSRDataSet(DataSet):
             raise DataSetException(
                 f"{path}: indptr runs from {int(indptr[0])} to {int(indptr[-1])}, expected 0 to {len(values)}"
             )
-        if stored_shape is None and self._sig_shape is None:
-            raise DataSetException(f"{path}: no 'shape' array in the file; pass sig_shape (and nav_shape)")
         if stored_shape is not None:
             pixels = math.prod(stored_shape[len(stored_shape) - sig_dims:])
-        else:
+        elif self._sig_shape is not None:
             pixels = math.prod(self._sig_shape)
+        else:
+            raise DataSetException(f"{path}: no 'shape' array in the file; pass sig_shape (and nav_shape)")
         shape = _shape_from(stored_shape, self._nav_shape, self._sig_shape, sig_dims, rows, pixels,
                             f"npz_csr {path}")
         if len(indices) and int(np.max(indices)) >= pixels:
