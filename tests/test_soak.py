@@ -1,0 +1,102 @@
+"""Soak: 300 runs on one Context leave the driver and the cluster as they were after warm-up."""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+import threading
+
+import anyio
+import numpy as np
+import pytest
+
+import raytile as rt
+from raytile.runtime.progress import ProgressReporter
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.ray
+
+RUNS = 300
+WARM_UP = 60
+
+
+class _Frames(ProgressReporter):
+    def __init__(self):
+        self.frames = 0
+
+    def advance(self, run_id, frames):
+        self.frames += frames
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        kb = int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+    return kb / 1024
+
+
+def _plasma_objects() -> tuple[int, int]:
+    """(MiB, objects) in the object store of the cluster, as `ray memory --stats-only` reports them."""
+    from ray._private.internal_api import memory_summary
+
+    text = memory_summary(address=ray.get_runtime_context().gcs_address, stats_only=True)
+    m = re.search(r"Plasma memory usage (\d+) MiB, (\d+) objects", text)
+    assert m, text
+    return int(m.group(1)), int(m.group(2))
+
+
+def _alive_actors() -> int:
+    return sum(1 for a in ray._private.state.state.actor_table(None).values() if a["State"] == "ALIVE")
+
+
+def _vitals() -> dict:
+    gc.collect()
+    mib, objects = _plasma_objects()
+    return {
+        "rss_mib": _rss_mib(),
+        "fds": len(os.listdir("/proc/self/fd")),
+        "threads": threading.active_count(),
+        "os_threads": len(os.listdir("/proc/self/task")),
+        "actors": _alive_actors(),
+        "plasma_mib": mib,
+        "plasma_objects": objects,
+    }
+
+
+def _one_run(ctx, i: int, rng) -> None:
+    data = rng.integers(0, 100, size=(4, 4, 16, 16)).astype(np.float32)  # a new data set each run
+    ds = ctx.load("memory", data=data, num_partitions=2)
+    kind = i % 4
+    if kind == 0:
+        res = ctx.run_udf(dataset=ds, udf=rt.SumUDF())
+        np.testing.assert_allclose(res["intensity"].data, data.sum(axis=(0, 1)), rtol=1e-5)
+    elif kind == 1:
+        parts = list(ctx.run_udf_iter(dataset=ds, udf=rt.SumSigUDF()))
+        np.testing.assert_allclose(parts[-1].buffers[0]["intensity"].data, data.sum(axis=(2, 3)), rtol=1e-5)
+    elif kind == 2:
+        async def main():
+            return await ctx.run_udf(dataset=ds, udf=rt.SumUDF(), sync=False)
+
+        res = anyio.run(main)
+        np.testing.assert_allclose(res["intensity"].data, data.sum(axis=(0, 1)), rtol=1e-5)
+    else:
+        reporter = _Frames()
+        ctx.run_udf(dataset=ds, udf=rt.SumSigUDF(), progress=reporter)
+        assert reporter.frames == 16
+
+
+def test_300_runs_leave_driver_and_cluster_flat(ray_context):
+    rng = np.random.default_rng(0)
+    for i in range(WARM_UP):
+        _one_run(ray_context, i, rng)
+    before = _vitals()
+    for i in range(WARM_UP, RUNS):
+        _one_run(ray_context, i, rng)
+    ray_context.load("memory", data=np.zeros((1, 1, 2, 2)))  # the workers forget what was released
+    after = _vitals()
+    growth = {k: after[k] - before[k] for k in before}
+    assert growth["rss_mib"] < 40, (before, after)
+    assert growth["fds"] <= 2, (before, after)
+    assert growth["threads"] <= 1 and growth["os_threads"] <= 2, (before, after)
+    assert growth["actors"] == 0, (before, after)
+    assert growth["plasma_mib"] <= 2 and growth["plasma_objects"] <= 8, (before, after)
