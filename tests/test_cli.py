@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -51,6 +52,23 @@ def test_demo_writes_data_once_and_atomically(demo):
                  "--out", str(out2), "--no-progress"]) == 0
     assert raw.stat().st_mtime_ns == mtime
     assert sorted(p.name for p in cache.glob("*.raw")) == [raw.name]
+
+
+def test_demo_prints_start_up_first_and_warm_run(demo, capsys):
+    _, cache, _, raws = demo
+    assert main(["demo", "--size-gib", "0.004", "--executor", "inline", "--cache-dir", str(cache),
+                 "--out", str(cache / "third"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^start-up: \d+\.\d\d s \(inline executor", out, re.M), out
+    gb = raws[0].stat().st_size / 1e9
+    for label in ("first run", "warm run"):
+        found = re.findall(rf"^{label}: +(\d+\.\d+) GB in (\d+\.\d+) s: (\d+\.\d+) GB/s, ([\d,]+) frames/s",
+                           out, re.M)
+        assert len(found) == 1, (label, out)
+        size, seconds, rate, fps = found[0]
+        assert float(size) == round(gb, 3)
+        assert float(seconds) >= 0 and float(rate) > 0 and int(fps.replace(",", "")) > 0
+    assert out.index("first run:") < out.index("warm run:")
 
 
 def test_demo_data_has_structure(demo):
