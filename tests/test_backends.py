@@ -118,7 +118,7 @@ def test_errors_before_any_task(inline_ctx, monkeypatch):
     data = np.ones((4, 4, 8, 8), dtype=np.float32)
     ds = inline_ctx.load("memory", data=data)
     ran = []
-    monkeypatch.setattr(part_runner, "_run", lambda *a, **k: ran.append(1))
+    monkeypatch.setattr(part_runner.PartitionRun, "run", lambda *a, **k: ran.append(1))
     with pytest.raises(BackendError, match="cuda"):  # only a GPU can serve it; inline has a CPU
         inline_ctx.run_udf(dataset=ds, udf=TileSum((CUPY,)))
     with pytest.raises(BackendError, match="cupy"):

@@ -32,7 +32,7 @@ def test_patch_halfway_versions_per_partition(ctx, data):
     assert final.finished and len(final.param_versions) == 8
     versions = final.param_versions
     assert set(versions.values()) == {0, 1}
-    assert parts[0].param_versions == {next(iter(parts[0].param_versions)): 0}
+    assert set(parts[0].param_versions.values()) == {0}  # merged before the patch
     # each partition's values are those of the radius its version had
     refs = {0: _ring_reference(data, 3.0), 1: _ring_reference(data, 5.0)}
     got = final.buffers[0]["intensity"].data.reshape(-1)

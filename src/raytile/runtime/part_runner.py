@@ -7,11 +7,14 @@ code path is tested without Ray.
 from __future__ import annotations
 
 import traceback
-from typing import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from raytile.common.errors import BackendError, UDFException
+from raytile.common.tiling import DataTile
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.runtime import backends as _backends
@@ -115,6 +118,14 @@ class _GPU:
         return self.stager.to_device(arr)
 
 
+@dataclass(frozen=True)
+class WorkerEnv:
+    """Facts about the worker a task runs on: its device class and its share of CPU threads."""
+
+    device_class: str = "cpu"
+    threads: int | None = None
+
+
 def run_partition(
     task: PartitionTask,
     params: RunParams,
@@ -124,113 +135,149 @@ def run_partition(
 ) -> PartitionResult:
     """Process ``task.partition`` with every UDF in ``params``; return the partition's buffers.
 
-    On ``device_class="cuda"`` with a plan that uses cupy backends, the whole
-    partition runs on a private CUDA stream: dense tiles go to the device
-    through pinned staging buffers on a copy stream (overlapping the previous
-    tile's compute), ``where='device'`` buffers of cupy UDFs live on the GPU
-    and come back to numpy at the end, and capturable UDFs replay CUDA graphs.
+    The one task body every executor calls. On ``device_class="cuda"``
+    with a plan that uses cupy backends, the whole partition runs on a
+    private CUDA stream: dense tiles go to the device through pinned
+    staging buffers on a copy stream (overlapping the previous tile's
+    compute), ``where='device'`` buffers of cupy UDFs live on the GPU and
+    come back to numpy at the end, and capturable UDFs replay CUDA graphs.
+
+    >>> result = run_partition(task, params, "cpu", threads_per_worker=1)
     """
+    env = WorkerEnv(device_class, threads_per_worker)
     plan = plan_for_task(params, device_class, task.partition)
     gpu = None
     if device_class == "cuda" and plan.needs_cupy:
         gpu = _GPU(stage=_backends.CUPY in plan.udfs)
     if gpu is None:
-        return _run(task, params, plan, device_class, threads_per_worker, on_tile, None)
+        return PartitionRun(task, params, plan, env).run(on_tile)
     with gpu.stream:
-        result = _run(task, params, plan, device_class, threads_per_worker, on_tile, gpu)
+        result = PartitionRun(task, params, plan, env, gpu).run(on_tile)
     gpu.stream.synchronize()
     return result
 
 
-def _run(task, params, plan: ExecutionPlan, device_class, threads_per_worker, on_tile, gpu) -> PartitionResult:
-    partition = task.partition
-    roi = params.roi
-    num_frames = partition.count_frames(roi)
-    nav_origin = partition.roi_offset(roi)
-    sig_shape = params.dataset_shape.sig.to_tuple()
-    part_slice = Slice((nav_origin,) + (0,) * len(sig_shape),
-                       Shape((num_frames,) + sig_shape, sig_dims=len(sig_shape)))
-    backend_of = plan.backend_of()
-    order = [i for idxs in plan.udfs.values() for i in idxs]  # UDFs in conversion order
+class PartitionRun:
+    """One task's UDFs over one partition, in three phases::
 
-    udfs: list[UDF] = []
-    for i, template in enumerate(params.udfs):
-        udf = template.copy_for_partition(partition.start, partition.stop, roi)
-        meta = UDFMeta(
-            partition_slice=part_slice,
-            dataset_shape=params.dataset_shape,
-            roi=roi,
-            dataset_dtype=params.dataset_dtype,
-            input_dtype=params.input_dtype,
-            tiling_scheme=params.tiling_scheme,
-            corrections=params.corrections,
-            device_class=device_class,
-            threads_per_worker=threads_per_worker,
-            array_backend=backend_of[i],
-        )
-        udf.set_meta(meta)
-        udf.set_backend(backend_of[i])
-        try:
-            buffers = udf.get_result_buffers()
-            xp = udf.xp
-            for buf in buffers.values():
-                if buf.use != "result_only":
-                    buf.allocate(num_frames, sig_shape, xp=xp if buf.where == "device" else np)
-            udf.results = UDFData(buffers)
-            udf.task_data = UDFData(udf.get_task_data())
+        init_udfs -> run_tile (for each tile) -> wrap_up
+
+    ``init_udfs`` makes each UDF's per-partition instance, meta and buffers
+    (and runs ``preprocess``); ``run_tile`` corrects a tile, converts it
+    once per array backend and hands it to every UDF; ``wrap_up`` runs
+    ``postprocess`` and collects the result buffers. Every error names the
+    UDF, the method and the partition.
+    """
+
+    def __init__(self, task: PartitionTask, params: RunParams, plan: ExecutionPlan, env: WorkerEnv,
+                 gpu: "_GPU | None" = None):
+        self.task = task
+        self.params = params
+        self.plan = plan
+        self.env = env
+        self.gpu = gpu
+        partition = task.partition
+        self.num_frames = partition.count_frames(params.roi)
+        self.nav_origin = partition.roi_offset(params.roi)
+        self.sig_shape = params.dataset_shape.sig.to_tuple()
+        self.backend_of = plan.backend_of()
+        self.order = [i for idxs in plan.udfs.values() for i in idxs]  # UDFs in conversion order
+        self.udfs: list[UDF] = []
+        self.methods: list[str] = []
+        self.graphs: dict[int, Any] = {}
+        self.nav_names: list[set[str]] = []
+
+    def run(self, on_tile: TileProgress | None = None) -> PartitionResult:
+        self.init_udfs()
+        last_scheme_idx = len(self.params.tiling_scheme) - 1
+        for tile in self.tiles():
+            self.run_tile(tile)
+            if on_tile is not None and tile.scheme_idx == last_scheme_idx:
+                on_tile(tile.tile_slice.shape[0])
+        return self.wrap_up()
+
+    # -- phase 1 ------------------------------------------------------------------
+    def init_udfs(self) -> None:
+        task, params = self.task, self.params
+        partition = task.partition
+        part_slice = Slice((self.nav_origin,) + (0,) * len(self.sig_shape),
+                           Shape((self.num_frames,) + self.sig_shape, sig_dims=len(self.sig_shape)))
+        for i, template in enumerate(params.udfs):
+            udf = template.copy_for_partition(partition.start, partition.stop, params.roi)
+            udf.set_meta(UDFMeta(
+                partition_slice=part_slice,
+                dataset_shape=params.dataset_shape,
+                roi=params.roi,
+                dataset_dtype=params.dataset_dtype,
+                input_dtype=params.input_dtype,
+                tiling_scheme=params.tiling_scheme,
+                corrections=params.corrections,
+                device_class=self.env.device_class,
+                threads_per_worker=self.env.threads,
+                array_backend=self.backend_of[i],
+            ))
+            udf.set_backend(self.backend_of[i])
+            with _udf_errors(udf, task, "get_result_buffers"):
+                buffers = udf.get_result_buffers()
+                for buf in buffers.values():
+                    if buf.use != "result_only":
+                        buf.allocate(self.num_frames, self.sig_shape, xp=udf.xp if buf.where == "device" else np)
+                udf.results = UDFData(buffers)
+            with _udf_errors(udf, task, "get_task_data"):
+                udf.task_data = UDFData(udf.get_task_data())
             if udf.preprocess is not None:
-                udf.results.set_views(dict((k, b.data) for k, b in udf.results.buffers()))
-                udf.preprocess()
-                udf.results.clear_views()
-        except UDFException:
-            raise
-        except Exception as e:
-            raise _udf_error(udf, task, "preprocess/get_result_buffers", e) from None
-        udfs.append(udf)
+                with _udf_errors(udf, task, "preprocess"):
+                    udf.results.set_views(dict((k, b.data) for k, b in udf.results.buffers()))
+                    udf.preprocess()
+                    udf.results.clear_views()
+            self.udfs.append(udf)
+        self.methods = [udf.get_method() for udf in self.udfs]
+        self.nav_names = [{n for n, b in udf.results.buffers() if b.kind == "nav"} for udf in self.udfs]
+        if self.gpu is not None:
+            from raytile.udf.capture import TileGraphs, is_capturable
 
-    methods = [udf.get_method() for udf in udfs]
-    graphs: dict[int, object] = {}
-    if gpu is not None:
-        from raytile.udf.capture import TileGraphs, is_capturable
+            for i, udf in enumerate(self.udfs):
+                if self.methods[i] == "tile" and self.backend_of[i] == _backends.CUPY and is_capturable(udf):
+                    self.graphs[i] = TileGraphs(udf, self.gpu.stream)
 
-        for i, udf in enumerate(udfs):
-            if methods[i] == "tile" and backend_of[i] == _backends.CUPY and is_capturable(udf):
-                graphs[i] = TileGraphs(udf, gpu.stream)
-    nav_names = [{n for n, b in udf.results.buffers() if b.kind == "nav"} for udf in udfs]
+    def tiles(self) -> Iterator[DataTile]:
+        partition = self.task.partition
+        kwargs = {}
+        if getattr(partition, "array_backends", None):
+            kwargs["array_backend"] = self.plan.ds_backend
+        return partition.get_tiles(self.params.tiling_scheme, roi=self.params.roi,
+                                   dest_dtype=self.params.input_dtype, **kwargs)
 
-    get_tiles_kwargs = {}
-    if getattr(partition, "array_backends", None):
-        get_tiles_kwargs["array_backend"] = plan.ds_backend
-    tiles = partition.get_tiles(params.tiling_scheme, roi=roi, dest_dtype=params.input_dtype,
-                                **get_tiles_kwargs)
-    to_device = gpu.to_device if gpu is not None and gpu.stager is not None else None
-    for tile in tiles:
+    # -- phase 2 ------------------------------------------------------------------
+    def run_tile(self, tile: DataTile) -> None:
+        params, task = self.params, self.task
         data = tile.data
         if params.corrections is not None:
             if isinstance(data, np.ndarray) and not data.flags.writeable:
                 data = data.copy()  # a straight (read-only) view of a file map: correct a copy
             params.corrections.apply(data, tile.tile_slice)
-        nav_start = tile.tile_slice.origin[0] - nav_origin
+        nav_start = tile.tile_slice.origin[0] - self.nav_origin
         count = tile.tile_slice.shape[0]
         sig_index = params.tiling_scheme[tile.scheme_idx].get()
+        to_device = self.gpu.to_device if self.gpu is not None and self.gpu.stager is not None else None
         converter = TileConverter(data, shape=tile.tile_slice.shape.to_tuple(), to_device=to_device)
-        for i in order:
-            udf, method = udfs[i], methods[i]
+        for i in self.order:
+            udf, method = self.udfs[i], self.methods[i]
             udf.meta.tiling_scheme_idx = tile.scheme_idx
             try:
-                tile_data = converter.get(backend_of[i])
+                tile_data = converter.get(self.backend_of[i])
             except Exception as e:
                 raise BackendError(
                     f"converting a tile of {task.describe()} from {converter.source_backend} to "
-                    f"{backend_of[i]} for {type(udf).__name__} failed: {type(e).__name__}: {e}"
+                    f"{self.backend_of[i]} for {type(udf).__name__} failed: {type(e).__name__}: {e}"
                 ) from e
-            try:
+            with _udf_errors(udf, task, f"process_{method}"):
                 if method == "tile":
                     udf.meta.slice = tile.tile_slice
-                    if i in graphs:
-                        graphs[i].process(tile_data, tile.scheme_idx,
-                                          _views(udf, nav_start, count, sig_index, None),
-                                          nav_names[i], udf.results.set_views)
+                    if i in self.graphs:
+                        self.graphs[i].process(tile_data, tile.scheme_idx,
+                                               _views(udf, nav_start, count, sig_index, None),
+                                               self.nav_names[i], udf.results.set_views)
                     else:
                         _set_views(udf, nav_start, count, sig_index, None)
                         udf.process_tile(tile_data)
@@ -238,7 +285,7 @@ def _run(task, params, plan: ExecutionPlan, device_class, threads_per_worker, on
                     for f in range(count):
                         udf.meta.slice = Slice(
                             (tile.tile_slice.origin[0] + f,) + tile.tile_slice.origin[1:],
-                            Shape((1,) + tile.tile_slice.shape.to_tuple()[1:], sig_dims=len(sig_shape)),
+                            Shape((1,) + tile.tile_slice.shape.to_tuple()[1:], sig_dims=len(self.sig_shape)),
                         )
                         _set_views(udf, nav_start, count, sig_index, f)
                         udf.process_frame(tile_data[f])
@@ -246,47 +293,49 @@ def _run(task, params, plan: ExecutionPlan, device_class, threads_per_worker, on
                     udf.meta.slice = tile.tile_slice
                     _set_views(udf, nav_start, count, sig_index, None)
                     udf.process_partition(tile_data)
-            except UDFException:
-                raise
-            except ValueError as e:
-                if "read-only" in str(e):
-                    raise UDFException(
-                        f"{type(udf).__name__}.process_{method} tried to write to its input tile in "
-                        f"{task.describe()}; tiles are read-only (zero-copy), copy the tile first",
-                        worker_traceback="".join(traceback.format_exception(type(e), e, e.__traceback__)),
-                    ) from None
-                raise _udf_error(udf, task, f"process_{method}", e) from None
-            except Exception as e:
-                raise _udf_error(udf, task, f"process_{method}", e) from None
-        if gpu is not None and gpu.stager is not None:
-            gpu.stager.tile_done()
-        if on_tile is not None and tile.scheme_idx == len(params.tiling_scheme) - 1:
-            on_tile(count)
+        if self.gpu is not None and self.gpu.stager is not None:
+            self.gpu.stager.tile_done()
 
-    out: list[dict[str, np.ndarray]] = []
-    for udf in udfs:
-        udf.results.clear_views()
-        udf.params.clear_views()
-        if udf.postprocess is not None:
-            try:
-                udf.postprocess()
-            except Exception as e:
-                raise _udf_error(udf, task, "postprocess", e) from None
-    if gpu is not None:
-        gpu.stream.synchronize()
-    for udf in udfs:
-        out.append({
-            name: _to_numpy(buf.data)
-            for name, buf in udf.results.buffers()
-            if buf.use is None
-        })
-    result = PartitionResult(
-        idx=task.idx, buffers=out, version=params.version, device_class=device_class,
-        num_frames=num_frames, backends=backend_of,
-    )
-    if graphs:
-        result.capture_stats = {i: dict(g.stats) for i, g in graphs.items()}  # type: ignore[attr-defined]
-    return result
+    # -- phase 3 ------------------------------------------------------------------
+    def wrap_up(self) -> PartitionResult:
+        for udf in self.udfs:
+            udf.results.clear_views()
+            udf.params.clear_views()
+            if udf.postprocess is not None:
+                with _udf_errors(udf, self.task, "postprocess"):
+                    udf.postprocess()
+        if self.gpu is not None:
+            self.gpu.stream.synchronize()
+        out = [
+            {name: _to_numpy(buf.data) for name, buf in udf.results.buffers() if buf.use is None}
+            for udf in self.udfs
+        ]
+        result = PartitionResult(
+            idx=self.task.idx, buffers=out, version=self.params.version, device_class=self.env.device_class,
+            num_frames=self.num_frames, backends=self.backend_of,
+        )
+        if self.graphs:
+            result.capture_stats = {i: dict(g.stats) for i, g in self.graphs.items()}  # type: ignore[attr-defined]
+        return result
+
+
+@contextmanager
+def _udf_errors(udf: UDF, task: PartitionTask, method: str) -> Iterator[None]:
+    """Turn what a UDF method raises into a UDFException naming the UDF, the method and the partition."""
+    try:
+        yield
+    except UDFException:
+        raise
+    except ValueError as e:
+        if "read-only" in str(e) and method.startswith("process_"):
+            raise UDFException(
+                f"{type(udf).__name__}.{method} tried to write to its input tile in "
+                f"{task.describe()}; tiles are read-only (zero-copy), copy the tile first",
+                worker_traceback="".join(traceback.format_exception(type(e), e, e.__traceback__)),
+            ) from None
+        raise _udf_error(udf, task, method, e) from None
+    except Exception as e:
+        raise _udf_error(udf, task, method, e) from None
 
 
 def _to_numpy(arr):
