@@ -56,7 +56,7 @@ class CorrectionSet:
         if ex is None:
             return False
         arr = np.asarray(ex)
-        return arr.dtype == bool and arr.any() or arr.dtype != bool and arr.size > 0
+        return bool(arr.dtype == bool and arr.any() or arr.dtype != bool and arr.size > 0)
 
     def check(self, shape) -> None:
         """Raise DataSetException if the corrections do not fit the data set's ``shape``."""

@@ -189,6 +189,7 @@ def iter_array_tiles(
     for block_start in range(0, n, depth):
         block_stop = min(block_start + depth, n)
         count = block_stop - block_start
+        nav_sl: slice | np.ndarray
         if frame_idx is None:
             nav_sl = slice(block_start, block_stop)
         else:

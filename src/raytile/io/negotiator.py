@@ -65,12 +65,13 @@ class Negotiator:
         )
 
     @staticmethod
-    def _preferences(udfs: Sequence["UDF"], frames: int) -> tuple[int, int]:
-        depths, sizes = [], []
+    def _preferences(udfs: Sequence["UDF"], frames: int) -> tuple[int, float]:
+        depths: list[int] = []
+        sizes: list[float] = []
         for udf in udfs:
             prefs = udf.get_tiling_preferences()
-            depth = prefs.get("depth", udf.TILE_DEPTH_DEFAULT)
-            size = prefs.get("total_size", udf.TILE_SIZE_BEST_FIT)
+            depth: int | None = prefs.get("depth", udf.TILE_DEPTH_DEFAULT)
+            size: float | None = prefs.get("total_size", udf.TILE_SIZE_BEST_FIT)
             if depth == udf.TILE_DEPTH_MAX:
                 depth = frames
             elif depth == udf.TILE_DEPTH_DEFAULT:

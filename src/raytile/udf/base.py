@@ -20,7 +20,7 @@ result with :meth:`UDF.merge`. Example::
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Literal, Mapping, Sequence
+from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -90,7 +90,7 @@ class UDFData:
         object.__setattr__(self, "_data", dict(data))
         object.__setattr__(self, "_views", {})
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
         views = self._views
@@ -376,12 +376,15 @@ class UDF:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self._kwargs.items())})"
 
-    # Subclasses implement one of these (left as None so get_method can tell):
-    process_tile = None
-    process_frame = None
-    process_partition = None
-    preprocess = None
-    postprocess = None
+    # Subclasses implement one of these as methods (left as None so get_method
+    # can tell; callers check for None before calling): ``process_tile(tile)``,
+    # ``process_frame(frame)``, ``process_partition(partition)``,
+    # ``preprocess()`` and ``postprocess()``.
+    process_tile: Callable[[Any], Any] | None = None
+    process_frame: Callable[[Any], Any] | None = None
+    process_partition: Callable[[Any], Any] | None = None
+    preprocess: Callable[[], Any] | None = None
+    postprocess: Callable[[], Any] | None = None
 
 
 def check_cast(src, dest, name: str) -> None:

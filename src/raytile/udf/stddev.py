@@ -80,7 +80,8 @@ class StdDevUDF(UDF):
             s = np.bincount(cols, weights=vals, minlength=pixels)
             mean = s / n
             nnz = np.bincount(cols, minlength=pixels)
-            m2 = np.bincount(cols, weights=(vals - mean[cols]) ** 2, minlength=pixels)
+            # (numpy's stubs type bincount as integer even with float weights)
+            m2: np.ndarray = np.bincount(cols, weights=(vals - mean[cols]) ** 2, minlength=pixels)
             m2 += (n - nnz) * mean * mean
             return s, m2, n
         x = flat2d(tile).astype(np.float64)

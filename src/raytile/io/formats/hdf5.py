@@ -73,7 +73,7 @@ class ChunkedFileSet(FileSet):
     def __init__(self, path: str, file_nav: tuple, chunks: tuple, sig_shape: tuple, dtype: np.dtype,
                  offsets: np.ndarray):
         super().__init__([File(path, 0, math.prod(file_nav))], sig_shape, dtype.itemsize * 8,
-                         extra=chunked_extra(file_nav, chunks, sig_shape, offsets))
+                         extra=chunked_extra(file_nav, chunks, sig_shape, offsets).tolist())
         self.split_x = 0 if tuple(chunks[-2:]) == tuple(sig_shape) else int(chunks[-1])
         self._end = int(offsets.max()) + math.prod(chunks) * dtype.itemsize
 
