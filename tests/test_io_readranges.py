@@ -204,14 +204,17 @@ def test_native_decoders(dtype, rng):
     np.testing.assert_array_equal(out[1:], values[2:7].astype(np.float64))
 
 
-# -- plain file sets: numpy alone ---------------------------------------------------
+# -- whole frames: numpy alone -------------------------------------------------------
 
 @pytest.mark.parametrize("backend", ["mmap", "buffered", "direct"])
 @pytest.mark.parametrize("file_dtype, dest_dtype", [
     ("<u2", "<u2"), ("<u2", "float32"), (">u2", "uint16"), (">f4", "float64"), ("|b1", "bool"), ("|b1", "uint8"),
 ])
-def test_plain_files_read_by_numpy_alone(inline_ctx, tmp_path, monkeypatch, rng, backend, file_dtype, dest_dtype):
-    """Plain files (several, any byte order), ROI, frames outside the files, sig-sliced tiles: numpy only."""
+@pytest.mark.parametrize("headers", [(0, 0, 0), (10, 3, 5)])
+def test_whole_frames_read_by_numpy_alone(inline_ctx, tmp_path, monkeypatch, rng, backend, file_dtype, dest_dtype,
+                                          headers):
+    """Whole frames (several files, any byte order, file/frame headers and footers), ROI, frames outside
+    the files, sig-sliced tiles: read by numpy alone, equal to numpy."""
     import raytile.io.backends.base as base
     import raytile.io.fileset as fileset
 
@@ -222,15 +225,21 @@ def test_plain_files_read_by_numpy_alone(inline_ctx, tmp_path, monkeypatch, rng,
     monkeypatch.setattr(fileset, "get_read_ranges", jitted)
     sig = (6, 5)
     data = (rng.random((15,) + sig) * 300).astype(file_dtype)
+    file_header, frame_header, frame_footer = headers
     paths = []
     for i, (a, b) in enumerate([(0, 5), (5, 11), (11, 15)]):
         paths.append(str(tmp_path / f"p{i}.raw"))
-        data[a:b].tofile(paths[-1])
+        with open(paths[-1], "wb") as f:
+            f.write(b"F" * file_header)
+            for frame in data[a:b]:
+                f.write(b"H" * frame_header + frame.tobytes() + b"T" * frame_footer)
     roi = rng.random(15) > 0.5
     roi[[0, 14]] = True
     for sync_offset in (0, -3, 2):
         ds = inline_ctx.load("raw", path=paths, nav_shape=(15,), sig_shape=sig, dtype=file_dtype,
-                             sync_offset=sync_offset, num_partitions=2, io_backend=backend)
+                             sync_offset=sync_offset, num_partitions=2, io_backend=backend,
+                             file_header_bytes=file_header, frame_header_bytes=frame_header,
+                             frame_footer_bytes=frame_footer)
         ref = np.zeros((15,) + sig, dtype=dest_dtype)
         lo, hi = max(0, -sync_offset), min(15, 15 - sync_offset)
         ref[lo:hi] = data[lo + sync_offset:hi + sync_offset]

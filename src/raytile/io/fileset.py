@@ -138,10 +138,9 @@ class FileSet:
         return np.array([(f.start_idx, f.end_idx, f.file_header) for f in self.files], dtype=np.int64).reshape(-1, 3)
 
     @property
-    def is_plain(self) -> bool:
-        """Frames back to back without headers/footers, whole bytes per pixel: numpy can read them as frames."""
-        return (self.layout == LAYOUT_FRAMES and self.frame_header_bytes == 0 and self.frame_footer_bytes == 0
-                and self.bpp % 8 == 0 and not self.split_x)
+    def whole_frames(self) -> bool:
+        """Frames of whole-byte pixels at a fixed stride (headers/footers allowed): numpy can view them."""
+        return self.layout == LAYOUT_FRAMES and self.bpp % 8 == 0 and not self.split_x
 
     def check(self) -> None:
         """Every file exists and is long enough for its frames (DataSetException naming it otherwise)."""
@@ -220,9 +219,11 @@ class FilePartition(Partition):
         job = ReadJob(paths=self.fileset.paths, scheme=tiling_scheme, frames=frames,
                       nav_origin=self.roi_offset(roi), dest_dtype=dest_dtype, decoder=self.decoder)
         file_dtype = self.decoder.file_dtype()
-        if self.fileset.is_plain and file_dtype is not None:  # numpy alone, no jitted code
+        if self.fileset.whole_frames and file_dtype is not None:  # numpy alone, no jitted code
             job.frame_files = [FrameFile(f.path, f.file_header, f.start_idx, f.end_idx) for f in self.fileset.files]
             job.file_dtype = file_dtype
+            job.frame_stride = self.fileset.frame_stride
+            job.frame_header = self.fileset.frame_header_bytes
             yield from backend.get_frame_tiles(job)
             return
         job.tile_meta, job.read_ranges = self.fileset.get_read_ranges(frames, tiling_scheme)

@@ -1,12 +1,13 @@
 """IO backends: how a file partition's tiles get from disk into memory.
 
 ``mmap``
-    Memory-maps the files. A plain file set (frames back to back, pixels of
-    a numpy dtype) reads "straight" (tiles are views of the map, no copy) when
-    there is no ROI and no dtype conversion, and through numpy copies
-    otherwise; other file sets decode read ranges from the map (numba).
+    Memory-maps the files. Whole frames of a numpy dtype at a fixed stride
+    (raw, also with frame headers; npy; contiguous HDF5) read "straight"
+    (tiles are views of the map, no copy) when there is no ROI and no dtype
+    conversion, and through numpy copies otherwise; other file sets (packed,
+    tiled, chunked) decode read ranges from the map (numba).
 ``buffered``
-    ``os.preadv`` of each nav block's frames (plain file sets) or coalesced
+    ``os.preadv`` of each nav block's frames (as for mmap) or coalesced
     read ranges into one of two reused, page-aligned buffers, then tiles;
     no mmap, friendly to network file systems.
 ``direct``

@@ -1,10 +1,11 @@
 """The IO backend interface and the two tile loops the backends share.
 
-Plain file sets (frames back to back, whole-byte pixels of a numpy dtype:
-raw without frame headers, npy, contiguous HDF5) take the *frames* path:
-the backend hands out each nav block as frames of the file's dtype (views of
-a file map or of a read buffer) and :meth:`IOBackend.get_frame_tiles` turns
-them into tiles with numpy alone: views when the block is one run of frames
+File sets of whole frames of a numpy dtype, one after another at a fixed
+stride (raw files with or without frame headers and footers, npy, contiguous
+HDF5) take the *frames* path: the backend hands out each nav block as frames
+of the file's dtype (views of a file map or of a read buffer, strided where
+frames have headers) and :meth:`IOBackend.get_frame_tiles` turns them into
+tiles with numpy alone: views when the block is one run of frames
 of the requested dtype, else ``np.copyto`` into a reused tile buffer (dtype
 conversion, byte swap, ROI gaps, frames outside every file zero-filled).
 No jitted code runs on this path, so the first read in a fresh worker does
@@ -18,6 +19,7 @@ Every other file set takes the *read range* path: numba computes read ranges
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -31,7 +33,7 @@ from raytile.io.decoders import Decoder, decode_tile
 
 @dataclass(frozen=True)
 class FrameFile:
-    """One file of a plain file set: global frames ``[start, stop)`` from byte ``header`` on."""
+    """One file of a frames-path file set: global frames ``[start, stop)`` from byte ``header`` on."""
 
     path: str
     header: int
@@ -51,8 +53,10 @@ class ReadJob:
     decoder: Decoder
     tile_meta: np.ndarray | None = None   # read range path: from FileSet.get_read_ranges
     read_ranges: np.ndarray | None = None
-    frame_files: list[FrameFile] | None = None   # frames path: the plain file set's files
+    frame_files: list[FrameFile] | None = None   # frames path: the file set's files
     file_dtype: np.dtype | None = None           # frames path: the dtype of the stored pixels
+    frame_stride: int = 0                        # frames path: bytes from one frame to the next
+    frame_header: int = 0                        # frames path: bytes before a frame's first pixel
 
 
 @dataclass
@@ -110,6 +114,15 @@ def frame_segments(job: ReadJob) -> Iterator[tuple[int, int, list[Segment]]]:
                                         seg_stop[j] - seg_start[j]))
             j += 1
         yield b0, count, segments
+
+
+def view_frames(raw: np.ndarray, job: ReadJob, n: int) -> np.ndarray:
+    """``n`` frames ``(n, *sig)`` of ``job.file_dtype`` from the bytes ``raw`` (``n`` strides from a
+    frame's start on): a view, strided when frames have headers or footers."""
+    sig = job.scheme.dataset_shape.sig.to_tuple()
+    frame_bytes = math.prod(sig) * job.file_dtype.itemsize
+    rows = raw[:n * job.frame_stride].reshape(n, job.frame_stride)
+    return rows[:, job.frame_header:job.frame_header + frame_bytes].view(job.file_dtype).reshape((n,) + sig)
 
 
 class TileSlices:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator, Sequence, TypeVar
@@ -10,7 +9,7 @@ from typing import Callable, Iterator, Sequence, TypeVar
 import numpy as np
 
 from raytile.common.errors import DataSetException
-from raytile.io.backends.base import Block, IOBackend, ReadJob, Segment, frame_segments
+from raytile.io.backends.base import Block, IOBackend, ReadJob, Segment, frame_segments, view_frames
 from raytile.io.read_ranges import plan_block_reads
 
 T = TypeVar("T")
@@ -50,8 +49,8 @@ class BufferedBackend(IOBackend):
     """``os.preadv`` of each nav block's coalesced read ranges into a page-aligned buffer, then decode.
 
     A helper thread reads the next block into a second buffer while the
-    current one is decoded and consumed. On the frames path (plain file sets)
-    a block's frames are handed out as views of the buffer.
+    current one is decoded and consumed. On the frames path a block's frames
+    are handed out as views of the buffer.
     """
 
     name = "buffered"
@@ -135,15 +134,13 @@ class BufferedBackend(IOBackend):
                      which: int) -> tuple[int, int, list[tuple[int, np.ndarray]]]:
         """Read a frames-path block's segments into ``buffers[which]``, each at an ``ALIGN`` boundary."""
         b0, count, segments = block
-        sig = job.scheme.dataset_shape.sig.to_tuple()
-        frame_bytes = math.prod(sig) * job.file_dtype.itemsize
         a = self.align
         reads = []
         pos = 0
         for seg in segments:
             ff = job.frame_files[seg.file]
-            start = ff.header + seg.first * frame_bytes
-            stop = start + seg.n * frame_bytes
+            start = ff.header + seg.first * job.frame_stride
+            stop = start + seg.n * job.frame_stride
             lo, hi = start // a * a, -(-stop // a) * a
             reads.append((seg, lo, hi, pos, start - lo))
             pos += -(-(hi - lo) // ALIGN) * ALIGN
@@ -151,8 +148,7 @@ class BufferedBackend(IOBackend):
         parts = []
         for seg, lo, hi, pos, skip in reads:
             self._read(seg.file, buf[pos:pos + hi - lo], lo)
-            data = buf[pos + skip:pos + skip + seg.n * frame_bytes]
-            parts.append((seg.k, data.view(job.file_dtype).reshape((seg.n,) + sig)))
+            parts.append((seg.k, view_frames(buf[pos + skip:pos + skip + seg.n * job.frame_stride], job, seg.n)))
         return b0, count, parts
 
     def _read(self, f: int, dest: np.ndarray, offset: int) -> None:

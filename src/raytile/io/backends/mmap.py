@@ -1,15 +1,14 @@
-"""The mmap backend: frames as views of the file map (plain file sets), or read ranges decoded from it."""
+"""The mmap backend: frames as views of the file map (frames path), or read ranges decoded from it."""
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 from typing import Iterator
 
 import numpy as np
 
 from raytile.common.errors import DataSetException
-from raytile.io.backends.base import Block, IOBackend, ReadJob, frame_segments
+from raytile.io.backends.base import Block, FrameFile, IOBackend, ReadJob, frame_segments, view_frames
 
 
 @lru_cache(maxsize=256)
@@ -21,30 +20,30 @@ def _map_bytes(path: str) -> np.ndarray:
         raise DataSetException(f"{path}: cannot memory-map the file: {e}") from None
 
 
-def map_frames(path: str, offset: int, dtype: np.dtype, num_frames: int, sig: tuple) -> np.ndarray:
-    """Frames ``(num_frames, *sig)`` of ``dtype`` from ``offset`` on, a view of the cached byte map."""
+def map_frames(path: str, job: ReadJob, f: FrameFile) -> np.ndarray:
+    """The frames ``(f.stop - f.start, *sig)`` of file ``f``, a view of the cached byte map."""
     raw = _map_bytes(path)
-    nbytes = num_frames * math.prod(sig) * dtype.itemsize
-    if offset + nbytes > raw.shape[0]:
+    n = f.stop - f.start
+    need = f.header + n * job.frame_stride
+    if need > raw.shape[0]:
         raise DataSetException(
-            f"{path}: file is too short: {num_frames} frames of {sig} {dtype} from offset {offset} "
-            f"need {offset + nbytes} bytes, the file has {raw.shape[0]} (truncated?)"
+            f"{path}: file is too short: {n} frames of {job.frame_stride} bytes from offset {f.header} "
+            f"need {need} bytes, the file has {raw.shape[0]} (truncated?)"
         )
-    return raw[offset:offset + nbytes].view(dtype).reshape((num_frames,) + tuple(sig))
+    return view_frames(raw[f.header:need], job, n)
 
 
 class MMapBackend(IOBackend):
     name = "mmap"
 
     def _frame_blocks(self, job: ReadJob) -> Iterator[tuple[int, int, list[tuple[int, np.ndarray]]]]:
-        sig = job.scheme.dataset_shape.sig.to_tuple()
         maps: dict[int, np.ndarray] = {}
 
         def frames_of(f: int) -> np.ndarray:
             m = maps.get(f)
             if m is None:
                 ff = job.frame_files[f]
-                m = maps[f] = map_frames(ff.path, ff.header, job.file_dtype, ff.stop - ff.start, sig)
+                m = maps[f] = map_frames(ff.path, job, ff)
             return m
 
         for b0, count, segments in frame_segments(job):
