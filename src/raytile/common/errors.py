@@ -6,6 +6,11 @@ parameter that was wrong, so a user can act on the message alone.
 
 from __future__ import annotations
 
+__all__ = [
+    "RaytileError", "DataSetException", "UDFException", "UDFRunCancelled", "BackendError", "ExecutorError",
+    "ConfigValidationError",
+]
+
 
 class RaytileError(Exception):
     """Base class of every exception raised by raytile."""

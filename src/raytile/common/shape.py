@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Iterable, Iterator
 
+__all__ = ["Shape"]
+
 
 class Shape:
     """An N-D shape split into navigation (leading) and signal (trailing) dims.

@@ -6,6 +6,8 @@ from typing import Iterable
 
 from raytile.common.shape import Shape
 
+__all__ = ["Slice"]
+
 
 class Slice:
     """A region given by its ``origin`` and its :class:`Shape`.

@@ -11,6 +11,8 @@ import numpy as np
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 
+__all__ = ["TilingScheme", "DataTile"]
+
 
 class TilingScheme:
     """The negotiated cut of every partition into tiles.

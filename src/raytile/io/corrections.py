@@ -28,6 +28,8 @@ from raytile.common.tiling import TilingScheme
 if TYPE_CHECKING:
     from raytile.io.dataset import Partition
 
+__all__ = ["CorrectionSet", "reference_correct"]
+
 
 class CorrectionSet:
     """Corrections for one data set.

@@ -16,6 +16,11 @@ from raytile.common.slice import Slice
 from raytile.common.tiling import DataTile, TilingScheme
 from raytile.io.params import ParamSpec, show, validate_params
 
+__all__ = [
+    "DataSet", "DataSetType", "DataSetMeta", "Partition", "dataset_from_json", "validate_roi",
+    "partition_slices", "choose_num_partitions", "iter_array_tiles", "DEFAULT_PARTITION_BYTES",
+]
+
 #: Partition size aimed for by default, in bytes of raw data.
 DEFAULT_PARTITION_BYTES = 128 * 1024 * 1024
 

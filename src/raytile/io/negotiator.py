@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from raytile.io.dataset import Partition
     from raytile.udf.base import UDF
 
+__all__ = ["Negotiator", "DEFAULT_TILE_BYTES", "DEFAULT_DEPTH"]
+
 #: Tile size in bytes aimed for when no UDF asks for another: large enough that per-tile
 #: overhead vanishes (measured: 1 MiB -> 4 MiB took inline SumUDF from 0.71x to 0.91x of
 #: a plain numpy pass), small enough to stay in the last-level cache.

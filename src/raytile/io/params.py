@@ -28,6 +28,8 @@ from raytile.common.errors import ConfigValidationError
 from raytile.common.shape import Shape
 from raytile.io.corrections import CorrectionSet
 
+__all__ = ["validate_params", "ParamSpec", "show", "INT64_MAX", "INT64_MIN"]
+
 #: Largest byte offset, frame count or element count the read code (int64 arithmetic) handles.
 INT64_MAX = int(np.iinfo(np.int64).max)
 INT64_MIN = int(np.iinfo(np.int64).min)

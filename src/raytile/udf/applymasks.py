@@ -11,6 +11,8 @@ from raytile.common.errors import UDFException
 from raytile.udf._tiles import TILE_BACKENDS, dense, flat2d, is_pydata_sparse, is_scipy_like
 from raytile.udf.base import UDF
 
+__all__ = ["ApplyMasksUDF", "MaskFactory"]
+
 MaskFactory = Callable[[], Any]
 
 

@@ -9,6 +9,8 @@ import numpy as np
 from raytile.common.errors import UDFException
 from raytile.udf.base import UDF
 
+__all__ = ["AutoUDF"]
+
 
 class AutoUDF(UDF):
     """Apply ``f`` to every frame; ``result`` (nav, ``extra_shape`` of ``f``'s result).

@@ -28,6 +28,12 @@ from raytile.common.errors import UDFException
 from raytile.udf.buffers import AuxBufferWrapper, BufferWrapper
 from raytile.udf.meta import UDFMeta
 
+__all__ = [
+    "UDF", "UDFData", "MergeAttrMapping", "ArrayWithMask", "UDFMethod", "check_cast", "BACKEND_NUMPY",
+    "BACKEND_CUPY", "BACKEND_SPARSE_COO", "BACKEND_SPARSE_GCXS", "BACKEND_SCIPY_CSR", "BACKEND_SCIPY_CSC",
+    "BACKEND_CUPY_SCIPY_CSR", "BACKEND_CUPY_SCIPY_CSC", "BACKEND_CUDA",
+]
+
 UDFMethod = Literal["tile", "frame", "partition"]
 
 #: Array backend names (the ones sparseconverter uses, plus "cuda").

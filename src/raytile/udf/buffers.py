@@ -8,6 +8,8 @@ import numpy as np
 
 from raytile.common.errors import UDFException
 
+__all__ = ["BufferWrapper", "AuxBufferWrapper", "BufferKind", "BufferUse", "BufferLocation"]
+
 BufferKind = Literal["nav", "sig", "single"]
 BufferUse = Literal["private", "result_only", None]
 BufferLocation = Literal["device", None]

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+__all__ = ["TileGraphs", "is_capturable"]
+
 
 class _Entry:
     __slots__ = ("graph", "static_in", "scratch", "failed")

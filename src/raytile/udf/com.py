@@ -11,6 +11,8 @@ from raytile.common.errors import UDFException
 from raytile.udf._tiles import TILE_BACKENDS, dense, flat2d
 from raytile.udf.base import UDF
 
+__all__ = ["CoMUDF"]
+
 
 class CoMUDF(UDF):
     """Centre of mass of every frame, optionally within a ring ``ri <= d <= r`` around ``(cy, cx)``.

@@ -6,6 +6,8 @@ import numpy as np
 
 from raytile.udf.base import UDF
 
+__all__ = ["LogsumUDF"]
+
 
 class LogsumUDF(UDF):
     """``logsum`` (sig): the sum over all frames of ``log(frame - frame.min() + 1)``.

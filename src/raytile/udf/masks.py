@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["disk", "ring", "point"]
+
 
 def _radius(cy: float, cx: float, shape: tuple[int, int]) -> np.ndarray:
     if len(shape) != 2:

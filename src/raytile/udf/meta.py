@@ -10,6 +10,8 @@ from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.common.tiling import TilingScheme
 
+__all__ = ["UDFMeta"]
+
 
 class UDFMeta:
     """Read-only facts for ``process_*``, ``merge`` and ``get_results``.

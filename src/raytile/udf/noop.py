@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from raytile.udf.base import UDF
 
+__all__ = ["NoOpUDF"]
+
 
 class NoOpUDF(UDF):
     """Touches every tile, computes nothing. Use it to time reading and task overhead."""

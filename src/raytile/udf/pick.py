@@ -5,6 +5,8 @@ from __future__ import annotations
 from raytile.udf._tiles import TILE_BACKENDS, dense
 from raytile.udf.base import UDF
 
+__all__ = ["PickUDF"]
+
 
 class PickUDF(UDF):
     """Pick whole frames: ``intensity`` holds every frame in the ROI, in the data's dtype.

@@ -9,6 +9,8 @@ import numpy as np
 from raytile.udf._tiles import TILE_BACKENDS, dense, flat2d, is_pydata_sparse, is_scipy_like, sparse_entries
 from raytile.udf.base import UDF
 
+__all__ = ["StdDevUDF", "merge_moments"]
+
 
 def merge_moments(n_a, sum_a, m2_a, n_b, sum_b, m2_b, xp=np):
     """Combine two (count, sum, sum of squared deviations) triples (Chan et al. 1979).

@@ -9,6 +9,8 @@ import numpy as np
 from raytile.udf._tiles import SUM_BACKENDS, dense, flat2d
 from raytile.udf.base import UDF
 
+__all__ = ["SumUDF"]
+
 
 class SumUDF(UDF):
     """Sum over all frames: ``intensity`` has the signal shape.

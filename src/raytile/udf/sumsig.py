@@ -9,6 +9,8 @@ import numpy as np
 from raytile.udf._tiles import SUM_BACKENDS, dense, flat2d
 from raytile.udf.base import UDF
 
+__all__ = ["SumSigUDF"]
+
 
 class SumSigUDF(UDF):
     """Integrated intensity of every frame: ``intensity`` has the nav shape.

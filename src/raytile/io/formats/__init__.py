@@ -7,6 +7,8 @@ from typing import Type
 from raytile.common.errors import DataSetException
 from raytile.io.dataset import DataSet
 
+__all__ = ["register_format", "get_format", "known_formats"]
+
 _FORMATS: dict[str, str] = {
     "memory": "raytile.io.formats.memory:MemoryDataSet",
     "raw": "raytile.io.formats.raw:RawFileDataSet",

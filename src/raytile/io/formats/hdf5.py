@@ -35,6 +35,8 @@ from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.common.tiling import DataTile, TilingScheme
 
+__all__ = ["H5DataSet", "H5Partition", "H5FilePartition", "ChunkedFileSet"]
+
 
 def _h5py():
     try:

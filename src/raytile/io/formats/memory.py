@@ -11,6 +11,8 @@ from raytile.io.dataset import DataSet, DataSetMeta, Partition
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 
+__all__ = ["MemoryDataSet", "MemoryPartition"]
+
 
 def _is_sparse(data: Any) -> bool:
     """pydata ``sparse`` arrays and scipy.sparse matrices/arrays."""

@@ -13,6 +13,8 @@ from raytile.io.fileset import File, FileDataSet, FileSet, check_sync_offset
 from raytile.io.formats.raw import check_file
 from raytile.common.shape import Shape
 
+__all__ = ["NPYDataSet", "read_npy_header"]
+
 
 def read_npy_header(path: str) -> tuple[tuple[int, ...], np.dtype, bool, int]:
     """Return (shape, dtype, fortran_order, data offset) of a .npy file."""

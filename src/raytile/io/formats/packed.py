@@ -18,6 +18,8 @@ from raytile.io.dataset import DataSetMeta
 from raytile.io.decoders import PackedDecoder
 from raytile.io.formats.raw import RawFileDataSet
 
+__all__ = ["PackedRawDataSet", "pack_bits"]
+
 
 def pack_bits(values: np.ndarray, bits: int, bit_order: str = "lsb") -> bytes:
     """Pack frames ``(n, *sig)`` of unsigned ints into the byte layout ``packed_raw`` reads (a writer for tests and tools)."""

@@ -24,6 +24,8 @@ from raytile.io.params import INT64_MAX
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 
+__all__ = ["RawFileDataSet", "FileFramesPartition", "check_file"]
+
 
 @lru_cache(maxsize=64)
 def open_memmap(path: str, offset: int, dtype: str, shape: tuple[int, ...]) -> np.memmap:

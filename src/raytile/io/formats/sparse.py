@@ -36,6 +36,11 @@ from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.common.tiling import DataTile, TilingScheme
 
+__all__ = [
+    "SparseMemoryDataSet", "NPZCSRDataSet", "SparsePartition", "SparseMemoryPartition", "NPZCSRPartition",
+    "save_npz_csr",
+]
+
 SCIPY_CSR = "scipy.sparse.csr_matrix"
 
 

@@ -31,6 +31,8 @@ from raytile.io.fileset import File, FileDataSet, FilePartition, FileSet
 from raytile.io.read_ranges import LAYOUT_TILED
 from raytile.common.shape import Shape
 
+__all__ = ["TiledDataSet", "TiledPartition", "TiledFileSet", "write_tiled", "read_tiled_header"]
+
 MAGIC = b"RTTILED1"
 _HEAD = struct.Struct("<8sI6I16s")
 
@@ -38,7 +40,8 @@ _HEAD = struct.Struct("<8sI6I16s")
 def write_tiled(path, data: np.ndarray, tile_depth: int, tile_h: int, tile_w: int) -> None:
     """Write frames ``(n, h, w)`` (or ``(..., h, w)``) in the tiled layout."""
     data = np.asarray(data)
-    frames = data.reshape((-1,) + data.shape[-2:])
+    # annotated: with python_version 3.10 numpy's stubs infer a 0-d shape for this reshape
+    frames: np.ndarray = data.reshape((-1,) + data.shape[-2:])
     n, h, w = frames.shape
     if h % tile_h or w % tile_w:
         raise DataSetException(f"frame {h}x{w} is not a whole number of {tile_h}x{tile_w} tiles")
