@@ -173,34 +173,34 @@ def test_negotiator_base_shape_with_frame_and_tile_methods():
 @pytest.mark.parametrize("bits", [1, 3, 6, 10, 12, 20])
 @pytest.mark.parametrize("order", ["lsb", "msb"])
 def test_packed_decoders_against_pack_bits(bits, order, rng):
-    from raytile.io.decoders import PackedDecoder, decode_tile
+    from raytile.io.decoders import PackedDecoder
     from raytile.io.formats.packed import pack_bits
     from raytile.io.read_ranges import frames_px_to_bytes
 
     n_px = 37
     values = rng.integers(0, 1 << bits, (1, n_px))
     packed = np.frombuffer(pack_bits(values, bits, order), dtype=np.uint8)
-    kind, b, value_dtype = PackedDecoder(bits, order).decode_params()
+    decode, args = PackedDecoder(bits, order).tile_decoder()
     for px_start, px_stop in [(0, n_px), (1, n_px), (3, 4), (5, 30), (n_px - 1, n_px)]:
         start, stop, skip = frames_px_to_bytes(bits, 0, px_start, px_stop, n_px, 0, 0, 0)
         rr = np.array([[0, start, stop, 0, px_stop - px_start, skip]], dtype=np.int64)
         for out_dtype in (np.uint32, np.float32):
             out = np.zeros(px_stop - px_start, dtype=out_dtype)
-            decode_tile(packed, rr, 1, 0, out, kind, b, np.empty(0, value_dtype))
+            decode(packed, rr, 1, 0, out, *args)
             np.testing.assert_array_equal(out, values[0, px_start:px_stop])
 
 
 @pytest.mark.parametrize("dtype", [">u2", ">f4", "<i4", "?", ">f8"])
 def test_native_decoders(dtype, rng):
-    from raytile.io.decoders import NativeDecoder, decode_tile
+    from raytile.io.decoders import NativeDecoder
 
     values = (rng.random(9) * 100).astype(dtype)
     raw = np.frombuffer(values.tobytes(), dtype=np.uint8)
-    kind, bits, value_dtype = NativeDecoder(dtype).decode_params()
+    decode, args = NativeDecoder(dtype).tile_decoder()
     isz = values.dtype.itemsize
     rr = np.array([[0, 2 * isz, 7 * isz, 1, 5, 0]], dtype=np.int64)
     out = np.zeros(6, dtype=np.float64)
-    decode_tile(raw, rr, 1, 0, out, kind, bits, np.empty(0, value_dtype))
+    decode(raw, rr, 1, 0, out, *args)
     np.testing.assert_array_equal(out[1:], values[2:7].astype(np.float64))
 
 
@@ -215,13 +215,13 @@ def test_whole_frames_read_by_numpy_alone(inline_ctx, tmp_path, monkeypatch, rng
                                           headers):
     """Whole frames (several files, any byte order, file/frame headers and footers), ROI, frames outside
     the files, sig-sliced tiles: read by numpy alone, equal to numpy."""
-    import raytile.io.backends.base as base
+    import raytile.io.decoders as decoders
     import raytile.io.fileset as fileset
 
     def jitted(*args, **kwargs):
         raise AssertionError("a plain file set went through the numba read-range/decode path")
 
-    monkeypatch.setattr(base, "decode_tile", jitted)
+    monkeypatch.setattr(decoders, "decode_native_tile", jitted)
     monkeypatch.setattr(fileset, "get_read_ranges", jitted)
     sig = (6, 5)
     data = (rng.random((15,) + sig) * 300).astype(file_dtype)

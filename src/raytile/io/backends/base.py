@@ -28,7 +28,7 @@ import numpy as np
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.common.tiling import DataTile, TilingScheme
-from raytile.io.decoders import Decoder, decode_tile
+from raytile.io.decoders import Decoder
 
 
 @dataclass(frozen=True)
@@ -193,8 +193,7 @@ class IOBackend:
         meta = job.tile_meta
         scheme = job.scheme
         n_slices = len(scheme)
-        kind, bits, value_dtype = job.decoder.decode_params()
-        proto = np.empty(0, dtype=value_dtype)
+        decode, args = job.decoder.tile_decoder()
         clear = job.decoder.do_clear()
         slice_px = [sl.shape.size for sl in scheme.slices]
         buffers = [np.zeros(scheme.depth * px, dtype=job.dest_dtype) for px in slice_px]
@@ -210,9 +209,9 @@ class IOBackend:
                         out[:] = 0
                     tile_rr = block.rr[t - t0]
                     for f in range(fmin, fmax + 1):
-                        decode_tile(block.source(f), tile_rr, n_rr, f, out, kind, bits, proto)
+                        decode(block.source(f), tile_rr, n_rr, f, out, *args)
                     if blank:
-                        decode_tile(_EMPTY, tile_rr, n_rr, -1, out, kind, bits, proto)
+                        decode(_EMPTY, tile_rr, n_rr, -1, out, *args)
                     data = out.reshape((count,) + sl.shape.to_tuple())
                     yield DataTile(data, tile_slice(first, count, s_idx), s_idx)
         finally:
