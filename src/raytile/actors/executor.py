@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import threading
 from concurrent import futures
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 import ray
@@ -60,8 +60,8 @@ class ParamsHandle:
         return (self.run_id, self.version)
 
 
-_RemoteWorker = ray.remote(concurrency_groups=WorkerActor.CONCURRENCY_GROUPS)(WorkerActor)
-_RemoteProgress = ray.remote(num_cpus=0)(ProgressActor)
+_RemoteWorker: Any = ray.remote(concurrency_groups=WorkerActor.CONCURRENCY_GROUPS)(WorkerActor)  # type: ignore[call-overload]  # Ray's stubs lack concurrency_groups
+_RemoteProgress: Any = ray.remote(num_cpus=0)(ProgressActor)
 
 
 class _Slot:
@@ -243,8 +243,8 @@ class RayExecutor(Executor):
             raise ExecutorError("this Context is closed")
         send, data_ref = self._strip(task)
         data_key = None if data_ref is None else data_ref.hex()
-        message = (send, params_handle.key, data_key)
-        message = pack(message) or message  # as it is if it holds Ray refs (see raytile.actors.cache)
+        task_tuple = (send, params_handle.key, data_key)
+        message = pack(task_tuple) or task_tuple  # as it is if it holds Ray refs (see raytile.actors.cache)
         progress_actor = None
         if progress is not None:
             progress_actor = self._progress(params_handle.run_id, progress)
@@ -312,10 +312,11 @@ class RayExecutor(Executor):
         """
         if not handles:
             return []
-        run_id = handles[0].run_id  # type: ignore[attr-defined]  (one coordinator, one run)
+        ray_handles = cast(Sequence[_RayHandle], handles)
+        run_id = ray_handles[0].run_id  # one coordinator, one run
         wakeup = self._wakeups.get(run_id)
         if wakeup is None:  # a caller that did not start_run: wait on the task futures alone
-            futures.wait([h.future for h in handles], timeout, return_when=futures.FIRST_COMPLETED)  # type: ignore[attr-defined]
+            futures.wait([h.future for h in ray_handles], timeout, return_when=futures.FIRST_COMPLETED)
             return self._collect(handles, run_id)
         # The coordinator clears ``wakeup`` before it looks at its inputs; clearing it here too would
         # lose a patch or cancel that arrived in between (seen as a 0.2 s delay).
@@ -330,7 +331,7 @@ class RayExecutor(Executor):
             poll = self._progress_polls.get(run_id)
         if poll is not None and poll.future.done():
             self._deliver_progress(run_id, poll)
-        return [h for h in handles if h.future.done()]  # type: ignore[attr-defined]
+        return [h for h in cast(Sequence[_RayHandle], handles) if h.future.done()]
 
     def _deliver_progress(self, run_id: str, poll: _ProgressPoll) -> None:
         """Hand a finished poll's frames to the run's sink and start the next poll.

@@ -64,7 +64,7 @@ def _limit_threads(n: int) -> None:
     try:
         import numba
 
-        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+        numba.set_num_threads(min(n, getattr(numba.config, "NUMBA_NUM_THREADS")))  # set at numba import
     except Exception:
         pass
 

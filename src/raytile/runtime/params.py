@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from raytile.io.dataset import Partition
+from raytile.runtime.backends import ExecutionPlan
 from raytile.common.shape import Shape
 from raytile.common.tiling import TilingScheme
 
@@ -17,8 +18,8 @@ class RunParams:
     """Everything every task of a run shares; put into the object store once per version.
 
     ``udfs`` are the UDF instances with the parameters of this ``version``;
-    ``backend_plan`` maps an array backend to the indices of the UDFs that
-    consume tiles in it (per device class).
+    ``backend_plan`` holds the execution plan (which UDF consumes tiles in
+    which array backend) per device class.
     """
 
     udfs: list
@@ -28,7 +29,7 @@ class RunParams:
     dataset_shape: Shape
     dataset_dtype: np.dtype
     corrections: Any = None
-    backend_plan: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    backend_plan: dict[str, ExecutionPlan] = field(default_factory=dict)
     version: int = 0
     run_id: str = ""
     trace_context: dict | None = None

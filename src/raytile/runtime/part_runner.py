@@ -18,7 +18,7 @@ from raytile.common.tiling import DataTile
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.runtime import backends as _backends
-from raytile.runtime.backends import ExecutionPlan, PinnedStager, TileConverter, execution_plan
+from raytile.runtime.backends import ExecutionPlan, PinnedStager, TileConverter
 from raytile.runtime.params import PartitionResult, PartitionTask, RunParams
 from raytile.udf.base import UDF, UDFData
 from raytile.udf.buffers import AuxBufferWrapper
@@ -68,40 +68,25 @@ def _worker_has_cupy() -> bool:
     return _HAS_CUPY
 
 
-def plan_for_task(params: RunParams, device_class: str, partition=None) -> ExecutionPlan:
-    """The execution plan this worker uses: the coordinator's for its device class.
+def plan_for_task(params: RunParams, device_class: str) -> ExecutionPlan:
+    """The execution plan this worker uses: the one the run planned for its device class.
 
     A GPU worker that cannot import cupy uses the ``cuda:nocupy`` plan (CPU
-    backends and "cuda"). Parameters made without plans (by hand, in tests)
-    get a plan computed here. Raises :class:`BackendError` if none fits.
+    backends and "cuda"). Raises :class:`BackendError` if none fits.
     """
-    plans = params.backend_plan or {}
+    plans = params.backend_plan
     if device_class == "cuda" and "cuda" in plans:
         plan = plans["cuda"]
-        if not getattr(plan, "needs_cupy", False) or _worker_has_cupy():
-            return _as_plan(plan, device_class)
+        if not plan.needs_cupy or _worker_has_cupy():
+            return plan
         if "cuda:nocupy" in plans:
-            return _as_plan(plans["cuda:nocupy"], device_class)
+            return plans["cuda:nocupy"]
         raise BackendError(
             f"the UDFs {[type(u).__name__ for u in params.udfs]} need cupy, which this GPU worker cannot import"
         )
     if device_class in plans:
-        return _as_plan(plans[device_class], device_class)
-    if plans:
-        raise BackendError(f"this run was planned for {sorted(plans)}, a task landed on a {device_class} worker")
-    ds_backends = getattr(partition, "array_backends", None) or ("numpy",)
-    return execution_plan(params.udfs, device_class, ds_backends,
-                          cupy=device_class == "cuda" and _worker_has_cupy())
-
-
-def _as_plan(plan, device_class: str) -> ExecutionPlan:
-    if isinstance(plan, ExecutionPlan):
-        return plan
-    # a plain {backend: [indices]} mapping
-    from collections import OrderedDict
-
-    udfs = OrderedDict((b, list(i)) for b, i in plan.items())
-    return ExecutionPlan(device_class, "numpy", udfs)
+        return plans[device_class]
+    raise BackendError(f"this run was planned for {sorted(plans)}, a task landed on a {device_class} worker")
 
 
 class _GPU:
@@ -145,7 +130,7 @@ def run_partition(
     >>> result = run_partition(task, params, "cpu", threads_per_worker=1)
     """
     env = WorkerEnv(device_class, threads_per_worker)
-    plan = plan_for_task(params, device_class, task.partition)
+    plan = plan_for_task(params, device_class)
     gpu = None
     if device_class == "cuda" and plan.needs_cupy:
         gpu = _GPU(stage=_backends.CUPY in plan.udfs)
@@ -184,6 +169,7 @@ class PartitionRun:
         self.order = [i for idxs in plan.udfs.values() for i in idxs]  # UDFs in conversion order
         self.udfs: list[UDF] = []
         self.methods: list[str] = []
+        self.process: list[Callable[[Any], None]] = []  # each UDF's bound process_tile/frame/partition
         self.graphs: dict[int, Any] = {}
         self.nav_names: list[set[str]] = []
 
@@ -232,6 +218,7 @@ class PartitionRun:
                     udf.results.clear_views()
             self.udfs.append(udf)
         self.methods = [udf.get_method() for udf in self.udfs]
+        self.process = [getattr(udf, f"process_{m}") for udf, m in zip(self.udfs, self.methods)]
         self.nav_names = [{n for n, b in udf.results.buffers() if b.kind == "nav"} for udf in self.udfs]
         if self.gpu is not None:
             from raytile.udf.capture import TileGraphs, is_capturable
@@ -280,7 +267,7 @@ class PartitionRun:
                                                self.nav_names[i], udf.results.set_views)
                     else:
                         _set_views(udf, nav_start, count, sig_index, None)
-                        udf.process_tile(tile_data)
+                        self.process[i](tile_data)
                 elif method == "frame":
                     for f in range(count):
                         udf.meta.slice = Slice(
@@ -288,11 +275,11 @@ class PartitionRun:
                             Shape((1,) + tile.tile_slice.shape.to_tuple()[1:], sig_dims=len(self.sig_shape)),
                         )
                         _set_views(udf, nav_start, count, sig_index, f)
-                        udf.process_frame(tile_data[f])
+                        self.process[i](tile_data[f])
                 else:
                     udf.meta.slice = tile.tile_slice
                     _set_views(udf, nav_start, count, sig_index, None)
-                    udf.process_partition(tile_data)
+                    self.process[i](tile_data)
         if self.gpu is not None and self.gpu.stager is not None:
             self.gpu.stager.tile_done()
 

@@ -22,7 +22,7 @@ class ResultBuffer:
     ``.valid_mask``. ``.raw_data`` is the ROI-compressed array the UDF sees.
     """
 
-    def __init__(self, kind: str, raw_data: np.ndarray, data: np.ndarray, valid_mask: np.ndarray | bool):
+    def __init__(self, kind: str, raw_data: np.ndarray, data: np.ndarray, valid_mask: Any):
         self.kind = kind
         self.raw_data = raw_data
         self.data = data
@@ -34,12 +34,10 @@ class ResultBuffer:
 
     @property
     def masked_data(self) -> np.ma.MaskedArray:
-        mask = np.broadcast_to(~np.asarray(self.valid_mask), self.data.shape[: np.ndim(self.valid_mask)]
-                               ) if np.ndim(self.valid_mask) else (not self.valid_mask)
-        if np.ndim(mask) and mask.ndim < self.data.ndim:
-            mask = mask.reshape(mask.shape + (1,) * (self.data.ndim - mask.ndim))
-            mask = np.broadcast_to(mask, self.data.shape)
-        return np.ma.MaskedArray(self.data, mask=mask)
+        """``data`` as a masked array, invalid entries masked (a nav mask covers the extra dims too)."""
+        invalid = ~np.asarray(self.valid_mask, dtype=bool)
+        invalid = invalid.reshape(invalid.shape + (1,) * (self.data.ndim - invalid.ndim))
+        return np.ma.MaskedArray(self.data, mask=np.broadcast_to(invalid, self.data.shape))
 
     def __array__(self, dtype=None, copy=None):
         return np.asarray(self.data, dtype=dtype)
@@ -219,8 +217,7 @@ class ResultAccumulator:
         if isinstance(value, ArrayWithMask):
             value, mask = value.data, value.mask
         arr = np.array(value, copy=True)
-        kind = decl.kind if decl is not None else "single"
-        if kind == "nav":
+        if decl is not None and decl.kind == "nav":
             extra = decl.extra_shape
             n_compressed = self._damage.size
             if arr.shape[:1] == (n_compressed,) and arr.shape[1:] == tuple(extra):
@@ -229,8 +226,8 @@ class ResultAccumulator:
                 data = arr.reshape(tuple(nav_shape) + tuple(extra))
             valid = damage_full if mask is None else np.asarray(mask)
             return ResultBuffer("nav", arr, data, valid)
-        valid = bool(self._damage.any()) if mask is None else mask
-        return ResultBuffer(kind, arr, arr, valid)
+        kind = decl.kind if decl is not None else "single"
+        return ResultBuffer(kind, arr, arr, bool(self._damage.any()) if mask is None else mask)
 
 
 def _overrides(udf: UDF, name: str) -> bool:
