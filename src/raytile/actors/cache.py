@@ -34,6 +34,8 @@ from typing import Any, Callable, Hashable, Iterable
 
 from ray import cloudpickle
 
+__all__ = ["pack", "unpack", "ValueCache", "Ledger", "CacheMiss"]
+
 
 class CacheMiss(Exception):
     """A task named a cached value its worker does not hold (internal)."""

@@ -31,6 +31,8 @@ from raytile.runtime.executor import Executor, ProgressSink, TaskHandle, TaskNot
 from raytile.runtime.params import PartitionResult, PartitionTask
 from raytile.runtime import tracing
 
+__all__ = ["RayExecutor", "ParamsHandle"]
+
 log = logging.getLogger(__name__)
 
 #: Errors that mean the actor (or its process, or its node) is gone: retry the task elsewhere.
@@ -466,6 +468,3 @@ class RayExecutor(Executor):
         kinds = [s.kind for s in self._slots]
         return f"<RayExecutor cpu={kinds.count('cpu')} cuda={kinds.count('cuda')}>"
 
-
-
-__all__ = ["RayExecutor", "WorkerActor", "ProgressActor", "ParamsHandle"]

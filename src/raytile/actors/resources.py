@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+__all__ = ["ELIGIBLE", "IN_FLIGHT_PER_ACTOR", "eligible_kinds", "actor_options", "pick"]
+
 #: Actor kinds a device class may run on.
 ELIGIBLE: dict[str, tuple[str, ...]] = {
     "cpu": ("cpu",),

@@ -36,6 +36,8 @@ import ray
 from raytile.actors.cache import CacheMiss, ValueCache, unpack
 from raytile.common.errors import ExecutorError
 
+__all__ = ["WorkerActor", "ProgressActor", "PROGRESS_FLUSH_S", "PARAMS_CACHE", "DATA_CACHE", "CANCELLED_RUNS"]
+
 #: Progress messages from a worker are batched to at most one per this many seconds.
 PROGRESS_FLUSH_S = 0.02
 #: Params versions a worker keeps resolved.

@@ -16,6 +16,8 @@ from raytile.runtime.run import UDFRun
 from raytile.runtime.results import ResultBuffer, UDFResults
 from raytile.udf.base import UDF
 
+__all__ = ["Context"]
+
 
 class Context:
     """Loads data sets and runs UDFs on them.

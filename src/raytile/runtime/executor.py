@@ -14,6 +14,8 @@ from typing import Any, Callable, Sequence
 
 from raytile.runtime.params import PartitionResult, PartitionTask
 
+__all__ = ["Executor", "TaskHandle", "WorkerLost", "TaskNotRun", "ProgressSink"]
+
 
 class WorkerLost(Exception):
     """A task's worker died; the task may be retried elsewhere (internal)."""

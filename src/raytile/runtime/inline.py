@@ -15,6 +15,8 @@ from raytile.runtime.executor import Executor, ProgressSink, TaskHandle
 from raytile.runtime.params import PartitionResult, PartitionTask
 from raytile.runtime.part_runner import run_partition
 
+__all__ = ["InlineExecutor"]
+
 
 class _InlineHandle(TaskHandle):
     def __init__(self, task, version, params, progress):

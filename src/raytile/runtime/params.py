@@ -12,6 +12,8 @@ from raytile.runtime.backends import ExecutionPlan
 from raytile.common.shape import Shape
 from raytile.common.tiling import TilingScheme
 
+__all__ = ["RunParams", "PartitionTask", "PartitionResult"]
+
 
 @dataclass
 class RunParams:

@@ -24,6 +24,8 @@ from raytile.udf.base import UDF, UDFData
 from raytile.udf.buffers import AuxBufferWrapper
 from raytile.udf.meta import UDFMeta
 
+__all__ = ["run_partition", "PartitionRun", "WorkerEnv", "plan_for_task", "TileProgress"]
+
 #: Called with the number of frames of each finished tile (per-tile progress).
 TileProgress = Callable[[int], None]
 

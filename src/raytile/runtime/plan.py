@@ -18,6 +18,8 @@ from raytile.runtime.params import PartitionTask, RunParams
 from raytile.udf.base import UDF
 from raytile.udf.meta import UDFMeta
 
+__all__ = ["RunPlan", "make_plan", "check_udfs", "input_dtype", "dataset_backends", "backend_plans"]
+
 
 def input_dtype(udfs: Sequence[UDF], dataset_dtype: Any, corrections: Any = None,
                 backends: Iterable[str] = ()) -> np.dtype:

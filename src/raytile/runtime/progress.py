@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+__all__ = ["ProgressReporter", "TqdmProgressReporter"]
+
 
 class ProgressReporter:
     """Receives a run's progress; subclass it to drive a GUI.

@@ -13,6 +13,8 @@ from raytile.runtime.params import PartitionResult
 from raytile.udf.base import UDF, ArrayWithMask, MergeAttrMapping, UDFData, check_cast
 from raytile.udf.buffers import BufferWrapper
 
+__all__ = ["ResultBuffer", "Damage", "UDFResults", "ResultAccumulator", "expand_nav"]
+
 
 class ResultBuffer:
     """One named result: ``.data`` shaped like the data set, with a validity mask.

@@ -13,6 +13,11 @@ from typing import Any, Iterator
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 
+__all__ = [
+    "tracer", "start_span", "use_span", "child_span", "record_error", "inject_context", "attached",
+    "export_remote_spans",
+]
+
 _TRACER_NAME = "raytile"
 
 
