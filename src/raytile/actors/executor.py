@@ -129,11 +129,10 @@ class _ProgressPoll:
 class RayExecutor(Executor):
     """Worker actors on a local or remote Ray cluster. Build it with :meth:`make`."""
 
-    def __init__(self, cpus: int, gpus: int, cpu_share: float = 1.0, started_ray: bool = False):
+    def __init__(self, cpus: int, gpus: int, cpu_share: float = 1.0):
         if cpus + gpus <= 0:
             raise ExecutorError("RayExecutor needs at least one CPU or GPU worker")
         self._lock = threading.RLock()
-        self._started_ray = started_ray
         self._slots = [_Slot("cpu", i, cpu_share) for i in range(cpus)]
         self._slots += [_Slot("cuda", i, cpu_share) for i in range(gpus)]
         # started with the workers: creating it lazily would cost a process start in the first run with progress
@@ -164,7 +163,6 @@ class RayExecutor(Executor):
         ``address`` ("auto", "ray://host:10001") connects to a running cluster.
         Without ``cpus``/``gpus`` the actors match the cluster's resources.
         """
-        started = False
         if not ray.is_initialized():
             kwargs = dict(init_kwargs)
             if address is not None:
@@ -176,7 +174,6 @@ class RayExecutor(Executor):
                 if gpus is not None:
                     kwargs.setdefault("num_gpus", int(gpus))
                 ray.init(**kwargs)
-            started = True
         total = ray.cluster_resources()
         n_cpu = int(total.get("CPU", 0)) if cpus is None else int(cpus)
         n_gpu = int(total.get("GPU", 0)) if gpus is None else int(gpus)
@@ -186,7 +183,7 @@ class RayExecutor(Executor):
             log.warning("only %s of %s CPUs are free in the Ray cluster (another Context holds them); "
                         "this Context's %d CPU workers share CPUs", free, total.get("CPU", 0), n_cpu)
             share = 0.0
-        return cls(n_cpu, n_gpu, cpu_share=share, started_ray=started)
+        return cls(n_cpu, n_gpu, cpu_share=share)
 
     # -- params and data -------------------------------------------------------
     def put_params(self, params: Any) -> Any:

@@ -6,7 +6,6 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-import numpy as np
 
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice

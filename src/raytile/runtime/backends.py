@@ -54,9 +54,6 @@ __all__ = [
     "execution_plan", "plan_dtype", "has_cupy",
 ]
 
-DEVICE_CLASSES = ("cpu", "cuda")
-
-
 def has_cupy() -> bool:
     """True if cupy imports and sees a GPU (imported lazily, only when asked)."""
     try:

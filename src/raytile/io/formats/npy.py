@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from raytile.common.errors import DataSetException
-from raytile.io.dataset import DataSetMeta, Partition
+from raytile.io.dataset import DataSetMeta
 from raytile.io.decoders import NativeDecoder
 from raytile.io.fileset import File, FileDataSet, FileSet, check_sync_offset
 from raytile.io.formats.raw import check_file

@@ -12,56 +12,17 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from functools import lru_cache
 
 import numpy as np
 
 from raytile.common.errors import ConfigValidationError, DataSetException
-from raytile.io.dataset import DataSet, DataSetMeta, Partition
+from raytile.io.dataset import DataSetMeta
 from raytile.io.decoders import NativeDecoder
 from raytile.io.fileset import File, FileDataSet, FileSet, check_sync_offset, exact_frame_stride, expand_paths
 from raytile.io.params import INT64_MAX
 from raytile.common.shape import Shape
-from raytile.common.slice import Slice
 
-__all__ = ["RawFileDataSet", "FileFramesPartition", "check_file"]
-
-
-@lru_cache(maxsize=64)
-def open_memmap(path: str, offset: int, dtype: str, shape: tuple[int, ...]) -> np.memmap:
-    """A read-only memmap, cached per process so tasks do not reopen files."""
-    return np.memmap(path, mode="r", dtype=np.dtype(dtype), offset=offset, shape=shape)
-
-
-class FileFramesPartition(Partition):
-    """Frames ``[start, stop)`` of a file of equally sized frames, via mmap.
-
-    ``sync_offset`` moves the nav axis against the file: positive skips
-    frames at the start of the file, negative prepends blank (zero) frames.
-    """
-
-    def __init__(self, meta: DataSetMeta, partition_slice: Slice, idx: int, path: str,
-                 offset: int, file_frames: int):
-        super().__init__(meta, partition_slice, idx)
-        self.path = path
-        self.offset = offset
-        self.file_frames = file_frames
-
-    def _source(self):
-        sig = self.meta.shape.sig.to_tuple()
-        mm = open_memmap(self.path, self.offset, self.meta.raw_dtype.str, (self.file_frames,) + sig)
-        first = self.start + self.meta.sync_offset
-        last = self.stop + self.meta.sync_offset
-        if first >= 0 and last <= self.file_frames:
-            return mm[first:last]
-        out = np.zeros((self.stop - self.start,) + sig, dtype=self.meta.raw_dtype)
-        lo, hi = max(first, 0), min(last, self.file_frames)
-        if hi > lo:
-            out[lo - first:hi - first] = mm[lo:hi]
-        return out
-
-    def describe(self) -> str:
-        return f"partition {self.idx} (frames {self.start}:{self.stop}) of {self.path}"
+__all__ = ["RawFileDataSet", "check_file"]
 
 
 def check_file(path: str) -> int:

@@ -44,12 +44,6 @@ __all__ = [
 SCIPY_CSR = "scipy.sparse.csr_matrix"
 
 
-def _as_csr(rows: Any):
-    import scipy.sparse as sp
-
-    return sp.csr_matrix(rows)
-
-
 def _shape_from(total_shape: Sequence[int] | None, nav_shape, sig_shape, sig_dims: int,
                 rows: int, pixels: int, what: str) -> Shape:
     if sig_shape is not None:
