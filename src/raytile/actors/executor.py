@@ -25,7 +25,8 @@ from ray import exceptions as rex
 from raytile.actors import resources
 from raytile.actors.cache import Ledger, pack
 from raytile.actors.shared_frames import SharedFrames
-from raytile.actors.worker import DATA_CACHE, PARAMS_CACHE, ProgressActor, WorkerActor
+from raytile.actors.progress import ProgressActor
+from raytile.actors.worker import DATA_CACHE, PARAMS_CACHE, WorkerActor
 from raytile.common.errors import ExecutorError, UDFRunCancelled
 from raytile.runtime.executor import Executor, ProgressSink, TaskHandle, TaskNotRun, WorkerLost
 from raytile.runtime.params import PartitionResult, PartitionTask

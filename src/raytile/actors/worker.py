@@ -10,23 +10,21 @@ the same code the inline executor runs. The actor
   carries their object refs only the first time this actor sees them, and
   short keys afterwards. Frames come back from the object store as read-only
   numpy views of its shared memory (zero-copy);
-- reports per-tile progress to a :class:`ProgressActor` (batched to at most
-  one message per ``PROGRESS_FLUSH_S``);
+- reports per-tile progress to the Context's progress actor
+  (:mod:`raytile.actors.progress`);
 - skips the tasks of a cancelled run as they start, and stops a running
   one at its next tile (``cancel_run`` sets a flag that is checked per tile);
 - returns UDF errors as values, so the driver re-raises the original
   :class:`~raytile.common.errors.UDFException` with the worker's traceback;
 - records a ``raytile.task`` span under the run's propagated span context and
-  ships finished spans back with the result (see docs/coordinator.md).
+  ships finished spans back with the result (:mod:`raytile.actors.worker_tracing`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import pickle
 import socket
-import time
 import traceback
 from collections import OrderedDict
 from typing import Any
@@ -34,12 +32,12 @@ from typing import Any
 import ray
 
 from raytile.actors.cache import CacheMiss, ValueCache, unpack
+from raytile.actors.progress import TileReporter
+from raytile.actors.worker_tracing import WorkerTracing
 from raytile.common.errors import ExecutorError
 
-__all__ = ["WorkerActor", "ProgressActor", "PROGRESS_FLUSH_S", "PARAMS_CACHE", "DATA_CACHE", "CANCELLED_RUNS"]
+__all__ = ["WorkerActor", "PARAMS_CACHE", "DATA_CACHE", "CANCELLED_RUNS"]
 
-#: Progress messages from a worker are batched to at most one per this many seconds.
-PROGRESS_FLUSH_S = 0.02
 #: Params versions a worker keeps resolved.
 PARAMS_CACHE = 8
 #: In-memory partitions a worker keeps as zero-copy views of the object store. A view pins its object;
@@ -71,69 +69,6 @@ def _limit_threads(n: int) -> None:
         pass
 
 
-def _span_record(span) -> dict:
-    ctx = span.context
-    parent = span.parent
-    return {
-        "name": span.name,
-        "trace_id": ctx.trace_id,
-        "span_id": ctx.span_id,
-        "parent_id": parent.span_id if parent is not None else None,
-        "start": span.start_time,
-        "end": span.end_time,
-        "attributes": dict(span.attributes or {}),
-        "error": span.status.status_code.name == "ERROR",
-        "description": span.status.description,
-    }
-
-
-class _WorkerTracing:
-    """Records task spans in the worker and hands them back to the driver.
-
-    If the worker process has an SDK tracer provider of its own (configured by
-    the user, e.g. exporting OTLP), spans go there and nothing is shipped back.
-    Otherwise a private SDK provider with an in-memory exporter collects the
-    task's spans, which return with the task result; the driver feeds them to
-    its span processors (``raytile.runtime.tracing.export_remote_spans``).
-    """
-
-    def __init__(self):
-        self._tracer = None
-        self._exporter = None
-
-    def _setup(self):
-        if self._tracer is not None:
-            return
-        from opentelemetry import trace
-
-        provider = trace.get_tracer_provider()
-        if hasattr(provider, "add_span_processor"):  # a user-configured SDK provider
-            self._tracer = provider.get_tracer("raytile.worker")
-            return
-        try:
-            from opentelemetry.sdk.trace import TracerProvider
-            from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-            from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-        except ImportError:
-            self._tracer = trace.get_tracer("raytile.worker")  # API only: spans are no-ops
-            return
-        own = TracerProvider()
-        self._exporter = InMemorySpanExporter()
-        own.add_span_processor(SimpleSpanProcessor(self._exporter))
-        self._tracer = own.get_tracer("raytile.worker")
-
-    def tracer(self):
-        self._setup()
-        return self._tracer
-
-    def collect(self) -> list[dict]:
-        if self._exporter is None:
-            return []
-        spans = [_span_record(s) for s in self._exporter.get_finished_spans()]
-        self._exporter.clear()
-        return spans
-
-
 class WorkerActor:
     """One worker slot (CPU) or one GPU. Created by :class:`RayExecutor` with ``ray.remote`` options.
 
@@ -154,7 +89,7 @@ class WorkerActor:
         self._params = ValueCache("params", PARAMS_CACHE, _fetch_params)
         self._data = ValueCache("data", DATA_CACHE, ray.get)
         self._cancelled_runs: "OrderedDict[str, None]" = OrderedDict()
-        self._tracing = _WorkerTracing()
+        self._tracing = WorkerTracing()
         self._host = socket.gethostname()
 
     @ray.method(concurrency_group="control")
@@ -191,7 +126,7 @@ class WorkerActor:
             return "cancelled", None, []
         if data is not None:
             task.partition.data = data
-        reporter = _TileReporter(progress, params.run_id) if progress is not None else None
+        reporter = TileReporter(progress, params.run_id) if progress is not None else None
 
         def on_tile(frames: int) -> None:
             if run_id in cancelled_runs:
@@ -270,70 +205,3 @@ def _picklable(exc: BaseException, task) -> BaseException:
         return ExecutorError(f"{type(exc).__name__}: {exc}{where}\n\nWorker traceback:\n{tb}")
 
 
-class _TileReporter:
-    """Per-tile progress from a worker, batched into at most one message per PROGRESS_FLUSH_S."""
-
-    def __init__(self, actor, run_id: str):
-        self._actor = actor
-        self._run_id = run_id
-        self._pending = 0
-        self._last = time.monotonic()
-        self._ref = None
-
-    def add(self, frames: int) -> None:
-        self._pending += frames
-        now = time.monotonic()
-        if now - self._last >= PROGRESS_FLUSH_S:
-            self._flush(now)
-
-    def _flush(self, now: float) -> None:
-        if self._pending:
-            self._ref = self._actor.add.remote(self._run_id, self._pending)
-            self._pending = 0
-        self._last = now
-
-    def close(self) -> None:
-        """Send what is left and wait until the progress actor has it (before the result returns)."""
-        self._flush(time.monotonic())
-        if self._ref is not None:
-            try:
-                ray.get(self._ref, timeout=10)
-            except Exception:
-                pass
-
-
-class ProgressActor:
-    """Collects per-tile frame counts from workers; the driver long-polls ``take``."""
-
-    def __init__(self):
-        self._counts: dict[str, int] = {}
-        self._events: dict[str, asyncio.Event] = {}
-
-    def _event(self, run_id: str) -> asyncio.Event:
-        ev = self._events.get(run_id)
-        if ev is None:
-            ev = self._events[run_id] = asyncio.Event()
-        return ev
-
-    async def add(self, run_id: str, frames: int) -> None:
-        self._counts[run_id] = self._counts.get(run_id, 0) + frames
-        self._event(run_id).set()
-
-    async def take(self, run_id: str, timeout: float) -> int:
-        """Frames reported since the last take; waits up to ``timeout`` for some."""
-        ev = self._event(run_id)
-        if not self._counts.get(run_id) and timeout > 0:
-            try:
-                await asyncio.wait_for(ev.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
-        ev.clear()
-        return self._counts.pop(run_id, 0)
-
-    async def forget(self, run_id: str) -> int:
-        """The run's last counts; wakes a pending ``take`` of it (which then returns 0)."""
-        frames = self._counts.pop(run_id, 0)
-        ev = self._events.pop(run_id, None)
-        if ev is not None:
-            ev.set()
-        return frames
