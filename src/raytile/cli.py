@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import platform
@@ -142,7 +143,8 @@ class DemoScene:
                            int(round(cx + self.spot_distance * np.cos(a))),
                            self.spot_counts * self.spot_strength[g])
         rng = np.random.default_rng([self.seed, start])
-        noise = rng.standard_normal(lam.shape, dtype=np.float32)
+        noise = np.empty(lam.shape, dtype=np.float32)
+        rng.standard_normal(dtype=np.float32, out=noise)
         noise *= np.sqrt(lam)
         lam += noise
         np.rint(lam, out=lam)
@@ -264,8 +266,8 @@ def _udf_for(name: str, sig_shape, args):
     return ring_udf(sig_shape, getattr(args, "ring_radii", None), getattr(args, "ring_center", None))
 
 
-def _result_arrays(names: Sequence[str], results: Sequence[dict]) -> dict[str, np.ndarray]:
-    out = {}
+def _result_arrays(names: Sequence[str], results: Sequence[dict]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for name, res in zip(names, results):
         if name == "ring":
             out[name] = np.asarray(res["intensity"].data)[..., 0]
@@ -447,7 +449,7 @@ def _ray_status(address: str | None) -> str:
                 return "no cluster running here (start one with `ray start --head`, or pass --address)"
             addr = "auto"
         try:
-            ray.init(address=addr, logging_level="ERROR", log_to_driver=False)
+            ray.init(address=addr, logging_level=logging.ERROR, log_to_driver=False)
         except Exception as e:  # noqa: BLE001 - any connection failure is reported, not raised
             return f"could not connect to {addr!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
         try:

@@ -19,7 +19,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from raytile.common.errors import DataSetException
-from raytile.io.backends import BACKENDS, FrameFile, ReadJob, choose_backend, get_backend
+from raytile.io.backends import BACKENDS, FrameFile, FramesJob, RangesJob, choose_backend, get_backend
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
 from raytile.io.decoders import Decoder, NativeDecoder
 from raytile.io.read_ranges import LAYOUT_FRAMES, frame_stride_bytes, get_read_ranges, slice_runs
@@ -216,18 +216,18 @@ class FilePartition(Partition):
         if frames.shape[0] == 0:
             return
         backend = get_backend(io_backend or self.io_backend)
-        job = ReadJob(paths=self.fileset.paths, scheme=tiling_scheme, frames=frames,
-                      nav_origin=self.roi_offset(roi), dest_dtype=dest_dtype, decoder=self.decoder)
+        fs = self.fileset
+        common = dict(paths=fs.paths, scheme=tiling_scheme, frames=frames, nav_origin=self.roi_offset(roi),
+                      dest_dtype=dest_dtype, decoder=self.decoder)
         file_dtype = self.decoder.file_dtype()
-        if self.fileset.whole_frames and file_dtype is not None:  # numpy alone, no jitted code
-            job.frame_files = [FrameFile(f.path, f.file_header, f.start_idx, f.end_idx) for f in self.fileset.files]
-            job.file_dtype = file_dtype
-            job.frame_stride = self.fileset.frame_stride
-            job.frame_header = self.fileset.frame_header_bytes
-            yield from backend.get_frame_tiles(job)
+        if fs.whole_frames and file_dtype is not None:  # numpy alone, no jitted code
+            files = [FrameFile(f.path, f.file_header, f.start_idx, f.end_idx) for f in fs.files]
+            yield from backend.get_frame_tiles(FramesJob(**common, frame_files=files, file_dtype=file_dtype,
+                                                         frame_stride=fs.frame_stride,
+                                                         frame_header=fs.frame_header_bytes))
             return
-        job.tile_meta, job.read_ranges = self.fileset.get_read_ranges(frames, tiling_scheme)
-        yield from backend.get_tiles(job)
+        tile_meta, read_ranges = fs.get_read_ranges(frames, tiling_scheme)
+        yield from backend.get_tiles(RangesJob(**common, tile_meta=tile_meta, read_ranges=read_ranges))
 
 
 class FileDataSet(DataSet):

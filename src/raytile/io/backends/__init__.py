@@ -26,7 +26,7 @@ import os
 import sys
 
 from raytile.common.errors import DataSetException
-from raytile.io.backends.base import FrameFile, IOBackend, ReadJob
+from raytile.io.backends.base import FrameFile, FramesJob, IOBackend, RangesJob, ReadJob
 from raytile.io.backends.buffered import BufferedBackend, DirectBackend
 from raytile.io.backends.mmap import MMapBackend
 
@@ -60,5 +60,5 @@ def choose_backend(nbytes: int, requested: str | None = None) -> str:
     return "mmap"
 
 
-__all__ = ["FrameFile", "IOBackend", "ReadJob", "MMapBackend", "BufferedBackend", "DirectBackend", "BACKENDS",
+__all__ = ["FrameFile", "FramesJob", "IOBackend", "RangesJob", "ReadJob", "MMapBackend", "BufferedBackend", "DirectBackend", "BACKENDS",
            "get_backend", "choose_backend"]

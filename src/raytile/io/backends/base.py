@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Generator, Iterator
 
 import numpy as np
 
@@ -43,7 +43,7 @@ class FrameFile:
 
 @dataclass
 class ReadJob:
-    """Everything a backend needs to produce one partition's tiles."""
+    """What a backend needs to produce one partition's tiles, on either path."""
 
     paths: list[str]
     scheme: TilingScheme
@@ -51,12 +51,24 @@ class ReadJob:
     nav_origin: int             # nav index (ROI-compressed) of frames[0]
     dest_dtype: np.dtype
     decoder: Decoder
-    tile_meta: np.ndarray | None = None   # read range path: from FileSet.get_read_ranges
-    read_ranges: np.ndarray | None = None
-    frame_files: list[FrameFile] | None = None   # frames path: the file set's files
-    file_dtype: np.dtype | None = None           # frames path: the dtype of the stored pixels
-    frame_stride: int = 0                        # frames path: bytes from one frame to the next
-    frame_header: int = 0                        # frames path: bytes before a frame's first pixel
+
+
+@dataclass
+class FramesJob(ReadJob):
+    """A frames path job: where the whole frames lie in the files."""
+
+    frame_files: list[FrameFile]
+    file_dtype: np.dtype        # the dtype of the stored pixels
+    frame_stride: int           # bytes from one frame to the next
+    frame_header: int           # bytes before a frame's first pixel
+
+
+@dataclass
+class RangesJob(ReadJob):
+    """A read range path job: ``FileSet.get_read_ranges`` of the frames."""
+
+    tile_meta: np.ndarray
+    read_ranges: np.ndarray
 
 
 @dataclass
@@ -82,7 +94,7 @@ class Segment:
     n: int
 
 
-def frame_segments(job: ReadJob) -> Iterator[tuple[int, int, list[Segment]]]:
+def frame_segments(job: FramesJob) -> Iterator[tuple[int, int, list[Segment]]]:
     """``(b0, count, segments)`` per nav block of ``scheme.depth`` frames of ``job.frames``.
 
     Frames outside every file belong to no segment (they read as zeros).
@@ -116,13 +128,17 @@ def frame_segments(job: ReadJob) -> Iterator[tuple[int, int, list[Segment]]]:
         yield b0, count, segments
 
 
-def view_frames(raw: np.ndarray, job: ReadJob, n: int) -> np.ndarray:
+def view_frames(raw: np.ndarray, job: FramesJob, n: int) -> np.ndarray:
     """``n`` frames ``(n, *sig)`` of ``job.file_dtype`` from the bytes ``raw`` (``n`` strides from a
     frame's start on): a view, strided when frames have headers or footers."""
     sig = job.scheme.dataset_shape.sig.to_tuple()
     frame_bytes = math.prod(sig) * job.file_dtype.itemsize
     rows = raw[:n * job.frame_stride].reshape(n, job.frame_stride)
     return rows[:, job.frame_header:job.frame_header + frame_bytes].view(job.file_dtype).reshape((n,) + sig)
+
+
+#: A frames path nav block: ``(b0, count, parts)``, a part ``(k, frames)`` (see ``IOBackend._frame_blocks``).
+FrameBlock = tuple[int, int, list[tuple[int, np.ndarray]]]
 
 
 class TileSlices:
@@ -148,21 +164,21 @@ class IOBackend:
 
     name = ""
 
-    def get_tiles(self, job: ReadJob) -> Iterator[DataTile]:
-        """Tiles of a read range job (``job.tile_meta``/``job.read_ranges`` set)."""
+    def get_tiles(self, job: RangesJob) -> Iterator[DataTile]:
+        """Tiles of a read range job: read ranges decoded by numba."""
         return self._decode_tiles(job)
 
-    def _blocks(self, job: ReadJob) -> Iterator[Block]:
+    def _blocks(self, job: RangesJob) -> Generator[Block, None, None]:
         """The job's nav blocks in order (every ``len(scheme)`` tiles of its read ranges make one)."""
         raise NotImplementedError
 
-    def _frame_blocks(self, job: ReadJob) -> Iterator[tuple[int, int, list[tuple[int, np.ndarray]]]]:
+    def _frame_blocks(self, job: FramesJob) -> Generator[FrameBlock, None, None]:
         """Frames path: ``(b0, count, parts)`` per nav block, a part being ``(k, frames)``:
         block frames ``[k, k + len(frames))`` as ``(n, *sig)`` of ``job.file_dtype``."""
         raise NotImplementedError
 
-    def get_frame_tiles(self, job: ReadJob) -> Iterator[DataTile]:
-        """Tiles of a frames job (``job.frame_files``/``job.file_dtype`` set), by numpy alone."""
+    def get_frame_tiles(self, job: FramesJob) -> Iterator[DataTile]:
+        """Tiles of a frames job, by numpy alone."""
         scheme = job.scheme
         dest = np.dtype(job.dest_dtype)
         sig_index = [(slice(None),) + sl.get() for sl in scheme.slices]
@@ -189,7 +205,7 @@ class IOBackend:
         finally:
             blocks.close()
 
-    def _decode_tiles(self, job: ReadJob) -> Iterator[DataTile]:
+    def _decode_tiles(self, job: RangesJob) -> Iterator[DataTile]:
         meta = job.tile_meta
         scheme = job.scheme
         n_slices = len(scheme)

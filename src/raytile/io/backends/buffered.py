@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator, Sequence, TypeVar
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Generator, Sequence, TypeVar
 
 import numpy as np
 
 from raytile.common.errors import DataSetException
-from raytile.io.backends.base import Block, IOBackend, ReadJob, Segment, frame_segments, view_frames
+from raytile.io.backends.base import (Block, FrameBlock, FramesJob, IOBackend, RangesJob, ReadJob, Segment,
+                                      frame_segments, view_frames)
 from raytile.io.read_ranges import plan_block_reads
 
 T = TypeVar("T")
@@ -30,7 +31,7 @@ def aligned_empty(nbytes: int, align: int = ALIGN) -> np.ndarray:
 
 def _preadv_all(fd: int, buf: np.ndarray, offset: int, path: str, exact: bool) -> int:
     """Read ``len(buf)`` bytes at ``offset``; short only at end of file (an error if ``exact``)."""
-    view = memoryview(buf)
+    view = buf.data
     done = 0
     total = len(buf)
     while done < total:
@@ -77,17 +78,19 @@ class BufferedBackend(IOBackend):
             fd = self._fds[f] = self._open_fd(self._paths[f])
         return fd
 
-    def _read_ahead(self, job: ReadJob, items: Sequence[T], read: Callable[[T, list, int], R]) -> Iterator[R]:
+    def _read_ahead(self, job: ReadJob, items: Sequence[T],
+                    read: Callable[[T, list, int], R]) -> Generator[R, None, None]:
         """``read(item, buffers, which)`` of each item in order; a helper thread reads the next item
         into the other of two buffers while the caller consumes the current one."""
         self._paths = job.paths
         buffers: list[np.ndarray | None] = [None, None]
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raytile-read")
-        pending = None
+        pending: Future[R] | None = None
         try:
             if len(items):
                 pending = pool.submit(read, items[0], buffers, 0)
             for i in range(len(items)):
+                assert pending is not None  # submitted for item i before
                 result = pending.result()
                 pending = None
                 if i + 1 < len(items):
@@ -103,13 +106,13 @@ class BufferedBackend(IOBackend):
             pool.shutdown(wait=True)
             self._close()
 
-    def _blocks(self, job: ReadJob) -> Iterator[Block]:
+    def _blocks(self, job: RangesJob) -> Generator[Block, None, None]:
         n_slices = len(job.scheme)
         starts = range(0, job.tile_meta.shape[0], n_slices)
         return self._read_ahead(job, starts, lambda t0, buffers, which: self._read_block(job, t0, n_slices,
                                                                                         buffers, which))
 
-    def _frame_blocks(self, job: ReadJob) -> Iterator[tuple[int, int, list[tuple[int, np.ndarray]]]]:
+    def _frame_blocks(self, job: FramesJob) -> Generator[FrameBlock, None, None]:
         blocks = list(frame_segments(job))
         return self._read_ahead(job, blocks, lambda block, buffers, which: self._read_frames(job, block, buffers,
                                                                                            which))
@@ -121,7 +124,7 @@ class BufferedBackend(IOBackend):
             buf = buffers[which] = aligned_empty(max(nbytes, ALIGN), ALIGN)
         return buf
 
-    def _read_block(self, job: ReadJob, t0: int, n_slices: int, buffers: list, which: int) -> Block:
+    def _read_block(self, job: RangesJob, t0: int, n_slices: int, buffers: list, which: int) -> Block:
         """Read tiles ``[t0, t0 + n_slices)`` into ``buffers[which]`` (grown as needed)."""
         reads, rr = plan_block_reads(job.read_ranges, job.tile_meta, t0, t0 + n_slices, self.align, COALESCE_GAP)
         total = int(reads[-1, 3] + reads[-1, 2] - reads[-1, 1]) if reads.shape[0] else 0
@@ -130,8 +133,8 @@ class BufferedBackend(IOBackend):
             self._read(f, buf[pos:pos + stop - start], start)
         return Block(rr, lambda f: buf)
 
-    def _read_frames(self, job: ReadJob, block: tuple[int, int, list[Segment]], buffers: list,
-                     which: int) -> tuple[int, int, list[tuple[int, np.ndarray]]]:
+    def _read_frames(self, job: FramesJob, block: tuple[int, int, list[Segment]], buffers: list,
+                     which: int) -> FrameBlock:
         """Read a frames-path block's segments into ``buffers[which]``, each at an ``ALIGN`` boundary."""
         b0, count, segments = block
         a = self.align

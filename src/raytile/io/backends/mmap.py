@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Iterator
+from typing import Generator
 
 import numpy as np
 
 from raytile.common.errors import DataSetException
-from raytile.io.backends.base import Block, FrameFile, IOBackend, ReadJob, frame_segments, view_frames
+from raytile.io.backends.base import (Block, FrameBlock, FrameFile, FramesJob, IOBackend, RangesJob, frame_segments,
+                                      view_frames)
 
 
 @lru_cache(maxsize=256)
@@ -20,7 +21,7 @@ def _map_bytes(path: str) -> np.ndarray:
         raise DataSetException(f"{path}: cannot memory-map the file: {e}") from None
 
 
-def map_frames(path: str, job: ReadJob, f: FrameFile) -> np.ndarray:
+def map_frames(path: str, job: FramesJob, f: FrameFile) -> np.ndarray:
     """The frames ``(f.stop - f.start, *sig)`` of file ``f``, a view of the cached byte map."""
     raw = _map_bytes(path)
     n = f.stop - f.start
@@ -36,7 +37,7 @@ def map_frames(path: str, job: ReadJob, f: FrameFile) -> np.ndarray:
 class MMapBackend(IOBackend):
     name = "mmap"
 
-    def _frame_blocks(self, job: ReadJob) -> Iterator[tuple[int, int, list[tuple[int, np.ndarray]]]]:
+    def _frame_blocks(self, job: FramesJob) -> Generator[FrameBlock, None, None]:
         maps: dict[int, np.ndarray] = {}
 
         def frames_of(f: int) -> np.ndarray:
@@ -49,7 +50,7 @@ class MMapBackend(IOBackend):
         for b0, count, segments in frame_segments(job):
             yield b0, count, [(s.k, frames_of(s.file)[s.first:s.first + s.n]) for s in segments]
 
-    def _blocks(self, job: ReadJob) -> Iterator[Block]:
+    def _blocks(self, job: RangesJob) -> Generator[Block, None, None]:
         maps: dict[int, np.ndarray] = {}
 
         def source(f: int) -> np.ndarray:
