@@ -10,7 +10,8 @@ from sparseconverter import get_backend
 import raytile as rt
 from raytile.common.errors import BackendError
 from raytile.runtime import part_runner
-from raytile.runtime.backends import TileConverter, execution_plan, plan_dtype
+from raytile.runtime.execution_plan import execution_plan, plan_dtype
+from raytile.runtime.tile_converter import TileConverter
 from raytile.runtime.plan import make_plan
 from raytile.udf._tiles import flat2d
 from raytile.udf.base import UDF

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from raytile.io.dataset import Partition
-from raytile.runtime.backends import ExecutionPlan
+from raytile.runtime.execution_plan import ExecutionPlan
 from raytile.common.shape import Shape
 from raytile.common.tiling import TilingScheme
 

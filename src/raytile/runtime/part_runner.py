@@ -12,13 +12,15 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import numpy as np
+from sparseconverter import CUPY
 
 from raytile.common.errors import BackendError, UDFException
 from raytile.common.tiling import DataTile
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
-from raytile.runtime import backends as _backends
-from raytile.runtime.backends import ExecutionPlan, PinnedStager, TileConverter
+from raytile.runtime.execution_plan import ExecutionPlan, has_cupy
+from raytile.runtime.pinned_stager import PinnedStager
+from raytile.runtime.tile_converter import TileConverter
 from raytile.runtime.params import PartitionResult, PartitionTask, RunParams
 from raytile.udf.base import UDF, UDFData
 from raytile.udf.buffers import AuxBufferWrapper
@@ -66,7 +68,7 @@ _HAS_CUPY: bool | None = None
 def _worker_has_cupy() -> bool:
     global _HAS_CUPY
     if _HAS_CUPY is None:
-        _HAS_CUPY = _backends.has_cupy()
+        _HAS_CUPY = has_cupy()
     return _HAS_CUPY
 
 
@@ -135,7 +137,7 @@ def run_partition(
     plan = plan_for_task(params, device_class)
     gpu = None
     if device_class == "cuda" and plan.needs_cupy:
-        gpu = _GPU(stage=_backends.CUPY in plan.udfs)
+        gpu = _GPU(stage=CUPY in plan.udfs)
     if gpu is None:
         return PartitionRun(task, params, plan, env).run(on_tile)
     with gpu.stream:
@@ -226,7 +228,7 @@ class PartitionRun:
             from raytile.udf.capture import TileGraphs, is_capturable
 
             for i, udf in enumerate(self.udfs):
-                if self.methods[i] == "tile" and self.backend_of[i] == _backends.CUPY and is_capturable(udf):
+                if self.methods[i] == "tile" and self.backend_of[i] == CUPY and is_capturable(udf):
                     self.graphs[i] = TileGraphs(udf, self.gpu.stream)
 
     def tiles(self) -> Iterator[DataTile]:

@@ -11,7 +11,7 @@ import numpy as np
 from raytile.common.errors import BackendError, DataSetException, UDFException
 from raytile.io.dataset import DataSet, validate_roi
 from raytile.io.negotiator import Negotiator
-from raytile.runtime.backends import (
+from raytile.runtime.execution_plan import (
     ExecutionPlan, check_backends, device_classes_for, execution_plan, plan_dtype,
 )
 from raytile.runtime.params import PartitionTask, RunParams

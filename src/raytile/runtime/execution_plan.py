@@ -5,7 +5,8 @@ Every UDF declares the array backends its ``process_*`` accepts
 backends its tiles come in natively (``array_backends``, first the native
 one). :func:`execution_plan` groups the UDFs of a run by backend for one
 device class so that a tile is converted as rarely and as cheaply as
-possible, and :class:`TileConverter` makes each needed format once per tile.
+possible, and :class:`~raytile.runtime.tile_converter.TileConverter` makes
+each needed format once per tile.
 
 Order of preference when assigning UDFs (after LiberTEM's planner):
 
@@ -33,16 +34,11 @@ from sparseconverter import (
     CPU_BACKENDS,
     CUDA,
     CUDA_BACKENDS,
-    CUPY,
     CUPY_BACKENDS,
-    D2_BACKENDS,
     DENSE_BACKENDS,
-    ND_BACKENDS,
     NUMPY,
     SPARSE_BACKENDS,
     cheapest_pair,
-    for_backend,
-    get_backend,
     result_type,
 )
 
@@ -50,7 +46,7 @@ from raytile.common.errors import BackendError
 
 __all__ = [
     "BACKENDS", "CPU_BACKENDS", "CUDA_BACKENDS", "CUPY_BACKENDS", "SPARSE_BACKENDS", "DENSE_BACKENDS",
-    "ExecutionPlan", "TileConverter", "canonical_backends", "check_backends", "device_classes_for",
+    "ExecutionPlan", "canonical_backends", "check_backends", "device_classes_for",
     "execution_plan", "plan_dtype", "has_cupy",
 ]
 
@@ -291,171 +287,3 @@ def plan_dtype(base_dtype: Any, backends: Iterable[str]) -> np.dtype:
     """
     backends = [b for b in backends if b in BACKENDS]
     return np.dtype(result_type(np.dtype(base_dtype), *backends))
-
-
-def _csr_to_gcxs(arr, shape):
-    """scipy CSR ``(n, pixels)`` -> ``sparse.GCXS`` of ``shape`` compressed along frames.
-
-    The same three arrays; sparseconverter's route goes through a numba
-    kernel that takes seconds to compile in every fresh worker.
-    """
-    import sparse
-
-    if not arr.has_canonical_format:
-        arr = arr.copy()
-        arr.sum_duplicates()
-    return sparse.GCXS((arr.data, arr.indices, arr.indptr), shape=tuple(shape), compressed_axes=(0,))
-
-
-def _gcxs_to_csr(arr, shape):
-    import scipy.sparse as sp
-
-    if tuple(arr.compressed_axes) != (0,):
-        return for_backend(arr, "scipy.sparse.csr_matrix")
-    flat = (shape[0], int(np.prod(shape[1:], dtype=np.int64)))
-    return sp.csr_matrix((arr.data, arr.indices, arr.indptr), shape=flat)
-
-
-def _scipy_to_coo(arr, shape):
-    """scipy CSR/CSC ``(n, pixels)`` -> ``sparse.COO`` of ``shape`` from its coordinates."""
-    import sparse
-
-    csr = arr.format == "csr"
-    if not arr.has_canonical_format:
-        arr = arr.copy()
-        arr.sum_duplicates()
-    coo = arr.tocoo()
-    coords = np.stack([coo.row, *np.unravel_index(coo.col, tuple(shape[1:]))]).astype(np.intp, copy=False)
-    return sparse.COO(coords, coo.data, shape=tuple(shape), has_duplicates=False, sorted=csr)
-
-
-#: Conversions done here instead of by sparseconverter: (source, target) -> f(arr, tile_shape).
-_FAST_CONVERSIONS = {
-    ("scipy.sparse.csr_matrix", "sparse.GCXS"): _csr_to_gcxs,
-    ("sparse.GCXS", "scipy.sparse.csr_matrix"): _gcxs_to_csr,
-    ("scipy.sparse.csr_matrix", "sparse.COO"): _scipy_to_coo,
-    ("scipy.sparse.csc_matrix", "sparse.COO"): _scipy_to_coo,
-}
-
-
-class TileConverter:
-    """Converts one tile into each backend it is needed in, once per backend.
-
-    The cache starts with the tile as it came (its backend found by
-    ``sparseconverter.get_backend``); every further format is made from the
-    cached format that is cheapest to convert from. 2D-only formats (scipy,
-    cupyx) are ``(frames, prod(sig))``; N-D formats are shaped like the tile.
-    ``conversions`` lists the ``(source, target)`` pairs made, for tests and
-    tracing. ``to_device`` (optional) replaces the numpy -> cupy copy, e.g.
-    with a copy through a pinned staging buffer on a copy stream.
-    """
-
-    def __init__(self, data: Any, shape: Sequence[int] | None = None, native_backend: str | None = None,
-                 to_device=None):
-        backend = get_backend(data) or native_backend or NUMPY
-        self._shape = tuple(shape) if shape is not None else tuple(data.shape)
-        self._cache: dict[str, Any] = {backend: data}
-        self._to_device = to_device
-        self.conversions: list[tuple[str, str]] = []
-
-    @property
-    def source_backend(self) -> str:
-        return next(iter(self._cache))
-
-    def get(self, backend: str) -> Any:
-        res = self._cache.get(backend)
-        if res is not None:
-            return res
-        if backend == CUDA:  # "cuda" UDFs get numpy tiles and launch their own kernels
-            res = self.get(NUMPY)
-            self._cache[CUDA] = res
-            return res
-        source, _ = cheapest_pair(tuple(self._cache), (backend,))
-        data = self._cache[source]
-        fast = _FAST_CONVERSIONS.get((source, backend))
-        if self._to_device is not None and backend == CUPY and source in (NUMPY, CUDA):
-            res = self._to_device(data)
-        elif fast is not None:
-            res = fast(data, self._shape)
-        else:
-            res = for_backend(data, backend)
-        if backend in ND_BACKENDS:
-            res = res.reshape(self._shape)
-        elif backend in D2_BACKENDS:
-            flat = (self._shape[0], int(np.prod(self._shape[1:], dtype=np.int64)))
-            if tuple(res.shape) != flat:
-                res = res.reshape(flat)
-        self.conversions.append((source, backend))
-        self._cache[backend] = res
-        return res
-
-
-class _Slot:
-    __slots__ = ("capacity", "host_mem", "dev_mem", "key", "host", "dev", "released")
-
-    def __init__(self):
-        self.capacity = 0
-        self.host_mem = self.dev_mem = None
-        self.key = None
-        self.host = self.dev = None
-        self.released = None
-
-
-class PinnedStager:
-    """numpy -> cupy tile copies through pinned host buffers, overlapping copy and compute.
-
-    Each tile is copied (by the CPU) into one of ``slots`` pinned host
-    buffers and from there asynchronously to a device buffer on a private
-    copy stream; the compute stream waits for that copy with an event. While
-    the GPU works on tile *i*, the CPU already reads tile *i+1* into the other
-    pinned buffer and starts its upload. A slot is reused only after the
-    compute stream has finished the tile that was in it (:meth:`tile_done`
-    records that event), so the device array handed out is valid until the
-    tile after next, the same rule as for reused CPU tile buffers.
-    """
-
-    def __init__(self, compute_stream, slots: int = 2):
-        import cupy
-
-        self._cp = cupy
-        self._compute = compute_stream
-        self._copy = cupy.cuda.Stream(non_blocking=True)
-        self._slots = [_Slot() for _ in range(max(1, slots))]
-        self._next = 0
-        self._pending: list[_Slot] = []
-        self.bytes_copied = 0
-        self.tiles_copied = 0
-
-    def to_device(self, arr):
-        cp = self._cp
-        slot = self._slots[self._next]
-        self._next = (self._next + 1) % len(self._slots)
-        if slot.released is not None:
-            slot.released.synchronize()
-            slot.released = None
-        arr = np.asarray(arr)
-        key = (arr.shape, arr.dtype.str)
-        if slot.key != key:
-            nbytes = max(1, arr.nbytes)
-            if slot.capacity < nbytes:
-                slot.host_mem = cp.cuda.alloc_pinned_memory(nbytes)
-                slot.dev_mem = cp.cuda.alloc(nbytes)
-                slot.capacity = nbytes
-            slot.host = np.frombuffer(slot.host_mem, dtype=arr.dtype, count=arr.size).reshape(arr.shape)
-            slot.dev = cp.ndarray(arr.shape, dtype=arr.dtype, memptr=slot.dev_mem)
-            slot.key = key
-        np.copyto(slot.host, arr, casting="no")
-        slot.dev.set(slot.host, stream=self._copy)
-        self._compute.wait_event(self._copy.record())
-        self._pending.append(slot)
-        self.bytes_copied += arr.nbytes
-        self.tiles_copied += 1
-        return slot.dev
-
-    def tile_done(self) -> None:
-        """Call after every UDF has queued its work on the current tile."""
-        if self._pending:
-            done = self._compute.record()
-            for slot in self._pending:
-                slot.released = done
-            self._pending = []
