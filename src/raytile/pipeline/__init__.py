@@ -1,0 +1,30 @@
+"""Kernel pipelines: stage graphs with validated configs, trigger order from connections, multi-rate,
+run in one thread or on Ray actors over compiled-graph channels.
+
+>>> from raytile.pipeline import Pipeline
+>>> p = Pipeline.from_yaml("examples/ao_loop.yaml").build()
+>>> p.step(100)
+>>> p.read("commands").shape
+(1024,)
+
+See docs/pipelines.md for the model and the config reference.
+"""
+
+from raytile.pipeline.config import InputRef, PipelineConfig, StageSpec, StreamSpec
+from raytile.pipeline.connections import InputList, InputValue, StreamValue
+from raytile.pipeline.errors import PipelineStateError, StageActorDied, StageFailed
+from raytile.pipeline.kernel import Kernel
+from raytile.pipeline.order import trigger_levels
+from raytile.pipeline.registry import ENTRY_POINT_GROUP, get_stage_class, known_kinds, register_stage
+from raytile.pipeline.runner import Pipeline
+from raytile.pipeline.stage import REQUIRED, Port, Stage, StageContext
+from raytile.pipeline.validation import validate_config
+
+__all__ = [
+    "Pipeline", "PipelineConfig", "StageSpec", "StreamSpec", "InputRef",
+    "Stage", "Kernel", "Port", "StageContext", "REQUIRED",
+    "StreamValue", "InputValue", "InputList",
+    "register_stage", "get_stage_class", "known_kinds", "ENTRY_POINT_GROUP",
+    "trigger_levels", "validate_config",
+    "StageFailed", "StageActorDied", "PipelineStateError",
+]

@@ -1,0 +1,71 @@
+"""Per-stage timing: execution time (mean, p50, p99), trigger spacing jitter, rate and step count.
+
+A fixed window of the latest samples keeps memory flat in endless runs;
+``steps`` and the mean cover the whole run.
+
+>>> m = StageMetrics()
+>>> m.record(start_ns=0, exec_ns=1000); m.record(start_ns=1_000_000, exec_ns=3000)
+>>> m.snapshot()["steps"], m.snapshot()["hz"]
+(2, 1000.0)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["StageMetrics", "summarize_ns"]
+
+WINDOW = 4096
+
+
+def summarize_ns(samples_ns: np.ndarray) -> dict[str, float]:
+    """p50/p99/mean/std of nanosecond samples, in milliseconds (zeros when empty)."""
+    if samples_ns.size == 0:
+        return {"mean_ms": 0.0, "p50_ms": 0.0, "p99_ms": 0.0, "std_ms": 0.0}
+    ms = samples_ns.astype(np.float64) / 1e6
+    p50, p99 = np.percentile(ms, [50, 99])
+    return {"mean_ms": float(ms.mean()), "p50_ms": float(p50), "p99_ms": float(p99), "std_ms": float(ms.std())}
+
+
+class StageMetrics:
+    """Timing of one stage's triggers (prepare + trigger + post of one step)."""
+
+    __slots__ = ("steps", "total_ns", "_exec", "_start", "_first_ns", "_last_ns")
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.total_ns = 0
+        self._exec = np.zeros(WINDOW, np.int64)
+        self._start = np.zeros(WINDOW, np.int64)
+        self._first_ns = 0
+        self._last_ns = 0
+
+    def record(self, start_ns: int, exec_ns: int) -> None:
+        i = self.steps % WINDOW
+        self._exec[i] = exec_ns
+        self._start[i] = start_ns
+        if self.steps == 0:
+            self._first_ns = start_ns
+        self._last_ns = start_ns
+        self.steps += 1
+        self.total_ns += exec_ns
+
+    def snapshot(self) -> dict[str, Any]:
+        """steps, mean_ms, p50_ms, p99_ms (execution), jitter_ms (std of trigger spacing), hz."""
+        n = min(self.steps, WINDOW)
+        i = self.steps % WINDOW
+        exec_ns = self._exec[:n]
+        starts = np.concatenate([self._start[i:n], self._start[:i]]) if self.steps > WINDOW else self._start[:n]
+        stats = summarize_ns(exec_ns)
+        spacing = np.diff(starts)
+        hz = (self.steps - 1) / ((self._last_ns - self._first_ns) / 1e9) if self._last_ns > self._first_ns else 0.0
+        return {
+            "steps": self.steps,
+            "mean_ms": self.total_ns / self.steps / 1e6 if self.steps else 0.0,
+            "p50_ms": stats["p50_ms"],
+            "p99_ms": stats["p99_ms"],
+            "jitter_ms": summarize_ns(spacing)["std_ms"],
+            "hz": float(hz),
+        }

@@ -1,0 +1,381 @@
+"""`Pipeline`: validate a config, build its stages, step and run them, watch and control the run.
+
+>>> p = Pipeline.from_yaml("examples/ao_loop.yaml").build()
+>>> p.step(10)                                  # ten steps in this thread
+>>> p.run(steps=1000, background=True)          # one runner thread
+>>> p.update_parameters("integrator", gain=0.3) # applied between two steps
+>>> p.pause(); p.resume(); p.stop()
+>>> p.status()["stages"]["centroids"]["hz"]
+>>> for cmd in p.values("commands", steps=50): ...
+
+``placement="in-process"`` runs every stage in one thread; ``"ray"`` runs
+each placement group in a Ray actor connected by compiled-graph channels;
+``"ray-classic"`` the same actors driven by one classic actor call per
+group and step (a baseline for benchmarks).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from raytile.common.errors import ConfigValidationError
+from raytile.pipeline.config import PipelineConfig
+from raytile.pipeline.errors import PipelineStateError, StageFailed
+from raytile.pipeline.local import LocalPlacement
+from raytile.pipeline.reader import StreamReader
+from raytile.pipeline.registry import get_stage_class
+from raytile.pipeline.validation import group_order, validate_config
+
+__all__ = ["Pipeline", "PLACEMENTS", "STATES"]
+
+PLACEMENTS = ("in-process", "ray", "ray-classic")
+STATES = ("created", "built", "running", "paused", "stopped", "failed")
+
+Until = Callable[["Pipeline"], bool] | float | None
+
+
+class Pipeline:
+    """A validated stage graph and its run. Make one with :meth:`from_dict` or :meth:`from_yaml`."""
+
+    def __init__(self, config: PipelineConfig, placement: str = "in-process"):
+        if placement not in PLACEMENTS:
+            raise ConfigValidationError(f"placement: expected one of {PLACEMENTS}, got {placement!r}")
+        self.config = config
+        self.levels = validate_config(config)
+        self.groups = group_order(config)
+        self.placement_name = placement
+        self.state = "created"
+        self.t = 0
+        self.error: BaseException | None = None
+        self._placement: Any = None
+        self._readers: list[StreamReader] = []
+        self._patches: list[tuple[str, dict[str, Any]]] = []
+        self._lock = threading.Lock()
+        self._resume = threading.Event()
+        self._resume.set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t_run_start = 0.0
+        self._steps_run = 0
+        self._spacing: list[int] = []
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], placement: str = "in-process", base_dir: str = ".") -> "Pipeline":
+        return cls(PipelineConfig.from_dict(raw, base_dir=base_dir), placement)
+
+    @classmethod
+    def from_yaml(cls, path: str, placement: str = "in-process") -> "Pipeline":
+        return cls(PipelineConfig.from_yaml(path), placement)
+
+    # -- describe --------------------------------------------------------------------
+    def describe(self) -> str:
+        """Streams, trigger levels and placement as text."""
+        lines = [f"pipeline {self.config.name!r}: {len(self.config.stages)} stages, "
+                 f"{len(self.config.streams)} streams", "streams:"]
+        lines += [f"  {s.describe()}" for s in self.config.streams.values()]
+        lines.append("trigger order:")
+        for i, lvl in enumerate(self.levels):
+            lines.append(f"  level {i}: " + ", ".join(
+                f"{n} ({self.config.stage(n).kind})" for n in lvl))
+        lines.append(f"placement: {self.placement_name}")
+        for g in self.groups:
+            members = [s.name for s in self.config.stages if (s.placement or "main") == g]
+            lines.append(f"  group {g}: {', '.join(members)}")
+        return "\n".join(lines)
+
+    # -- build -----------------------------------------------------------------------------
+    def build(self) -> "Pipeline":
+        """Construct and set up every stage (and the actors for Ray placements); returns self."""
+        if self.state != "created":
+            raise PipelineStateError(f"build(): pipeline is already {self.state}")
+        if self.placement_name == "in-process":
+            self._placement = LocalPlacement(self.config, self.levels)
+        else:
+            from raytile.pipeline.ray_placement import RayPlacement
+
+            self._placement = RayPlacement(self.config, self.levels, self.groups,
+                                           compiled=self.placement_name == "ray")
+        try:
+            self._placement.build()
+        except BaseException as e:
+            self._fail(e)
+            raise
+        self.state = "built"
+        return self
+
+    def restart(self) -> "Pipeline":
+        """Rebuild the stages (and dead actors) from the config; the step counter goes on."""
+        if self._thread is not None and self._thread.is_alive():
+            raise PipelineStateError("restart(): stop the running loop first")
+        if self._placement is None:
+            return self.build()
+        self._placement.restart()
+        self.error = None
+        self.state = "built"
+        return self
+
+    # -- stepping -------------------------------------------------------------------------------
+    def _check_steppable(self, what: str) -> None:
+        if self.state == "created":
+            raise PipelineStateError(f"{what}: call build() first")
+        if self.state == "failed":
+            raise PipelineStateError(f"{what}: the pipeline failed: {self.error}") from self.error
+        if self._thread is not None and self._thread.is_alive():
+            raise PipelineStateError(f"{what}: a background run is going on (stop() it first)")
+
+    def step(self, n: int = 1) -> None:
+        """Run ``n`` steps in this thread."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ConfigValidationError(f"step(): n must be a non-negative integer, got {n!r}")
+        self._check_steppable("step()")
+        self._loop(n, None, set_state=False)
+
+    def run(self, steps: int | None = None, until: Until = None, background: bool = False) -> "Pipeline":
+        """Run ``steps`` steps (None: until stopped), or until ``until(pipeline)`` is true / ``until`` seconds passed.
+
+        In the calling thread, or with ``background=True`` in one runner thread
+        that :meth:`pause`, :meth:`resume`, :meth:`stop` and :meth:`wait` control.
+        """
+        if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 0):
+            raise ConfigValidationError(f"run(): steps must be a non-negative integer or None, got {steps!r}")
+        if until is not None and not callable(until) and not isinstance(until, (int, float)):
+            raise ConfigValidationError(f"run(): until must be a callable or seconds, got {until!r}")
+        self._check_steppable("run()")
+        if steps is None and until is None and not background:
+            raise ConfigValidationError("run(): steps=None and until=None in the foreground would never return; "
+                                        "pass background=True or a limit")
+        self._stop.clear()
+        self._resume.set()
+        self.state = "running"
+        if not background:
+            self._loop(steps, until, set_state=True)
+            return self
+        self._thread = threading.Thread(target=self._loop, args=(steps, until, True),
+                                        name=f"raytile-pipeline-{self.config.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self, steps: int | None, until: Until, set_state: bool) -> None:
+        deadline = time.monotonic() + float(until) if isinstance(until, (int, float)) else None
+        predicate = until if callable(until) else None
+        placement = self._placement
+        clock = time.perf_counter_ns
+        done = 0
+        self._t_run_start = time.monotonic()
+        last = 0
+        try:
+            while steps is None or done < steps:
+                if self._stop.is_set():
+                    break
+                if not self._resume.is_set():
+                    self.state = "paused"
+                    while not self._resume.wait(0.05):
+                        if self._stop.is_set():
+                            break
+                    if self._stop.is_set():
+                        break
+                    self.state = "running"
+                if self._patches:
+                    self._apply_patches()
+                placement.step(self.t)
+                self.t += 1
+                done += 1
+                now = clock()
+                if last:
+                    self._spacing.append(now - last)
+                    if len(self._spacing) > 8192:
+                        del self._spacing[:4096]
+                last = now
+                if self._readers:
+                    self._publish()
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                if predicate is not None and predicate(self):
+                    break
+        except BaseException as e:
+            self._fail(e)
+            if set_state and self._thread is not None and threading.current_thread() is self._thread:
+                return  # the background thread keeps the error for wait()/status()
+            raise
+        finally:
+            self._steps_run += done
+        if set_state:
+            self.state = "stopped" if self._stop.is_set() else "built"
+        for r in list(self._readers):
+            if set_state:
+                r.finish()
+
+    def _fail(self, e: BaseException) -> None:
+        if not isinstance(e, (StageFailed, ConfigValidationError)) and isinstance(e, Exception):
+            e = StageFailed("<pipeline>", "step", f"{type(e).__name__}: {e}", traceback.format_exc())
+        self.error = e
+        self.state = "failed"
+        for r in list(self._readers):
+            r.finish(e)
+
+    def _publish(self) -> None:
+        for r in list(self._readers):
+            gen = self._placement.generation(r.stream)
+            if gen > r.last_generation:
+                value, gen = self._placement.read(r.stream)
+                r.publish(value, gen)
+
+    # -- control -------------------------------------------------------------------------------
+    def pause(self) -> None:
+        """Hold the background loop between two steps."""
+        self._resume.clear()
+
+    def resume(self) -> None:
+        self._resume.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """End the background loop after its current step and wait for it (``timeout`` seconds)."""
+        self._stop.set()
+        self._resume.set()
+        self.wait(timeout)
+        if self.state in ("running", "paused", "built"):
+            self.state = "stopped"
+
+    def wait(self, timeout: float | None = None) -> str:
+        """Wait for the background loop to end; return the state. Raises PipelineStateError on timeout."""
+        th = self._thread
+        if th is not None:
+            th.join(timeout)
+            if th.is_alive():
+                raise PipelineStateError(f"wait(): the loop is still running after {timeout} s")
+        return self.state
+
+    def close(self) -> None:
+        """Stop, finalize every stage, release actors. Safe to call twice."""
+        if self._placement is None:
+            return
+        self.stop()
+        placement, self._placement = self._placement, None
+        try:
+            placement.finalize()
+        finally:
+            placement.close()
+            for r in list(self._readers):
+                r.finish(self.error)
+
+    def __enter__(self) -> "Pipeline":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- parameters --------------------------------------------------------------------------------
+    def update_parameters(self, stage: str, **params: Any) -> None:
+        """Change a stage's parameters between two steps (now if no loop is running).
+
+        Names are checked at once: an unknown stage or parameter raises
+        ConfigValidationError here, in the caller.
+        """
+        spec = self.config.stage(stage)
+        get_stage_class(spec.kind).resolve_params({**spec.params, **params}, f"stage {stage!r}")
+        with self._lock:
+            self._patches.append((stage, dict(params)))
+        if self._placement is not None and (self._thread is None or not self._thread.is_alive()):
+            self._apply_patches()
+
+    def _apply_patches(self) -> None:
+        with self._lock:
+            patches, self._patches = self._patches, []
+        for stage, params in patches:
+            self._placement.update_parameters(stage, params)
+
+    # -- reading ---------------------------------------------------------------------------------------
+    def read(self, stream: str) -> np.ndarray:
+        """A copy of a stream's current value (on the host)."""
+        self._check_stream(stream)
+        if self._placement is None:
+            raise PipelineStateError("read(): call build() first")
+        return self._placement.read(stream)[0]
+
+    def generation(self, stream: str) -> int:
+        """The step that last refreshed ``stream`` (-1: never)."""
+        self._check_stream(stream)
+        return int(self._placement.generation(stream))
+
+    def sink(self, stage: str) -> np.ndarray:
+        """The values a ``sink`` stage kept, oldest first (any placement)."""
+        if self.config.stage(stage).kind != "sink":
+            raise ConfigValidationError(f"stage {stage!r}: field 'kind': sink() needs a 'sink' stage, "
+                                        f"got {self.config.stage(stage).kind!r}")
+        if self._placement is None:
+            raise PipelineStateError("sink(): call build() first")
+        return self._placement.sink_values(stage)
+
+    def stage(self, name: str) -> Any:
+        """The stage object (in-process placement only)."""
+        if not isinstance(self._placement, LocalPlacement):
+            raise PipelineStateError("stage(): stage objects live in this process only with placement='in-process'")
+        return self._placement.stage(name)
+
+    def _check_stream(self, stream: str) -> None:
+        if stream not in self.config.streams:
+            raise ConfigValidationError(f"stream {stream!r}: not declared (streams: {sorted(self.config.streams)})")
+
+    def values(self, stream: str, steps: int | None = None) -> StreamReader:
+        """Iterate (``for`` or ``async for``) over a stream's values as the loop refreshes them.
+
+        If no background loop runs when the iteration starts, one is started
+        for ``steps`` steps (None: until :meth:`stop`).
+        """
+        self._check_stream(stream)
+
+        def start() -> None:
+            with self._lock:
+                self._readers.append(reader)
+            if self.state == "failed":
+                reader.finish(self.error)
+            elif self._thread is None or not self._thread.is_alive():
+                self.run(steps=steps, background=True)
+
+        def close(r: StreamReader) -> None:
+            with self._lock:
+                if r in self._readers:
+                    self._readers.remove(r)
+
+        reader = StreamReader(stream, start, close)
+        return reader
+
+    # -- status ------------------------------------------------------------------------------------------
+    def metrics(self) -> dict[str, dict[str, Any]]:
+        """Per stage: steps, mean_ms, p50_ms, p99_ms, jitter_ms, hz."""
+        if self._placement is None:
+            return {s.name: {"steps": 0} for s in self.config.stages}
+        return self._placement.metrics()
+
+    def loop_metrics(self) -> dict[str, float]:
+        """Rate and spacing of whole steps: hz, p50_ms, p99_ms over the latest steps."""
+        sp = np.asarray(self._spacing[-4096:], np.float64) / 1e6
+        if sp.size == 0:
+            return {"hz": 0.0, "p50_ms": 0.0, "p99_ms": 0.0, "steps": float(self._steps_run)}
+        p50, p99 = np.percentile(sp, [50, 99])
+        return {"hz": float(1e3 / sp.mean()), "p50_ms": float(p50), "p99_ms": float(p99),
+                "steps": float(self._steps_run)}
+
+    def status(self) -> dict[str, Any]:
+        """State of the pipeline and of each stage with its metrics; the error (stage, traceback) if failed."""
+        metrics = self.metrics() if self.state != "failed" or self._placement is not None else {}
+        failed_stage = self.error.stage if isinstance(self.error, StageFailed) else None
+        stage_state = {"created": "created", "built": "built", "running": "running", "paused": "paused",
+                       "stopped": "stopped", "failed": "built"}[self.state]
+        stages = {}
+        for s in self.config.stages:
+            st = "failed" if s.name == failed_stage else stage_state
+            stages[s.name] = {"state": st, "kind": s.kind, "placement": s.placement or "main",
+                              **metrics.get(s.name, {})}
+        out: dict[str, Any] = {"state": self.state, "step": self.t, "placement": self.placement_name,
+                               "stages": stages, "loop": self.loop_metrics()}
+        if self.error is not None:
+            out["error"] = str(self.error)
+            out["failed_stage"] = failed_stage
+            out["traceback"] = getattr(self.error, "stage_traceback", "")
+        return out
