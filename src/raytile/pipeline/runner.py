@@ -325,9 +325,12 @@ class Pipeline:
         """Iterate (``for`` or ``async for``) over a stream's values as the loop refreshes them.
 
         If no background loop runs when the iteration starts, one is started
-        for ``steps`` steps (None: until :meth:`stop`).
+        for ``steps`` steps (None: until :meth:`stop`); leaving the loop early
+        stops that run.
         """
         self._check_stream(stream)
+
+        started_here = []
 
         def start() -> None:
             with self._lock:
@@ -336,11 +339,15 @@ class Pipeline:
                 reader.finish(self.error)
             elif self._thread is None or not self._thread.is_alive():
                 self.run(steps=steps, background=True)
+                started_here.append(self._thread)
 
         def close(r: StreamReader) -> None:
             with self._lock:
                 if r in self._readers:
                     self._readers.remove(r)
+            if started_here and started_here[0] is self._thread and self._thread is not None \
+                    and self._thread.is_alive():
+                self._stop.set()  # leaving the loop early ends the run it started
 
         reader = StreamReader(stream, start, close)
         return reader
