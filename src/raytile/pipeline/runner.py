@@ -330,7 +330,7 @@ class Pipeline:
         """
         self._check_stream(stream)
 
-        started_here = []
+        started_here: list[threading.Thread | None] = []
 
         def start() -> None:
             with self._lock:
