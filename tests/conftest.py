@@ -34,6 +34,23 @@ def ray_context():
 
 
 @pytest.fixture(scope="session")
+def serve_url(ray_context):
+    """Ray Serve on the session's Ray cluster, HTTP on 127.0.0.1 at a free port; its URL.
+
+    Shut down before Ray is (this fixture depends on ``ray_context``, so it is torn down first).
+    """
+    serve = pytest.importorskip("ray.serve")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    yield f"http://127.0.0.1:{port}"
+    serve.shutdown()
+
+
+@pytest.fixture(scope="session")
 def inline_ctx():
     return rt.Context(executor="inline")
 

@@ -1,0 +1,63 @@
+"""`ServeConfig`: what one serve app allows (data roots, token, limits, UDF modules).
+
+>>> cfg = ServeConfig(data_roots=["/data"], token="s3cret", max_runs=4)
+>>> cfg.max_rate_hz
+10.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Sequence
+
+from raytile.common.errors import ConfigValidationError
+
+__all__ = ["ServeConfig"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeConfig:
+    """Settings of a serve app; immutable, shipped to every replica.
+
+    ``data_roots``: directories whose files clients may open (nothing else);
+    ``token``: if set, every /v1 request needs ``Authorization: Bearer <token>``;
+    ``max_runs``: runs going on at once (429 beyond); ``udf_modules``: server-side
+    modules whose UDF classes clients may name; ``max_roi_bytes``: largest
+    encoded ROI; ``max_result_bytes``: largest total of a run's result buffers;
+    ``max_rate_hz``: default and ceiling of streamed messages a second;
+    ``keep_finished``: finished runs kept for their results; ``workers``: CPU
+    worker actors of the replica's Context (None: one per cluster CPU).
+    """
+
+    data_roots: tuple[str, ...]
+    token: str | None = None
+    max_runs: int = 8
+    udf_modules: tuple[str, ...] = ()
+    max_roi_bytes: int = 1 << 20
+    max_result_bytes: int = 256 << 20
+    max_rate_hz: float = 10.0
+    keep_finished: int = 32
+    workers: int | None = None
+
+    def __post_init__(self) -> None:
+        roots = tuple(os.path.realpath(os.fspath(r)) for r in self.data_roots)
+        if not roots:
+            raise ConfigValidationError("serve: data_roots needs at least one directory")
+        for r in roots:
+            if not os.path.isdir(r):
+                raise ConfigValidationError(f"serve: data root {r!r} is not a directory")
+        object.__setattr__(self, "data_roots", roots)
+        object.__setattr__(self, "udf_modules", tuple(self.udf_modules))
+        for name in ("max_runs", "max_roi_bytes", "max_result_bytes", "keep_finished"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigValidationError(f"serve: {name} must be >= 1, got {getattr(self, name)!r}")
+        if not self.max_rate_hz > 0:
+            raise ConfigValidationError(f"serve: max_rate_hz must be > 0, got {self.max_rate_hz!r}")
+        if self.token is not None and not self.token:
+            raise ConfigValidationError("serve: token must be a non-empty string or None")
+
+    @classmethod
+    def make(cls, data_roots: Sequence[str | os.PathLike[str]], **kwargs: object) -> "ServeConfig":
+        """From a list of roots (str or Path) and keyword settings."""
+        return cls(data_roots=tuple(os.fspath(r) for r in data_roots), **kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,106 @@
+"""Data sets from JSON: each format's parameter schema as JSON schema, and opening one inside the data roots.
+
+Parameters that only Python can give (arrays, correction sets) are left
+out, so formats that need them (``memory``) are not offered over HTTP.
+Path parameters are resolved by :class:`~raytile.serve.paths.DataRoots`
+before the format sees them.
+
+>>> schema = format_json_schema("raw")
+>>> schema["properties"]["nav_shape"]
+{'type': 'array', 'items': {'type': 'integer', 'minimum': 1}, 'minItems': 1, 'maxItems': 8}
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from raytile.common.errors import ConfigValidationError, DataSetException
+from raytile.io.dataset import DataSet
+from raytile.io.formats import get_format, known_formats
+from raytile.io.params import INT64_MAX, INT64_MIN, ParamSpec
+from raytile.serve.errors import BadRequest
+from raytile.serve.paths import DataRoots
+from raytile.serve.validation import Schema, check
+
+__all__ = ["format_json_schema", "served_formats", "open_dataset", "DATASET_SCHEMA"]
+
+#: Parameter kinds a client cannot send as JSON.
+_PYTHON_ONLY = frozenset({"array", "corrections"})
+
+#: The ``dataset`` field of ``POST /v1/runs``.
+DATASET_SCHEMA: Schema = {
+    "type": "object",
+    "required": ["format"],
+    "additionalProperties": False,
+    "properties": {"format": {"type": "string", "minLength": 1, "maxLength": 64},
+                   "params": {"type": "object"}},
+}
+
+
+def _json_spec(spec: ParamSpec) -> Schema:
+    kind = spec["type"]
+    if kind == "int":
+        return {"type": "integer", "minimum": spec.get("min", INT64_MIN), "maximum": spec.get("max", INT64_MAX)}
+    if kind == "shape":
+        return {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1, "maxItems": 8}
+    if kind == "dtype":
+        return {"type": "string", "minLength": 1, "maxLength": 16, "description": "numpy dtype, e.g. 'uint16', '>f4'"}
+    if kind in ("str", "path"):
+        return {"type": "string", "minLength": 1, "maxLength": 4096} | ({"format": "path"} if kind == "path" else {})
+    if kind == "paths":
+        return {"type": ["string", "array"], "items": {"type": "string", "minLength": 1, "maxLength": 4096},
+                "minItems": 1, "maxItems": 100_000, "format": "path"}
+    if kind == "choice":
+        return {"type": "string", "enum": list(spec["choices"])}
+    raise ValueError(f"parameter kind {kind!r} has no JSON form")
+
+
+def format_json_schema(name: str) -> Schema:
+    """The JSON schema of format ``name``'s parameters as clients send them."""
+    schema = get_format(name).get_params_schema()
+    props = {k: _json_spec(s) for k, s in schema.items() if s["type"] not in _PYTHON_ONLY}
+    required = sorted(k for k, s in schema.items() if s.get("required") and k in props)
+    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+
+
+def served_formats() -> dict[str, Schema]:
+    """Formats a client can open (every required parameter has a JSON form), with their schemas."""
+    out = {}
+    for name in known_formats():
+        schema = get_format(name).get_params_schema()
+        if any(s.get("required") and s["type"] in _PYTHON_ONLY for s in schema.values()):
+            continue
+        out[name] = format_json_schema(name)
+    return out
+
+
+_PARAM_IN_MESSAGE = re.compile(r"parameter '(\w+)'")
+
+
+def open_dataset(ctx: Any, spec: Any, roots: DataRoots, field: str = "dataset") -> DataSet:
+    """Validate ``{"format", "params"}``, resolve its paths inside ``roots`` and load it with ``ctx``.
+
+    Raises BadRequest (400) for a bad format or parameter and for data that
+    cannot be opened, Forbidden (403) for a path outside the roots. Blocking
+    (the format may read headers on a worker): call it from a thread.
+    """
+    check(spec, DATASET_SCHEMA, field)
+    formats = served_formats()
+    name = spec["format"].lower()
+    if name not in formats:
+        raise BadRequest(f"{field}.format", f"unknown format {spec['format']!r}; known: {', '.join(sorted(formats))}")
+    schema = formats[name]
+    params = dict(check(spec.get("params", {}), schema, f"{field}.params"))
+    for key, sub in schema["properties"].items():
+        if key in params and sub.get("format") == "path":
+            where = f"{field}.params.{key}"
+            params[key] = roots.resolve_many(params[key], where) if isinstance(sub["type"], list) \
+                else roots.resolve(params[key], where)
+    try:
+        return ctx.load(name, **params)
+    except ConfigValidationError as e:
+        m = _PARAM_IN_MESSAGE.search(str(e))
+        raise BadRequest(f"{field}.params" + (f".{m.group(1)}" if m else ""), str(e)) from None
+    except (DataSetException, OSError, ValueError) as e:
+        raise BadRequest(f"{field}.params", f"{type(e).__name__}: {e}") from None

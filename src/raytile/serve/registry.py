@@ -1,0 +1,192 @@
+"""The runs one replica serves: each a `ServedRun` around a `UDFRun`, and the `RunRegistry` of them.
+
+A served run's *pump* (a thread) consumes its ``UDFRun`` as fast as
+the coordinator publishes and keeps only the latest result: streams read
+that, at their own rate, so a slow client never makes the server queue
+snapshots (latest wins, as in the run itself). At most ``max_runs`` runs go
+on at once (429 beyond); finished runs stay for their results until
+``keep_finished`` newer ones ended.
+
+>>> registry = RunRegistry(max_runs=8, keep_finished=32)
+>>> registry.reserve()            # raises TooManyRuns when full
+>>> served = registry.add(ServedRun(run, ["sum"], rate_hz=10.0))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+import traceback
+import uuid
+from typing import Any, Sequence
+
+from raytile.common.errors import UDFException, UDFRunCancelled
+from raytile.runtime.results import UDFResults
+from raytile.runtime.run import UDFRun
+from raytile.serve.errors import NotFound, TooManyRuns
+
+__all__ = ["ServedRun", "RunRegistry", "RUNNING", "FINISHED", "CANCELLED", "ERROR", "error_info"]
+
+RUNNING, FINISHED, CANCELLED, ERROR = "running", "finished", "cancelled", "error"
+
+_UDF_ERROR = re.compile(r"^(?P<udf>\w+)\.(?P<method>\w+) raised .*? while processing partition (?P<partition>\d+)",
+                        re.S)
+
+
+def error_info(exc: BaseException) -> dict[str, Any]:
+    """What a client learns of a failed run: type, message, and the UDF and partition when known."""
+    message = str(exc.args[0]) if exc.args else str(exc)
+    info: dict[str, Any] = {"type": type(exc).__name__, "message": message}
+    m = _UDF_ERROR.search(message)
+    if m:
+        info.update(udf=m["udf"], method=m["method"], partition=int(m["partition"]))
+    if isinstance(exc, UDFException) and exc.worker_traceback:
+        info["traceback"] = exc.worker_traceback
+    else:
+        info["traceback"] = "".join(traceback.format_exception_only(type(exc), exc))
+    return info
+
+
+class ServedRun:
+    """One run: its ``UDFRun``, its latest result, status and error; streams wait on :meth:`wait_newer`."""
+
+    def __init__(self, run: UDFRun, udf_names: Sequence[str], rate_hz: float, sig_shape: tuple[int, ...] = (),
+                 specs: Sequence[Any] = ()):
+        self.id = uuid.uuid4().hex
+        self.run = run
+        self.udf_names = list(udf_names)
+        self.specs = list(specs)
+        self.sig_shape = tuple(sig_shape)
+        self.rate_hz = rate_hz
+        self.status = RUNNING
+        self.latest: UDFResults | None = None
+        self.seq = 0
+        self.error: dict[str, Any] | None = None
+        self.cancel_reason: str | None = None
+        self.patches = 0
+        self.created = time.time()
+        self.ended: float | None = None
+        self._changed = asyncio.Event()  # replaced (after being set) on every change
+        self._pump: threading.Thread | None = None
+
+    @property
+    def over(self) -> bool:
+        return self.status != RUNNING
+
+    def start(self) -> None:
+        """Start the pump: a thread iterating the run, handing each result to the running event loop.
+
+        A thread, not a task: ending a cancelled ``UDFRun`` joins its coordinator, which must
+        not block the replica's event loop.
+        """
+        loop = asyncio.get_running_loop()
+        self._pump = threading.Thread(target=self._pump_results, args=(loop,), daemon=True,
+                                      name=f"raytile-serve-pump-{self.id[:8]}")
+        self._pump.start()
+
+    def _pump_results(self, loop: asyncio.AbstractEventLoop) -> None:
+        status, error = FINISHED, None
+        try:
+            for part in self.run:
+                loop.call_soon_threadsafe(self._update, part, None, None)
+        except UDFRunCancelled:
+            status = CANCELLED
+        except Exception as e:  # the run failed: the client gets it as the final message
+            status, error = ERROR, error_info(e)
+        try:
+            loop.call_soon_threadsafe(self._update, None, status, error)
+        except RuntimeError:  # the loop is closed: the replica is gone
+            pass
+
+    def _update(self, part: UDFResults | None, status: str | None, error: dict[str, Any] | None) -> None:
+        """In the event loop: take a new result or the end, wake every waiting stream."""
+        if part is not None:
+            self.latest = part
+        if status is not None:
+            self.status, self.error, self.ended = status, error, time.time()
+        self.seq += 1
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def wait_newer(self, seq: int) -> None:
+        """Return once there is a message newer than ``seq`` (a new result or the run's end)."""
+        while self.seq <= seq:
+            await self._changed.wait()
+
+    async def wait_over(self, timeout: float | None = None) -> bool:
+        """Wait for the run's end; whether it ended within ``timeout``."""
+        async def over() -> None:
+            while not self.over:
+                await self._changed.wait()
+
+        try:
+            await asyncio.wait_for(over(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    def cancel(self, reason: str) -> None:
+        """Cancel the run (DELETE, a client gone); the pump records the end."""
+        if not self.over:
+            self.cancel_reason = self.cancel_reason or reason
+            self.run.cancel()
+
+    def status_json(self) -> dict[str, Any]:
+        """``GET /v1/runs/{id}``: status, progress, versions, and whether the run's coordinator is gone."""
+        part = self.latest
+        return {
+            "run_id": self.id, "status": self.status, "udfs": self.udf_names, "seq": self.seq,
+            "partitions_done": part.partitions_done if part else 0,
+            "partitions_total": part.partitions_total if part else None,
+            "damage_fraction": part.damage.fraction if part else 0.0,
+            "param_versions": {str(k): v for k, v in part.param_versions.items()} if part else {},
+            "coalesced": self.run.coalesced, "patches": self.patches,
+            "released": self.run.done, "error": self.error, "cancel_reason": self.cancel_reason,
+            "created": self.created, "ended": self.ended,
+        }
+
+
+class RunRegistry:
+    """The runs of one replica by id; counts runs going on against ``max_runs``."""
+
+    def __init__(self, max_runs: int, keep_finished: int):
+        self.max_runs = max_runs
+        self.keep_finished = keep_finished
+        self.runs: dict[str, ServedRun] = {}
+        self._reserved = 0
+
+    def active(self) -> list[ServedRun]:
+        return [r for r in self.runs.values() if not r.over]
+
+    def reserve(self) -> None:
+        """Take a slot for a run being set up; raises TooManyRuns (429) if none is free."""
+        if len(self.active()) + self._reserved >= self.max_runs:
+            raise TooManyRuns(None, f"{self.max_runs} runs are going on already; retry when one ends")
+        self._reserved += 1
+
+    def release(self) -> None:
+        """Give back a reserved slot (the run was added, or failed to start)."""
+        self._reserved = max(0, self._reserved - 1)
+
+    def add(self, served: ServedRun) -> ServedRun:
+        self.runs[served.id] = served
+        served.start()
+        self._forget_old()
+        return served
+
+    def get(self, run_id: str) -> ServedRun:
+        served = self.runs.get(run_id)
+        if served is None:
+            raise NotFound("run_id", f"no run {run_id!r} on this server")
+        return served
+
+    def _forget_old(self) -> None:
+        ended = sorted((r for r in self.runs.values() if r.over), key=lambda r: r.ended or 0)
+        for r in ended[: max(0, len(ended) - self.keep_finished)]:
+            del self.runs[r.id]
+
+    def cancel_all(self, reason: str) -> None:
+        for r in self.active():
+            r.cancel(reason)

@@ -1,0 +1,186 @@
+"""The HTTP face: a FastAPI app with the /v1 JSON API and the viewer page, over a :class:`Service`.
+
+Every /v1 route but ``healthz`` checks the bearer token. Errors are JSON
+``{"error", "detail", "field"}`` with the status of their
+:class:`~raytile.serve.errors.ServeError`; other raytile errors in a request
+are 400, anything else 500 (the server stays up).
+
+>>> api = make_api()
+>>> api.state.service = Service(ServeConfig.make(["/data"]))   # or use_service(...), as the deployment does
+>>> # uvicorn.run(api) would serve it without Ray Serve, e.g. for debugging
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib import resources
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+
+from raytile.common.errors import RaytileError
+from raytile.serve.encoding import ndjson, npy_bytes, sse
+from raytile.serve.errors import BadRequest, ServeError
+from raytile.serve.registry import ServedRun
+from raytile.serve.service import Service
+
+__all__ = ["make_api", "get_service", "use_service", "authorized"]
+
+log = logging.getLogger(__name__)
+
+
+#: The Service of this process (one replica a process), set by :func:`use_service`. Ray Serve runs a
+#: copy of the ingress app made when the replica starts, so the deployment cannot reach the app's state.
+_service: Service | None = None
+
+
+def use_service(service: Service | None) -> None:
+    """Make ``service`` the one the routes of this process use (the deployment's constructor calls it)."""
+    global _service
+    _service = service
+
+
+def get_service(request: Request) -> Service:
+    """The Service: ``app.state.service`` if the app has one (plain uvicorn), else this process's."""
+    service = getattr(request.app.state, "service", None) or _service
+    if service is None:
+        raise RuntimeError("no raytile Service is installed in this process (see use_service)")
+    return service
+
+
+def authorized(request: Request, service: Service = Depends(get_service)) -> Service:
+    """The Service, once the request's bearer token is checked (401 without it)."""
+    service.authorize(request.headers.get("authorization"))
+    return service
+
+
+async def _json(request: Request) -> Any:
+    try:
+        return await request.json()
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest("body", f"is not valid JSON: {e}") from None
+
+
+def _run(service: Service, run_id: str) -> ServedRun:
+    return service.registry.get(run_id)
+
+
+router = APIRouter(prefix="/v1")
+
+
+@router.get("/healthz")
+async def healthz(service: Service = Depends(get_service)) -> dict[str, Any]:
+    return service.health()
+
+
+@router.get("/formats")
+async def formats(service: Service = Depends(authorized)) -> dict[str, Any]:
+    return service.formats()
+
+
+@router.get("/udfs")
+async def udfs(service: Service = Depends(authorized)) -> dict[str, Any]:
+    return service.udf_catalogue()
+
+
+@router.get("/datasets")
+async def datasets(service: Service = Depends(authorized)) -> dict[str, Any]:
+    return service.datasets()
+
+
+@router.post("/runs", status_code=201)
+async def create_run(request: Request, service: Service = Depends(authorized)) -> dict[str, Any]:
+    served = await service.create_run(await _json(request))
+    base = f"/v1/runs/{served.id}"
+    return {"run_id": served.id, "stream": f"{base}/stream", "status": base, "max_rate_hz": served.rate_hz}
+
+
+@router.get("/runs")
+async def list_runs(service: Service = Depends(authorized)) -> dict[str, Any]:
+    return {"runs": [r.status_json() for r in service.registry.runs.values()]}
+
+
+@router.get("/runs/{run_id}")
+async def run_status(run_id: str, service: Service = Depends(authorized)) -> dict[str, Any]:
+    return _run(service, run_id).status_json()
+
+
+@router.patch("/runs/{run_id}")
+async def patch_run(run_id: str, request: Request, service: Service = Depends(authorized)) -> dict[str, Any]:
+    return service.patch(_run(service, run_id), await _json(request))
+
+
+@router.delete("/runs/{run_id}")
+async def cancel_run(run_id: str, service: Service = Depends(authorized)) -> dict[str, Any]:
+    served = _run(service, run_id)
+    served.cancel("cancelled by DELETE")
+    await served.wait_over(5.0)
+    return served.status_json()
+
+
+@router.get("/runs/{run_id}/results/{udf}/{buffer}.npy")
+async def result_npy(run_id: str, udf: str, buffer: str, service: Service = Depends(authorized)) -> Response:
+    served = _run(service, run_id)
+    data = service.result_npy(served, udf, buffer)
+    return Response(npy_bytes(data), media_type="application/octet-stream",
+                    headers={"X-Raytile-Status": served.status, "X-Raytile-Seq": str(served.seq)})
+
+
+@router.get("/runs/{run_id}/stream")
+async def stream(run_id: str, request: Request, buffers: str = "inline", max_rate_hz: float | None = None,
+                 service: Service = Depends(authorized)) -> StreamingResponse:
+    """NDJSON (default) or server-sent events (``Accept: text/event-stream``) of the run's messages.
+
+    A client that goes away cancels the run.
+    """
+    served = _run(service, run_id)
+    use_sse = "text/event-stream" in request.headers.get("accept", "")
+    encode = sse if use_sse else ndjson
+    messages = service.messages(served, buffers, f"/v1/runs/{served.id}", max_rate_hz)
+    first = await messages.__anext__()  # bad query values fail here, as a 400 before the stream starts
+
+    async def body() -> AsyncIterator[bytes]:
+        complete = False
+        try:
+            yield encode(first)
+            if not first["final"]:
+                async for msg in messages:
+                    yield encode(msg)
+            complete = True
+        finally:
+            if not complete:
+                served.cancel("the client disconnected")
+            await messages.aclose()
+
+    media = "text/event-stream" if use_sse else "application/x-ndjson"
+    return StreamingResponse(body(), media_type=media, headers={"Cache-Control": "no-store"})
+
+
+def _viewer_html() -> str:
+    return resources.files("raytile.serve").joinpath("static/viewer.html").read_text(encoding="utf-8")
+
+
+def make_api() -> FastAPI:
+    """The FastAPI app (routes, error handlers, the viewer at ``/``); set ``app.state.service`` before use."""
+    api = FastAPI(title="raytile", version="1", docs_url="/docs", redoc_url=None)
+    api.include_router(router)
+
+    @api.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def viewer() -> HTMLResponse:
+        return HTMLResponse(_viewer_html())
+
+    @api.exception_handler(ServeError)
+    async def serve_error(request: Request, exc: ServeError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @api.exception_handler(RaytileError)
+    async def raytile_error(request: Request, exc: RaytileError) -> JSONResponse:
+        return JSONResponse({"error": "invalid", "detail": f"{type(exc).__name__}: {exc}"}, status_code=400)
+
+    @api.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("request %s %s failed", request.method, request.url.path)
+        return JSONResponse({"error": "internal", "detail": f"{type(exc).__name__}: {exc}"}, status_code=500)
+
+    return api

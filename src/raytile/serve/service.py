@@ -1,0 +1,201 @@
+"""`Service`: what the HTTP routes (and the deployment's streaming method) do, without HTTP.
+
+One per replica: a :class:`~raytile.Context` joining the cluster the app
+runs on, the data roots, the UDF registry and the run registry. Runs start
+through ``Context.run_udf_iter`` (the one execution path); blocking steps
+(opening a data set, planning) run in a thread so the replica's event loop
+stays free.
+
+>>> service = Service(ServeConfig.make(["/data"]))
+>>> served = await service.create_run({"dataset": {"format": "npy", "params": {"path": "a.npy"}},
+...                                    "udfs": [{"name": "sum"}]})
+>>> async for message in service.messages(served):
+...     print(message["partitions_done"], message["status"])
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import math
+from typing import Any, AsyncGenerator
+
+import anyio.to_thread
+import numpy as np
+
+from raytile.runtime.context import Context
+from raytile.serve.config import ServeConfig
+from raytile.serve.datasets import DATASET_SCHEMA, open_dataset, served_formats
+from raytile.serve.encoding import BUFFER_MODES, encode_buffers
+from raytile.serve.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, Unauthorized
+from raytile.serve.paths import DataRoots
+from raytile.serve.registry import RunRegistry, ServedRun
+from raytile.serve.roi import decode_roi
+from raytile.serve.udfs import UDF_REF_SCHEMA, UDFRegistry
+from raytile.serve.validation import check
+
+__all__ = ["Service", "RUN_SCHEMA", "PATCH_SCHEMA", "INLINE_ENCODE_BYTES"]
+
+#: Messages whose buffers add up to more than this are encoded in a thread, not in the event loop.
+INLINE_ENCODE_BYTES = 1 << 20
+
+RUN_SCHEMA = {
+    "type": "object", "required": ["dataset", "udfs"], "additionalProperties": False,
+    "properties": {
+        "dataset": DATASET_SCHEMA,
+        "udfs": {"type": "array", "items": UDF_REF_SCHEMA, "minItems": 1, "maxItems": 16},
+        "roi": {"type": ["object", "null"]},
+        "max_rate_hz": {"type": "number", "exclusiveMinimum": 0},
+    },
+}
+
+PATCH_SCHEMA = {
+    "type": "object", "required": ["params"], "additionalProperties": False,
+    "properties": {"params": {"type": "array", "items": {"type": "object"}}, "recompute": {"type": "boolean"}},
+}
+
+
+class Service:
+    """The app's state and actions on one replica."""
+
+    def __init__(self, config: ServeConfig, ctx: Context | None = None):
+        self.config = config
+        self.roots = DataRoots(config.data_roots)
+        self.udfs = UDFRegistry(config.udf_modules)
+        self.registry = RunRegistry(config.max_runs, config.keep_finished)
+        self.ctx = ctx if ctx is not None else Context(executor="ray", cpus=config.workers)
+        self._formats = served_formats()
+
+    def close(self) -> None:
+        """Cancel every run and close the Context (the replica is going away)."""
+        self.registry.cancel_all("the server shut down")
+        self.ctx.close()
+
+    # -- access ------------------------------------------------------------------
+    def authorize(self, header: str | None) -> None:
+        """Raise Unauthorized (401) unless ``header`` is ``Bearer <token>`` (when a token is set)."""
+        token = self.config.token
+        if token is None:
+            return
+        scheme, _, given = (header or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+            raise Unauthorized("Authorization", "needs 'Bearer <token>' with this server's token")
+
+    # -- catalogue ---------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        return {"status": "ok", "active_runs": len(self.registry.active()), "runs": len(self.registry.runs),
+                "max_runs": self.config.max_runs, "workers": getattr(self.ctx.executor, "num_workers", None)}
+
+    def formats(self) -> dict[str, Any]:
+        return {"formats": [{"name": n, "params": s} for n, s in self._formats.items()]}
+
+    def udf_catalogue(self) -> dict[str, Any]:
+        return {"udfs": self.udfs.describe()}
+
+    def datasets(self) -> dict[str, Any]:
+        return {"roots": list(self.roots.roots), "files": self.roots.listing()}
+
+    # -- runs ----------------------------------------------------------------------
+    async def create_run(self, body: Any) -> ServedRun:
+        """Validate ``body``, open the data set, start the run; raises a ServeError on bad input."""
+        check(body, RUN_SCHEMA, "body")
+        rate = min(float(body.get("max_rate_hz", self.config.max_rate_hz)), self.config.max_rate_hz)
+        self.registry.reserve()
+        try:
+            run, specs, sig_shape = await anyio.to_thread.run_sync(self._start, body)
+            served = ServedRun(run, [u["name"] for u in body["udfs"]], rate, sig_shape, specs)
+            return self.registry.add(served)
+        finally:
+            self.registry.release()
+
+    def _start(self, body: dict[str, Any]) -> tuple[Any, list[Any], tuple[int, ...]]:
+        ds = open_dataset(self.ctx, body["dataset"], self.roots, "dataset")
+        sig_shape = tuple(ds.shape.sig)
+        nav_shape = tuple(ds.shape.nav)
+        roi = decode_roi(body.get("roi"), nav_shape, self.config.max_roi_bytes)
+        udfs = [self.udfs.build(ref, sig_shape, f"udfs[{i}]") for i, ref in enumerate(body["udfs"])]
+        specs = [self.udfs.spec(ref["name"], f"udfs[{i}].name") for i, ref in enumerate(body["udfs"])]
+        if roi is not None and not roi.any():
+            raise BadRequest("roi", "selects no nav position")
+        empty = self.ctx.dry_run(ds, udfs, roi=roi)
+        size = sum(b.data.nbytes for bufs in empty for b in bufs.values())
+        if size > self.config.max_result_bytes:
+            raise PayloadTooLarge("udfs", f"the results would take {size} bytes; this server allows "
+                                          f"{self.config.max_result_bytes} per run")
+        return self.ctx.run_udf_iter(dataset=ds, udf=udfs, roi=roi, sync=False), specs, sig_shape
+
+    def patch(self, served: ServedRun, body: Any) -> dict[str, Any]:
+        """A live patch: ``{"params": [one dict per UDF], "recompute": bool}``."""
+        check(body, PATCH_SCHEMA, "body")
+        if served.over:
+            raise Conflict("run_id", f"run {served.id} is {served.status}; only running runs take patches")
+        params = body["params"]
+        if len(params) != len(served.specs):
+            raise BadRequest("body.params", f"needs {len(served.specs)} objects (one per UDF), got {len(params)}")
+        kwargs = [spec.kwargs(p, served.sig_shape, f"body.params[{i}]", patch=True)
+                  for i, (spec, p) in enumerate(zip(served.specs, params))]
+        served.run.update_parameters(kwargs, recompute=bool(body.get("recompute", False)))
+        served.patches += 1
+        return {"run_id": served.id, "patches": served.patches, "recompute": bool(body.get("recompute", False))}
+
+    def result_npy(self, served: ServedRun, udf: str, buffer: str) -> np.ndarray:
+        """The latest (final once the run ended) data of one buffer; ``udf`` is an index or a UDF name."""
+        part = served.latest
+        if part is None:
+            raise NotFound("run_id", f"run {served.id} has no results yet")
+        if udf.isdigit() and int(udf) < len(part.buffers):
+            index = int(udf)
+        elif served.udf_names.count(udf) == 1:
+            index = served.udf_names.index(udf)
+        else:
+            raise NotFound("udf", f"no UDF {udf!r} in run {served.id} (UDFs: {served.udf_names}, or an index)")
+        bufs = part.buffers[index]
+        if buffer not in bufs:
+            raise NotFound("buffer", f"UDF {udf!r} has no buffer {buffer!r}; it has {sorted(bufs)}")
+        return bufs[buffer].data
+
+    def message(self, served: ServedRun, mode: str, url_base: str) -> dict[str, Any]:
+        """The stream message for the run's latest state."""
+        part = served.latest
+        msg: dict[str, Any] = {
+            "seq": served.seq, "run_id": served.id, "status": served.status, "final": served.over,
+            "partitions_done": part.partitions_done if part else 0,
+            "partitions_total": part.partitions_total if part else None,
+            "damage_fraction": part.damage.fraction if part else 0.0,
+            "param_versions": {str(k): v for k, v in part.param_versions.items()} if part else {},
+            "coalesced": served.run.coalesced,
+            "buffers": encode_buffers(part, served.udf_names, mode, url_base) if part else [],
+        }
+        if served.error is not None:
+            msg["error"] = served.error
+        if served.cancel_reason is not None:
+            msg["cancel_reason"] = served.cancel_reason
+        return msg
+
+    async def messages(self, served: ServedRun, mode: str = "inline", url_base: str = "",
+                       rate_hz: float | None = None) -> AsyncGenerator[dict[str, Any], None]:
+        """The run's stream: the latest state whenever it changed, at most ``rate_hz`` a second; the
+        last message has ``final: true`` and the end status (and ``error`` if the run failed)."""
+        if mode not in BUFFER_MODES:
+            raise BadRequest("buffers", f"must be one of {list(BUFFER_MODES)}, got {mode!r}")
+        rate = served.rate_hz if rate_hz is None else min(served.rate_hz, rate_hz)
+        if not (rate > 0 and math.isfinite(rate)):
+            raise BadRequest("max_rate_hz", f"must be a number > 0, got {rate_hz!r}")
+        loop = asyncio.get_running_loop()
+        sent, next_at = 0, 0.0
+        while True:
+            await served.wait_newer(sent)
+            delay = next_at - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)  # latest wins: what arrives meanwhile replaces, never queues
+            sent = served.seq
+            part = served.latest
+            size = sum(b.data.nbytes for bufs in part.buffers for b in bufs.values()) if part else 0
+            if mode == "inline" and size > INLINE_ENCODE_BYTES:
+                msg = await anyio.to_thread.run_sync(self.message, served, mode, url_base)
+            else:
+                msg = self.message(served, mode, url_base)
+            yield msg
+            if msg["final"]:
+                return
+            next_at = loop.time() + 1.0 / rate

@@ -1,0 +1,398 @@
+"""The serve app over HTTP (httpx) on the session's Ray cluster: every endpoint, streamed results
+against ``ctx.run_udf`` / numpy, live patches, cancel by DELETE and by disconnect, bad inputs and
+limits, 8 concurrent streamed runs, a failing run, and the DeploymentHandle stream."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ray.serve")
+httpx = pytest.importorskip("httpx")
+
+from raytile.serve.encoding import decode_npy  # noqa: E402
+from raytile.serve.roi import encode_bitmap  # noqa: E402
+from raytile.udf import ApplyMasksUDF, SumSigUDF, SumUDF, masks  # noqa: E402
+
+pytestmark = pytest.mark.ray
+
+TOKEN = "test-token"
+NAV, SIG = (16, 16), (32, 32)
+SLOW = "test_serve_udfs.SlowSumSigUDF"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A data root with an .npy and a raw file, a subfolder, and a symlink pointing out of the root."""
+    base = tmp_path_factory.mktemp("serve")
+    root, outside = base / "root", base / "outside"
+    root.mkdir(), outside.mkdir()
+    rng = np.random.default_rng(7)
+    scan = rng.random(NAV + SIG, dtype=np.float32)
+    np.save(root / "scan.npy", scan)
+    raw = rng.integers(0, 1000, size=(8, 8) + SIG, dtype=np.uint16)
+    (root / "sub").mkdir()
+    raw.tofile(root / "sub" / "scan.raw")
+    np.save(outside / "secret.npy", scan)
+    os.symlink(outside / "secret.npy", root / "link.npy")
+    return {"root": root, "outside": outside, "scan": scan, "raw": raw}
+
+
+@pytest.fixture(scope="module")
+def server(serve_url, data, ray_context):
+    from ray import serve
+
+    from raytile.serve import build_app
+
+    app = build_app([str(data["root"])], token=TOKEN, max_runs=8, udf_modules=["test_serve_udfs"],
+                    max_result_bytes=64 << 20, max_roi_bytes=4096, max_rate_hz=50.0, workers=2)
+    serve.run(app, name="raytile", route_prefix="/")
+    yield serve_url
+    serve.delete("raytile")
+
+
+@pytest.fixture
+def client(server):
+    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as c:
+        yield c
+
+
+def npy_body(udfs, num_partitions=8, **extra):
+    return {"dataset": {"format": "npy", "params": {"path": "scan.npy", "num_partitions": num_partitions}},
+            "udfs": udfs, **extra}
+
+
+def start(client, body) -> str:
+    r = client.post("/v1/runs", json=body)
+    assert r.status_code == 201, r.text
+    return r.json()["run_id"]
+
+
+def stream(client, run_id, **params) -> list[dict]:
+    with client.stream("GET", f"/v1/runs/{run_id}/stream", params=params) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("application/x-ndjson")
+        return [json.loads(line) for line in resp.iter_lines() if line]
+
+
+def arrays(message) -> list[dict[str, np.ndarray]]:
+    return [{k: decode_npy(v["npy"]) for k, v in u["buffers"].items()} for u in message["buffers"]]
+
+
+def wait_released(client, run_id, timeout=20.0) -> dict:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        st = client.get(f"/v1/runs/{run_id}").json()
+        if st["released"]:
+            return st
+        time.sleep(0.05)
+    raise AssertionError(f"run {run_id} still holds its coordinator after {timeout} s: {st}")
+
+
+RING = {"shape": "ring", "cy": 16, "cx": 16, "ri": 4, "ro": 10}
+
+
+def ring_ref(scan, ri, ro):
+    m = masks.ring(16, 16, ri, ro, SIG)
+    return np.einsum("yxab,ab->yx", scan.astype(np.float64), m)
+
+
+# -- catalogue ---------------------------------------------------------------------------------------
+
+def test_healthz_formats_udfs_datasets(server, client, data):
+    assert httpx.get(f"{server}/v1/healthz").json()["status"] == "ok"  # no token needed
+    formats = {f["name"]: f["params"] for f in client.get("/v1/formats").json()["formats"]}
+    assert "memory" not in formats  # needs an array: not offered over HTTP
+    assert formats["raw"]["required"] == ["dtype", "nav_shape", "path", "sig_shape"]
+    assert formats["raw"]["properties"]["io_backend"]["enum"] == ["buffered", "direct", "mmap"]
+    udfs = {u["name"]: u["params"] for u in client.get("/v1/udfs").json()["udfs"]}
+    assert {"sum", "sumsig", "masks", "com", SLOW} <= set(udfs)
+    shapes = {b["properties"]["shape"]["const"] for b in udfs["masks"]["properties"]["masks"]["items"]["oneOf"]}
+    assert shapes == {"ring", "disk", "point"}
+    listing = client.get("/v1/datasets").json()
+    rel = {f["relpath"] for f in listing["files"]}
+    assert rel == {"scan.npy", os.path.join("sub", "scan.raw")}  # the symlink out of the root is not listed
+    sizes = {f["relpath"]: f["bytes"] for f in listing["files"]}
+    assert sizes["scan.npy"] == os.path.getsize(data["root"] / "scan.npy")
+
+
+def test_token_required(server):
+    bare = httpx.Client(base_url=server, timeout=30)
+    assert bare.get("/v1/formats").status_code == 401
+    r = bare.post("/v1/runs", json=npy_body([{"name": "sum"}]))
+    assert r.status_code == 401 and r.json()["error"] == "unauthorized"
+    wrong = bare.get("/v1/udfs", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+
+
+# -- streamed results -------------------------------------------------------------------------------
+
+def test_ndjson_stream_equals_run_udf(client, data, ray_context):
+    body = npy_body([{"name": "sum"}, {"name": "sumsig"}, {"name": "masks", "params": {"masks": [RING]}}])
+    msgs = stream(client, start(client, body))
+    assert [m["seq"] for m in msgs] == sorted(m["seq"] for m in msgs)
+    assert all(not m["final"] for m in msgs[:-1]) and msgs[-1]["final"] and msgs[-1]["status"] == "finished"
+    done = [m["partitions_done"] for m in msgs]
+    assert done == sorted(done) and done[-1] == msgs[-1]["partitions_total"] == 8
+    assert msgs[-1]["damage_fraction"] == 1.0 and set(msgs[-1]["param_versions"].values()) == {0}
+    got = arrays(msgs[-1])
+    ds = ray_context.load("npy", path=str(data["root"] / "scan.npy"))
+    ring = ApplyMasksUDF(mask_factories=[lambda: masks.ring(16, 16, 4, 10, SIG)])
+    ref = ray_context.run_udf(dataset=ds, udf=[SumUDF(), SumSigUDF(), ring])
+    np.testing.assert_allclose(got[0]["intensity"], ref[0]["intensity"].data, rtol=1e-5)
+    np.testing.assert_allclose(got[1]["intensity"], ref[1]["intensity"].data, rtol=1e-5)
+    np.testing.assert_allclose(got[2]["intensity"], ref[2]["intensity"].data, rtol=1e-5)
+    np.testing.assert_allclose(got[2]["intensity"][..., 0], ring_ref(data["scan"], 4, 10), rtol=1e-4)
+
+
+def test_sse_stream_raw_file_with_roi(client, data, ray_context):
+    roi = np.zeros((8, 8), bool)
+    roi[1:5, 2:7] = True
+    body = {"dataset": {"format": "raw", "params": {"path": "sub/scan.raw", "nav_shape": [8, 8],
+                                                    "sig_shape": list(SIG), "dtype": "uint16"}},
+            "udfs": [{"name": "sumsig"}], "roi": {"rects": [[1, 2, 5, 7]]}}
+    run_id = start(client, body)
+    events = []
+    with client.stream("GET", f"/v1/runs/{run_id}/stream", headers={"Accept": "text/event-stream"}) as resp:
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        event = {}
+        for line in resp.iter_lines():
+            if not line:
+                events.append(event)
+                event = {}
+            else:
+                key, _, value = line.partition(": ")
+                event[key] = value
+    assert [e["event"] for e in events][-1] == "final"
+    assert all(e["event"] == "partial" for e in events[:-1])
+    last = json.loads(events[-1]["data"])
+    got = arrays(last)[0]["intensity"]
+    ref = data["raw"].reshape(8, 8, -1).sum(axis=-1, dtype=np.int64) * roi
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+    # the same ROI as a bitmap gives the same result
+    body["roi"] = {"bitmap": encode_bitmap(roi)}
+    msgs = stream(client, start(client, body))
+    np.testing.assert_array_equal(arrays(msgs[-1])[0]["intensity"], got)
+
+
+def test_buffers_as_urls_and_results_endpoint(client, data):
+    run_id = start(client, npy_body([{"name": "sum"}, {"name": "sumsig"}]))
+    msgs = stream(client, run_id, buffers="url")
+    item = msgs[-1]["buffers"][1]["buffers"]["intensity"]
+    assert "npy" not in item and item["shape"] == list(NAV)
+    r = client.get(item["url"])
+    assert r.status_code == 200 and r.headers["x-raytile-status"] == "finished"
+    import io
+    by_url = np.load(io.BytesIO(r.content))
+    by_name = np.load(io.BytesIO(client.get(f"/v1/runs/{run_id}/results/sum/intensity.npy").content))
+    np.testing.assert_allclose(by_url, data["scan"].sum(axis=(2, 3)), rtol=1e-5)
+    np.testing.assert_allclose(by_name, data["scan"].sum(axis=(0, 1)), rtol=1e-4)
+    assert client.get(f"/v1/runs/{run_id}/results/sum/nope.npy").status_code == 404
+    assert client.get(f"/v1/runs/{run_id}/results/7/intensity.npy").status_code == 404
+
+
+def test_rate_limit_latest_wins(client):
+    run_id = start(client, npy_body([{"name": SLOW, "params": {"delay": 0.05}}], num_partitions=32,
+                                    max_rate_hz=5))
+    t0 = time.monotonic()
+    stamps, msgs = [], []
+    with client.stream("GET", f"/v1/runs/{run_id}/stream") as resp:
+        for line in resp.iter_lines():
+            stamps.append(time.monotonic() - t0)
+            msgs.append(json.loads(line))
+    assert msgs[-1]["status"] == "finished" and msgs[-1]["partitions_done"] == 32
+    gaps = np.diff(stamps)
+    assert len(msgs) >= 3 and gaps.min() >= 0.2 * 0.8, gaps  # at most 5 messages a second
+    done = [m["partitions_done"] for m in msgs]
+    assert max(np.diff(done)) > 1  # later messages fold several partitions in: latest wins
+
+
+# -- live patches ---------------------------------------------------------------------------------
+
+def _patched_run(client, data, recompute: bool):
+    body = npy_body([{"name": "masks", "params": {"masks": [RING]}},
+                     {"name": SLOW, "params": {"delay": 0.1}}], num_partitions=16, max_rate_hz=50)
+    run_id = start(client, body)
+    msgs = []
+    with client.stream("GET", f"/v1/runs/{run_id}/stream") as resp:
+        for line in resp.iter_lines():
+            msgs.append(json.loads(line))
+            if len(msgs) == 1:
+                r = client.patch(f"/v1/runs/{run_id}", json={
+                    "params": [{"masks": [dict(RING, ri=0, ro=6)]}, {}], "recompute": recompute})
+                assert r.status_code == 200, r.text
+    assert msgs[-1]["status"] == "finished"
+    return msgs[-1]
+
+
+def test_live_patch_without_recompute(client, data):
+    last = _patched_run(client, data, recompute=False)
+    versions = set(last["param_versions"].values())
+    assert versions == {0, 1}  # partitions before the patch kept the old ring
+    got = arrays(last)[0]["intensity"][..., 0]
+    old, new = ring_ref(data["scan"], 4, 10), ring_ref(data["scan"], 0, 6)
+    is_old, is_new = np.isclose(got, old, rtol=1e-4), np.isclose(got, new, rtol=1e-4)
+    assert (is_old | is_new).all() and is_old.any() and is_new.any()
+
+
+def test_live_patch_with_recompute(client, data):
+    last = _patched_run(client, data, recompute=True)
+    assert set(last["param_versions"].values()) == {1}
+    np.testing.assert_allclose(arrays(last)[0]["intensity"][..., 0], ring_ref(data["scan"], 0, 6), rtol=1e-4)
+    np.testing.assert_allclose(arrays(last)[1]["intensity"], data["scan"].sum(axis=(2, 3)), rtol=1e-5)
+
+
+# -- cancel ---------------------------------------------------------------------------------------
+
+def test_cancel_by_delete(client):
+    run_id = start(client, npy_body([{"name": SLOW, "params": {"delay": 0.2}}], num_partitions=32))
+    r = client.delete(f"/v1/runs/{run_id}")
+    assert r.status_code == 200 and r.json()["status"] == "cancelled"
+    msgs = stream(client, run_id)
+    assert msgs[-1]["final"] and msgs[-1]["status"] == "cancelled"
+    st = wait_released(client, run_id)
+    assert st["partitions_done"] < 32
+    assert client.patch(f"/v1/runs/{run_id}", json={"params": [{}]}).status_code == 409
+
+
+def test_disconnect_cancels_the_run(client):
+    run_id = start(client, npy_body([{"name": SLOW, "params": {"delay": 0.2}}], num_partitions=32))
+    with client.stream("GET", f"/v1/runs/{run_id}/stream") as resp:
+        for _ in resp.iter_lines():
+            break  # leave after the first message: the connection closes
+    st = wait_released(client, run_id)
+    assert st["status"] == "cancelled" and st["cancel_reason"] == "the client disconnected"
+    assert st["partitions_done"] < 32
+    assert client.get("/v1/healthz").json()["active_runs"] == 0  # no orphan run left
+
+
+# -- bad input and limits ----------------------------------------------------------------------------
+
+BAD = [
+    ({"dataset": {"format": "nope", "params": {}}, "udfs": [{"name": "sum"}]}, 400, "dataset.format"),
+    (npy_body([{"name": "nope"}]), 400, "udfs[0].name"),
+    (npy_body([{"name": "masks", "params": {"masks": [dict(RING, ro="x")]}}]), 400, "udfs[0].params.masks[0].ro"),
+    (npy_body([{"name": "masks", "params": {"masks": [{"shape": "star", "cy": 1, "cx": 1}]}}]), 400,
+     "udfs[0].params.masks[0].shape"),
+    (npy_body([{"name": "masks", "params": {"masks": [dict(RING, ri=9, ro=3)]}}]), 400, "udfs[0].params"),
+    (npy_body([{"name": "sum", "params": {"code": "import os"}}]), 400, "udfs[0].params.code"),
+    (npy_body([{"name": "sum"}], num_partitions=0), 400, "dataset.params.num_partitions"),
+    ({"dataset": {"format": "raw", "params": {"path": "sub/scan.raw", "nav_shape": [0, 8], "sig_shape": [32, 32],
+                                              "dtype": "uint16"}}, "udfs": [{"name": "sum"}]}, 400,
+     "dataset.params.nav_shape[0]"),
+    ({"dataset": {"format": "raw", "params": {"path": "sub/scan.raw", "nav_shape": [8, 8], "sig_shape": [32, 32],
+                                              "dtype": "object"}}, "udfs": [{"name": "sum"}]}, 400,
+     "dataset.params.dtype"),
+    (dict(npy_body([{"name": "sum"}]), pickle="gASV"), 400, "body.pickle"),
+    ({"dataset": {"format": "npy", "params": {"path": "../outside/secret.npy"}}, "udfs": [{"name": "sum"}]}, 403,
+     "dataset.params.path"),
+    ({"dataset": {"format": "npy", "params": {"path": "/etc/passwd"}}, "udfs": [{"name": "sum"}]}, 403,
+     "dataset.params.path"),
+    ({"dataset": {"format": "npy", "params": {"path": "link.npy"}}, "udfs": [{"name": "sum"}]}, 403,
+     "dataset.params.path"),
+    ({"dataset": {"format": "raw", "params": {"path": ["sub/scan.raw", "../outside/secret.npy"], "nav_shape": [8, 8],
+                                              "sig_shape": [32, 32], "dtype": "uint16"}}, "udfs": [{"name": "sum"}]},
+     403, "dataset.params.path[1]"),
+    (npy_body([{"name": "sumsig"}], roi={"rects": [[0, 0, 1, 1]] * 400}), 413, "roi"),
+    (npy_body([{"name": "sumsig"}], roi={"rects": [[0, 0, 99, 1]]}), 400, "roi.rects[0]"),
+    (npy_body([{"name": "sumsig"}], roi={"bitmap": "AAAA"}), 400, "roi.bitmap"),
+    (npy_body([{"name": "test_serve_udfs.BigResultUDF", "params": {"n": 32768}}]), 413, "udfs"),
+]
+
+
+@pytest.mark.parametrize("body,status,field", BAD, ids=[f"{s}-{f}" for _, s, f in BAD])
+def test_bad_requests(client, body, status, field):
+    r = client.post("/v1/runs", json=body)
+    assert r.status_code == status, r.text
+    out = r.json()
+    assert set(out) >= {"error", "detail"} and out["field"] == field, out
+
+
+def test_bad_json_unknown_run_and_patch_errors(client):
+    r = client.post("/v1/runs", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["field"] == "body"
+    assert client.get("/v1/runs/feedbeef").status_code == 404
+    assert client.get("/v1/runs/feedbeef/stream").status_code == 404
+    assert client.delete("/v1/runs/feedbeef").status_code == 404
+    run_id = start(client, npy_body([{"name": SLOW, "params": {"delay": 0.1}}], num_partitions=16))
+    r = client.patch(f"/v1/runs/{run_id}", json={"params": [{"delay": "slow"}]})
+    assert r.status_code == 400 and r.json()["field"] == "body.params[0].delay"
+    r = client.patch(f"/v1/runs/{run_id}", json={"params": [{}, {}]})
+    assert r.status_code == 400 and r.json()["field"] == "body.params"
+    assert client.get(f"/v1/runs/{run_id}/stream", params={"buffers": "pickle"}).status_code == 400
+    client.delete(f"/v1/runs/{run_id}")
+    wait_released(client, run_id)
+
+
+def test_too_many_runs(client):
+    ids = [start(client, npy_body([{"name": SLOW, "params": {"delay": 0.1}}], num_partitions=64))
+           for _ in range(8)]
+    try:
+        r = client.post("/v1/runs", json=npy_body([{"name": "sum"}]))
+        assert r.status_code == 429 and r.json()["error"] == "too_many_runs"
+    finally:
+        for run_id in ids:
+            assert client.delete(f"/v1/runs/{run_id}").status_code == 200
+    for run_id in ids:
+        wait_released(client, run_id)
+    assert client.get("/v1/healthz").json()["active_runs"] == 0
+    stream(client, start(client, npy_body([{"name": "sumsig"}])))  # room again
+
+
+def test_eight_concurrent_streamed_runs(server, data):
+    radii = [2, 3, 4, 5, 6, 7, 8, 9]
+    results: dict[int, dict] = {}
+    errors: list[BaseException] = []
+
+    def one(i: int) -> None:
+        try:
+            with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as c:
+                disk = {"shape": "disk", "cy": 16, "cx": 16, "r": radii[i]}
+                results[i] = stream(c, start(c, npy_body([{"name": "masks", "params": {"masks": [disk]}}])))[-1]
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    scan = data["scan"].astype(np.float64)
+    for i, last in results.items():
+        assert last["status"] == "finished"
+        ref = np.einsum("yxab,ab->yx", scan, masks.disk(16, 16, radii[i], SIG))
+        np.testing.assert_allclose(arrays(last)[0]["intensity"][..., 0], ref, rtol=1e-4)
+    assert len(results) == 8
+
+
+# -- errors inside a run ------------------------------------------------------------------------------
+
+def test_error_in_run_reaches_client_and_server_stays_up(client, data):
+    run_id = start(client, npy_body([{"name": "test_serve_udfs.FailingUDF", "params": {"fail_at": 64}}],
+                                    num_partitions=8))
+    last = stream(client, run_id)[-1]
+    assert last["final"] and last["status"] == "error"
+    err = last["error"]
+    assert err["udf"] == "FailingUDF" and err["partition"] == 2 and "boom on purpose" in err["message"]
+    assert client.get("/v1/healthz").json()["status"] == "ok"
+    msgs = stream(client, start(client, npy_body([{"name": "sumsig"}])))
+    np.testing.assert_allclose(arrays(msgs[-1])[0]["intensity"], data["scan"].sum(axis=(2, 3)), rtol=1e-5)
+
+
+# -- through a DeploymentHandle ----------------------------------------------------------------------
+
+def test_deployment_handle_stream(server, data):
+    from ray import serve
+
+    handle = serve.get_app_handle("raytile")
+    gen = handle.options(stream=True).stream_run.remote(npy_body([{"name": "sumsig"}]))
+    msgs = list(gen)
+    assert msgs[-1]["final"] and msgs[-1]["status"] == "finished"
+    np.testing.assert_allclose(arrays(msgs[-1])[0]["intensity"], data["scan"].sum(axis=(2, 3)), rtol=1e-5)
