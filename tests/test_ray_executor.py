@@ -87,9 +87,12 @@ def test_killed_worker_is_replaced_and_result_equals_clean_run(ray_context, data
     assert last.finished and last.partitions_done == 8
     np.testing.assert_array_equal(last.buffers[0]["intensity"].data, clean)
     np.testing.assert_array_equal(clean, 2.0 * data.sum(axis=(0, 1)))
+    deadline = time.monotonic() + 60
+    while len(ex.actors) < 2 and time.monotonic() < deadline:  # the replacement takes tasks once it is alive
+        time.sleep(0.05)
     assert victim._actor_id not in [a._actor_id for a in ex.actors]
     assert len(ex.actors) == 2
-    ray.get([a.ping.remote() for a in ex.actors], timeout=60)  # the replacement is alive
+    ray.get([a.ping.remote() for a in ex.actors], timeout=60)
 
 
 class CountingReporter(ProgressReporter):
@@ -178,7 +181,7 @@ def test_task_is_resubmitted_when_its_worker_lacks_a_cached_value(ray_context, d
     ex = ray_context.executor
     ds = ray_context.load("memory", data=fresh, num_partitions=4)
     keys = [ex.shared.ref(id(ds), p.idx).hex() for p in ds.get_partitions()]
-    for slot in ex._slots:  # the ledgers claim every worker holds every partition
+    for slot in ex.pool.slots:  # the ledgers claim every worker holds every partition
         for key in keys:
             slot.ledgers["data"].ship(key)
     unrun = []

@@ -134,7 +134,7 @@ def test_wait_returns_at_once_when_woken_before_it_waits(ray_context, data):
     try:
         wakeup.set()  # a cancel or patch that arrived after the coordinator looked at its inputs
         t0 = time.monotonic()
-        assert ex.wait([handle], timeout=10) == []
+        assert ex.wait(plan.params.run_id, [handle], timeout=10) == []
         assert time.monotonic() - t0 < 2.0, "wait swallowed the wake-up and blocked on the task"
         assert wakeup.is_set()
     finally:

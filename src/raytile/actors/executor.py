@@ -15,6 +15,7 @@ import copy
 import dataclasses
 import logging
 import threading
+import time
 from concurrent import futures
 from typing import Any, Callable, Sequence, cast
 
@@ -23,12 +24,12 @@ import ray
 from ray import exceptions as rex
 
 from raytile.actors import resources
-from raytile.actors.cache import Ledger, pack
+from raytile.actors.cache import pack
 from raytile.actors.shared_frames import SharedFrames
 from raytile.actors.progress import ProgressActor
-from raytile.actors.worker import DATA_CACHE, PARAMS_CACHE, WorkerActor
-from raytile.common.errors import ExecutorError, UDFRunCancelled
-from raytile.runtime.executor import Executor, ProgressSink, TaskHandle, TaskNotRun, WorkerLost
+from raytile.actors.pool import REFRESH_S, Slot, WorkerPool
+from raytile.common.errors import ConfigValidationError, ExecutorError, UDFRunCancelled
+from raytile.runtime.executor import Executor, NoWorkerReady, ProgressSink, TaskHandle, TaskNotRun, WorkerLost
 from raytile.runtime.params import PartitionResult, PartitionTask
 from raytile.runtime import tracing
 
@@ -63,51 +64,13 @@ class ParamsHandle:
         return (self.run_id, self.version)
 
 
-_RemoteWorker: Any = ray.remote(concurrency_groups=WorkerActor.CONCURRENCY_GROUPS)(WorkerActor)  # type: ignore[call-overload]  # Ray's stubs lack concurrency_groups
 _RemoteProgress: Any = ray.remote(num_cpus=0)(ProgressActor)
-
-
-class _Slot:
-    """One worker actor and the driver's bookkeeping of it."""
-
-    def __init__(self, kind: str, index: int, cpu_share: float):
-        self.kind = kind
-        self.index = index
-        self.cpu_share = cpu_share
-        self.generation = 0
-        self.in_flight = 0
-        self.dead = False
-        self.actor = self._start()
-        self.ledgers = self._ledgers()
-
-    @staticmethod
-    def _ledgers() -> dict[str, Ledger]:
-        """What this actor was sent to keep (see raytile.actors.cache); empty for a new actor."""
-        return {"params": Ledger(PARAMS_CACHE), "data": Ledger(DATA_CACHE)}
-
-    @property
-    def name(self) -> str:
-        return f"{self.kind}-{self.index}" + (f".{self.generation}" if self.generation else "")
-
-    def _start(self):
-        opts = resources.actor_options(self.kind, self.cpu_share)
-        return _RemoteWorker.options(**opts).remote(self.kind, 1, self.name)
-
-    def replace(self) -> None:
-        try:
-            ray.kill(self.actor, no_restart=True)
-        except Exception:
-            pass
-        self.generation += 1
-        self.in_flight = 0
-        self.actor = self._start()
-        self.ledgers = self._ledgers()
 
 
 class _RayHandle(TaskHandle):
     """A submitted task: its object ref, and a future of it whose callback wakes the run's coordinator."""
 
-    def __init__(self, task, version, ref, slot: _Slot, actor, run_id: str, sink):
+    def __init__(self, task, version, ref, slot: Slot, actor, run_id: str, sink):
         super().__init__(task, version)
         self.ref = ref
         self.future = ref.future()
@@ -130,61 +93,108 @@ class _ProgressPoll:
 class RayExecutor(Executor):
     """Worker actors on a local or remote Ray cluster. Build it with :meth:`make`."""
 
-    def __init__(self, cpus: int, gpus: int, cpu_share: float = 1.0):
-        if cpus + gpus <= 0:
+    def __init__(self, cpus: int | None = None, gpus: int | None = None, cpu_share: float = 1.0,
+                 max_workers: int | None = None, start_timeout: float = 120.0):
+        """Worker actors: ``cpus`` CPU and ``gpus`` GPU actors, or with both None one per CPU and GPU
+        of every node, following the cluster as nodes join and leave (at most ``max_workers``)."""
+        fixed = None if cpus is None and gpus is None else {"cpu": int(cpus or 0), "cuda": int(gpus or 0)}
+        if fixed is not None and sum(fixed.values()) <= 0:
             raise ExecutorError("RayExecutor needs at least one CPU or GPU worker")
         self._lock = threading.RLock()
-        self._slots = [_Slot("cpu", i, cpu_share) for i in range(cpus)]
-        self._slots += [_Slot("cuda", i, cpu_share) for i in range(gpus)]
+        self._wakeups: dict[str, threading.Event] = {}
+        self._closed = False
+        self.pool = WorkerPool(fixed, cpu_share, max_workers, on_change=self._wake_all)
         # started with the workers: creating it lazily would cost a process start in the first run with progress
         self._progress_actor = _RemoteProgress.remote()
         self._progress_polls: dict[str, _ProgressPoll] = {}  # run_id -> its pending poll
-        self._wakeups: dict[str, threading.Event] = {}
         self.shared = SharedFrames(ray.put)
-        self._closed = False
-        self.num_workers = len(self._slots)
-        self.max_in_flight = resources.IN_FLIGHT_PER_ACTOR * len(self._slots)
-        self.device_classes = frozenset(s.kind for s in self._slots)
+        self.pool.refresh()
+        self.pool.wait_ready(start_timeout)
         try:
-            self.workers = ray.get([s.actor.ping.remote() for s in self._slots], timeout=120)
-            ray.get(self._progress_actor.forget.remote(""), timeout=120)
+            if not self.pool.ready:
+                raise rex.GetTimeoutError()
+            ray.get(self._progress_actor.forget.remote(""), timeout=start_timeout)
         except rex.GetTimeoutError:
             self.close()
             raise ExecutorError(
-                f"the Ray cluster could not start {cpus} CPU and {gpus} GPU worker actors within 120 s "
-                f"(cluster resources: {ray.cluster_resources()})"
+                f"the Ray cluster could not start {'its' if fixed is None else fixed} worker actors within "
+                f"{start_timeout:.0f} s (cluster resources: {ray.cluster_resources()})"
             ) from None
+        self._monitor = threading.Thread(target=self._watch_cluster, name="raytile-pool", daemon=True)
+        self._monitor.start()
+
+    # -- the pool ----------------------------------------------------------------
+    @property
+    def num_workers(self) -> int:  # type: ignore[override]
+        return max(1, len(self.pool.slots))
+
+    @property
+    def max_in_flight(self) -> int:  # type: ignore[override]
+        return resources.IN_FLIGHT_PER_ACTOR * len(self.pool.ready)
+
+    @property
+    def device_classes(self) -> frozenset:  # type: ignore[override]
+        return self.pool.kinds()
+
+    @property
+    def workers(self) -> list[dict]:
+        """What the ready workers said about themselves (name, kind, pid, host, node, caches)."""
+        return [s.info for s in self.pool.ready]
+
+    def _watch_cluster(self) -> None:
+        """Refresh the pool every ``REFRESH_S`` (new nodes, lost nodes, actors that started)."""
+        while not self._closed:
+            try:
+                self.pool.refresh()
+            except Exception as e:  # noqa: BLE001  (the cluster is unreachable for a moment)
+                log.debug("pool refresh failed: %s", e)
+            time.sleep(REFRESH_S)
+
+    def _wake_all(self) -> None:
+        """The ready workers changed: every run looks again (dispatches to new workers)."""
+        with self._lock:
+            wakeups = list(self._wakeups.values())
+        for w in wakeups:
+            w.set()
 
     @classmethod
     def make(cls, cpus: int | None = None, gpus: int | None = None, address: str | None = None,
+             max_workers: int | None = None, min_workers: int | None = None,
              **init_kwargs: Any) -> "RayExecutor":
-        """Start a local Ray (``cpus``/``gpus``) or join one; one actor per CPU and per GPU.
+        """Join or start Ray, then start the worker actors.
 
-        If Ray is already initialised in this process it is joined as it is.
-        ``address`` ("auto", "ray://host:10001") connects to a running cluster.
-        Without ``cpus``/``gpus`` the actors match the cluster's resources.
+        ``address``: None joins the Ray this machine runs or starts one;
+        ``"local"`` always starts a private instance (with ``cpus``/``gpus``);
+        ``"auto"``, ``"host:6379"`` or ``"ray://host:10001"`` (Ray Client,
+        ``pip install "raytile[client]"``) join a running cluster. If Ray is
+        already initialised in this process it is used as it is.
+
+        With ``cpus``/``gpus`` the Context has exactly that many CPU and GPU
+        actors; without, one per CPU and per GPU of every node, following the
+        cluster as nodes join and leave, at most ``max_workers``.
+        ``min_workers`` asks the cluster's autoscaler for that many CPUs.
         """
+        for name, value in (("cpus", cpus), ("gpus", gpus), ("max_workers", max_workers),
+                            ("min_workers", min_workers)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ConfigValidationError(f"{name} must be a non-negative integer, got {value!r}")
+        if max_workers is not None and max_workers < 1:
+            raise ConfigValidationError(f"max_workers must be at least 1, got {max_workers!r}")
         if not ray.is_initialized():
-            kwargs = dict(init_kwargs)
-            if address is not None:
-                ray.init(address=address, **kwargs)
-            else:
-                kwargs.setdefault("include_dashboard", False)
-                if cpus is not None:
-                    kwargs.setdefault("num_cpus", int(cpus))
-                if gpus is not None:
-                    kwargs.setdefault("num_gpus", int(gpus))
-                ray.init(**kwargs)
+            _init_ray(address, cpus, gpus, init_kwargs)
+        if min_workers:
+            _request_workers(min_workers)
         total = ray.cluster_resources()
-        n_cpu = int(total.get("CPU", 0)) if cpus is None else int(cpus)
-        n_gpu = int(total.get("GPU", 0)) if gpus is None else int(gpus)
+        n_cpu = int(total.get("CPU", 0)) if cpus is None else cpus
+        if max_workers is not None:
+            n_cpu = min(n_cpu, max_workers)
         free = ray.available_resources().get("CPU", 0.0)
         share = 1.0
         if n_cpu > free + 1e-9:
             log.warning("only %s of %s CPUs are free in the Ray cluster (another Context holds them); "
                         "this Context's %d CPU workers share CPUs", free, total.get("CPU", 0), n_cpu)
             share = 0.0
-        return cls(n_cpu, n_gpu, cpu_share=share)
+        return cls(cpus, gpus, cpu_share=share, max_workers=max_workers)
 
     # -- params and data -------------------------------------------------------
     def put_params(self, params: Any) -> Any:
@@ -211,9 +221,7 @@ class RayExecutor(Executor):
         keys = self.shared.take_released()
         if not keys:
             return
-        with self._lock:
-            slots = list(self._slots)
-        for slot in slots:
+        for slot in self.pool.slots:
             held = slot.ledgers["data"].forget_all(keys)
             if held:
                 try:
@@ -249,10 +257,9 @@ class RayExecutor(Executor):
         if progress is not None:
             progress_actor = self._progress(params_handle.run_id, progress)
         with self._lock:
-            slot = resources.pick(self._slots, task.device_class)
+            slot = self.pool.pick(task.device_class)
             if slot is None:
-                raise ExecutorError(f"no worker can run {task.describe()} (needs {task.device_class!r}; "
-                                    f"workers: {sorted(self.device_classes)})")
+                raise NoWorkerReady(f"no {task.device_class} worker is ready for {task.describe()}")
             slot.in_flight += 1
             actor = slot.actor
             shipped = {}  # what this actor gets for the first time (see raytile.actors.cache)
@@ -302,7 +309,7 @@ class RayExecutor(Executor):
                 if handle.slot.actor is handle.actor:
                     handle.slot.in_flight = max(0, handle.slot.in_flight - 1)
 
-    def wait(self, handles: Sequence[TaskHandle], timeout: float) -> list[TaskHandle]:
+    def wait(self, run_id: str, handles: Sequence[TaskHandle], timeout: float) -> list[TaskHandle]:
         """The finished handles; blocks on the run's wakeup event (no polling of Ray) if there are none.
 
         Task futures and progress polls set the event from Ray's callback
@@ -310,10 +317,12 @@ class RayExecutor(Executor):
         coordinator clears it. Progress that arrived is delivered here, in
         the coordinator's thread.
         """
-        if not handles:
+        if not handles:  # nothing in flight (no worker ready): sleep until the pool or the run changes
+            wakeup = self._wakeups.get(run_id)
+            if wakeup is not None:
+                wakeup.wait(timeout)
             return []
         ray_handles = cast(Sequence[_RayHandle], handles)
-        run_id = ray_handles[0].run_id  # one coordinator, one run
         wakeup = self._wakeups.get(run_id)
         if wakeup is None:  # a caller that did not start_run: wait on the task futures alone
             futures.wait([h.future for h in ray_handles], timeout, return_when=futures.FIRST_COMPLETED)
@@ -395,11 +404,8 @@ class RayExecutor(Executor):
         raise payload
 
     def _replace(self, handle: _RayHandle) -> None:
-        with self._lock:
-            slot = handle.slot
-            if slot.actor is handle.actor and not self._closed:  # not replaced by another run yet
-                log.warning("worker %s died; starting a replacement", slot.name)
-                slot.replace()
+        """The handle's actor died: retire it; the pool starts a replacement where there is room."""
+        self.pool.lost(handle.slot, handle.actor)
 
     def cancel(self, handles: Sequence[TaskHandle]) -> None:
         """Tell each actor with tasks of the run to skip them: queued ones return at once, a running
@@ -422,9 +428,11 @@ class RayExecutor(Executor):
             self._settle(h)
 
     def run_function(self, fn: Callable, *args: Any) -> Any:
-        with self._lock:
-            slot = min((s for s in self._slots if not s.dead), key=lambda s: s.in_flight)
-            actor = slot.actor
+        ready = self.pool.ready
+        if not ready:
+            raise ExecutorError(f"no worker is ready to run {getattr(fn, '__name__', fn)}")
+        slot = min(ready, key=lambda s: s.in_flight)
+        actor = slot.actor
         try:
             status, value = ray.get(actor.run_function.remote(fn, args))
         except _LOST as e:
@@ -436,9 +444,8 @@ class RayExecutor(Executor):
     # -- introspection and shutdown ----------------------------------------------
     @property
     def actors(self) -> list:
-        """The current worker actor handles (for tests and diagnostics)."""
-        with self._lock:
-            return [s.actor for s in self._slots]
+        """The ready worker actor handles (for tests and diagnostics)."""
+        return [s.actor for s in self.pool.ready]
 
     def close(self) -> None:
         """Kill this Context's actors and drop its object store references. Ray itself keeps running."""
@@ -446,12 +453,7 @@ class RayExecutor(Executor):
             if self._closed:
                 return
             self._closed = True
-            for s in self._slots:
-                s.dead = True
-                try:
-                    ray.kill(s.actor, no_restart=True)
-                except Exception:
-                    pass
+            self.pool.close()
             if self._progress_actor is not None:
                 try:
                     ray.kill(self._progress_actor, no_restart=True)
@@ -463,6 +465,43 @@ class RayExecutor(Executor):
             self._wakeups.clear()
 
     def __repr__(self) -> str:
-        kinds = [s.kind for s in self._slots]
+        kinds = [s.kind for s in self.pool.slots]
         return f"<RayExecutor cpu={kinds.count('cpu')} cuda={kinds.count('cuda')}>"
 
+
+def _init_ray(address: str | None, cpus: int | None, gpus: int | None, init_kwargs: dict) -> None:
+    """``ray.init`` for :meth:`RayExecutor.make`, with Ray's errors turned into ExecutorErrors that say what to do."""
+    kwargs = dict(init_kwargs)
+    if address is None or address == "local":
+        kwargs.setdefault("include_dashboard", False)
+        if cpus is not None:
+            kwargs.setdefault("num_cpus", cpus)
+        if gpus is not None:
+            kwargs.setdefault("num_gpus", gpus)
+    if address is not None:
+        kwargs["address"] = address
+    try:
+        ray.init(**kwargs)
+    except ModuleNotFoundError as e:
+        raise ExecutorError(
+            f"connecting to {address!r} needs Ray Client, which plain ray lacks ({e}); "
+            'install it with pip install "raytile[client]"'
+        ) from None
+    except ValueError as e:
+        raise ExecutorError(
+            f"cannot start Ray with cpus={cpus}, gpus={gpus}: a Ray cluster is already running on this machine "
+            f"({e}). Use rt.Context.make_local(...) for a private instance beside it, or "
+            "rt.Context.connect('auto') to join it"
+        ) from None
+    except ConnectionError as e:
+        raise ExecutorError(f"cannot connect to the Ray cluster at {address!r}: {e}") from None
+
+
+def _request_workers(n: int) -> None:
+    """Ask the cluster's autoscaler for ``n`` CPUs (a no-op on a cluster without one)."""
+    try:
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(bundles=[{"CPU": 1}] * n)
+    except Exception as e:  # noqa: BLE001  (no autoscaler, or Ray Client without the SDK)
+        log.info("could not ask the autoscaler for %d workers: %s", n, e)

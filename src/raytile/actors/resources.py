@@ -10,7 +10,7 @@ to whichever eligible actor has the fewest tasks in flight.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 __all__ = ["ELIGIBLE", "IN_FLIGHT_PER_ACTOR", "eligible_kinds", "actor_options", "pick"]
 
@@ -32,17 +32,23 @@ def eligible_kinds(device_class: str) -> tuple[str, ...]:
         raise ValueError(f"unknown task device class {device_class!r}; expected one of {sorted(ELIGIBLE)}") from None
 
 
-def actor_options(kind: str, cpu_share: float) -> dict:
-    """Ray options for a worker actor of ``kind`` ("cpu" or "cuda").
+def actor_options(kind: str, cpu_share: float, node_id: str | None = None) -> dict:
+    """Ray options for a worker actor of ``kind`` ("cpu" or "cuda"), pinned to ``node_id`` if given.
 
     ``cpu_share`` is 1 normally; 0 when the cluster has no free CPUs left
     (another Context in this process holds them) so the actor still starts.
     GPU actors hold a GPU and no CPU reservation: the CPUs go to CPU actors and
-    a GPU actor's host thread mostly waits on the device.
+    a GPU actor's host thread mostly waits on the device. Unpinned actors are
+    spread over the nodes.
     """
+    strategy: Any = "SPREAD"
+    if node_id is not None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
     if kind == "cuda":
-        return {"num_cpus": 0, "num_gpus": 1, "scheduling_strategy": "SPREAD"}
-    return {"num_cpus": cpu_share, "num_gpus": 0, "scheduling_strategy": "SPREAD"}
+        return {"num_cpus": 0, "num_gpus": 1, "scheduling_strategy": strategy}
+    return {"num_cpus": cpu_share, "num_gpus": 0, "scheduling_strategy": strategy}
 
 
 def pick(slots: Sequence, device_class: str):

@@ -95,6 +95,7 @@ class WorkerActor:
     @ray.method(concurrency_group="control")
     def ping(self) -> dict:
         return {"name": self.name, "kind": self.kind, "pid": os.getpid(), "host": self._host,
+                "node_id": ray.get_runtime_context().get_node_id(),
                 "threads": self.threads, "data_cached": len(self._data), "params_cached": len(self._params)}
 
     def run_task(self, message: bytes | tuple, shipped: dict[str, Any] | None = None, progress: Any = None):

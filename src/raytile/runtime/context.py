@@ -45,13 +45,28 @@ class Context:
 
     @classmethod
     def make_local(cls, cpus: int | None = None, gpus: int | None = None, **kwargs: Any) -> "Context":
-        """A Context on a local Ray with ``cpus`` CPU workers and ``gpus`` GPU workers."""
-        return cls(executor="ray", cpus=cpus, gpus=gpus, **kwargs)
+        """A Context on a private local Ray instance with ``cpus`` CPU workers and ``gpus`` GPU workers.
+
+        It never joins a Ray cluster already running on this machine (use
+        :meth:`connect` for that); if this process already joined Ray, that
+        instance is used.
+
+        >>> ctx = Context.make_local(cpus=4, gpus=1)
+        """
+        return cls(executor="ray", cpus=cpus, gpus=gpus, address="local", **kwargs)
 
     @classmethod
-    def connect(cls, address: str = "auto", **kwargs: Any) -> "Context":
-        """A Context on an existing Ray cluster (``"auto"`` or ``"ray://host:10001"``)."""
-        return cls(executor="ray", address=address, **kwargs)
+    def connect(cls, address: str = "auto", max_workers: int | None = None, min_workers: int | None = None,
+                **kwargs: Any) -> "Context":
+        """A Context on an existing Ray cluster (``"auto"``, ``"host:6379"`` or ``"ray://host:10001"``).
+
+        Its workers follow the cluster: one per CPU and per GPU of every node,
+        nodes that join later included, at most ``max_workers``. With
+        ``min_workers`` it asks the cluster's autoscaler for that many CPUs.
+
+        >>> ctx = Context.connect("auto", max_workers=64)
+        """
+        return cls(executor="ray", address=address, max_workers=max_workers, min_workers=min_workers, **kwargs)
 
     def close(self) -> None:
         self.executor.close()

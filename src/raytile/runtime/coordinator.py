@@ -17,24 +17,28 @@ inputs, so nothing that arrives during a turn is missed. Results go to an
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 from typing import Any, Sequence
 
 from raytile.common.errors import ExecutorError, UDFRunCancelled
 from raytile.runtime import tracing
-from raytile.runtime.executor import Executor, TaskHandle, TaskNotRun, WorkerLost
+from raytile.runtime.executor import Executor, NoWorkerReady, TaskHandle, TaskNotRun, WorkerLost
 from raytile.runtime.outbox import FINISHED, Outbox, should_publish
 from raytile.runtime.params import PartitionResult, RunParams
 from raytile.runtime.plan import RunPlan
 from raytile.runtime.progress import ProgressReporter
 from raytile.runtime.results import ResultAccumulator
-from raytile.runtime.run_state import MAX_RETRIES, Outcome, RunState
+from raytile.runtime.run_state import MAX_RETRIES, Outcome, RunState, starved_too_long
 
 __all__ = ["Coordinator", "POLL_S", "FINISHED"]
 
 #: The longest one wait for task completion blocks. Only a safety net: every event the loop reacts to
 #: (a task finishing, a patch, a cancel, the consumer taking a result) ends the wait at once.
 POLL_S = 0.2
+#: How long a run waits with partitions pending and no worker ready to take them (workers starting or
+#: being replaced, a node joining) before it fails.
+NO_WORKER_TIMEOUT_S = 60.0
 
 
 class Coordinator:
@@ -116,7 +120,7 @@ class Coordinator:
                     self._check_cancelled()
                     self._apply_patches()
                     self._dispatch()
-                    self._collect(self._executor.wait(self._state.in_flight, POLL_S))
+                    self._collect(self._executor.wait(self.run_id, self._state.in_flight, POLL_S))
                     self._publish(finished=self._state.done)
                 if not self._plan.tasks:  # the ROI selects nothing: the empty result is final
                     self._publish(finished=True)
@@ -170,7 +174,17 @@ class Coordinator:
     def _dispatch(self) -> None:
         sink = self._on_tile if self._progress is not None else None
         while (task := self._state.next_to_submit(self._executor.max_in_flight)) is not None:
-            self._state.submitted(self._executor.submit(task, self._params_handle, self._params.version, sink))
+            try:
+                handle = self._executor.submit(task, self._params_handle, self._params.version, sink)
+            except NoWorkerReady:
+                self._state.not_run(task)
+                break
+            self._state.submitted(handle)
+        if starved_too_long(self._state, time.monotonic(), NO_WORKER_TIMEOUT_S):
+            raise ExecutorError(
+                f"run {self.run_id[:8]}: no worker able to run its tasks was ready for {NO_WORKER_TIMEOUT_S:.0f} s "
+                f"({len(self._state.pending)} partitions wait; worker kinds: {sorted(self._executor.device_classes)})"
+            )
 
     def _collect(self, done: Sequence[TaskHandle]) -> None:
         for handle in done:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 from raytile.runtime.params import PartitionResult, PartitionTask
 
-__all__ = ["Executor", "TaskHandle", "WorkerLost", "TaskNotRun", "ProgressSink"]
+__all__ = ["Executor", "TaskHandle", "WorkerLost", "TaskNotRun", "NoWorkerReady", "ProgressSink"]
 
 
 class WorkerLost(Exception):
@@ -26,6 +26,14 @@ class TaskNotRun(Exception):
 
     The Ray executor raises it when a worker lacked a value it caches between
     tasks; the executor has noted that, so the next submission ships the value.
+    """
+
+
+class NoWorkerReady(Exception):
+    """No worker that can run a task is ready now (internal); the task waits for one.
+
+    Raised by ``submit`` while workers are starting or being replaced; the
+    executor sets the runs' wakeup events when one becomes ready.
     """
 
 
@@ -58,12 +66,14 @@ class Executor(ABC):
     @abstractmethod
     def submit(self, task: PartitionTask, params_handle: Any, version: int,
                progress: ProgressSink | None = None) -> TaskHandle:
-        """Start ``task``; may run it lazily (inline) or remotely (Ray)."""
+        """Start ``task``; may run it lazily (inline) or remotely (Ray).
+
+        Raises :class:`NoWorkerReady` if no worker can take it now."""
 
     @abstractmethod
-    def wait(self, handles: Sequence[TaskHandle], timeout: float) -> list[TaskHandle]:
-        """Return the handles that are finished; may return none when ``timeout`` passed or the
-        run's ``wakeup`` event (see :meth:`start_run`) was set."""
+    def wait(self, run_id: str, handles: Sequence[TaskHandle], timeout: float) -> list[TaskHandle]:
+        """Return the run's handles that are finished; may return none when ``timeout`` passed or the
+        run's ``wakeup`` event (see :meth:`start_run`) was set. With no handles, waits for the event."""
 
     @abstractmethod
     def result(self, handle: TaskHandle) -> PartitionResult:

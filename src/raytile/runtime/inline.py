@@ -59,7 +59,7 @@ class InlineExecutor(Executor):
                progress: ProgressSink | None = None) -> TaskHandle:
         return _InlineHandle(task, version, params_handle, progress)
 
-    def wait(self, handles: Sequence[TaskHandle], timeout: float) -> list[TaskHandle]:
+    def wait(self, run_id: str, handles: Sequence[TaskHandle], timeout: float) -> list[TaskHandle]:
         if not handles:
             return []
         first = handles[0]

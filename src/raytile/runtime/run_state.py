@@ -15,7 +15,7 @@ from typing import Sequence
 from raytile.runtime.executor import TaskHandle
 from raytile.runtime.params import PartitionTask
 
-__all__ = ["RunState", "Outcome", "MAX_RETRIES"]
+__all__ = ["RunState", "Outcome", "MAX_RETRIES", "starved_too_long"]
 
 #: How often a task may be retried after its worker died.
 MAX_RETRIES = 3
@@ -42,6 +42,8 @@ class RunState:
     tasks: Sequence[PartitionTask]
 
     def __post_init__(self) -> None:
+        #: Since when partitions wait with nothing in flight (no worker was ready), else None.
+        self.starved_since: float | None = None
         self.pending: deque[PartitionTask] = deque(self.tasks)
         self.in_flight: list[TaskHandle] = []
         self.needed_version: dict[int, int] = {t.idx: 0 for t in self.tasks}
@@ -97,3 +99,17 @@ class RunState:
 
     def published(self) -> None:
         self.merged_since_publish = 0
+
+
+def starved_too_long(state: RunState, now: float, limit: float) -> bool:
+    """Whether partitions have waited ``limit`` seconds with no task in flight (no worker ready).
+
+    Notes when starving began in ``state.starved_since``; any task in
+    flight resets it.
+    """
+    if state.in_flight or not state.pending:
+        state.starved_since = None
+        return False
+    if state.starved_since is None:
+        state.starved_since = now
+    return now - state.starved_since > limit

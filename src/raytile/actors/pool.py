@@ -1,0 +1,269 @@
+"""`WorkerPool`: the worker actors of one Context, following the cluster.
+
+Each worker actor holds one CPU slot (``num_cpus=1``) or one GPU. The pool
+
+- starts actors for the cluster's CPUs and GPUs and, in *elastic* mode (no
+  fixed ``cpus``/``gpus``), for every node that joins later, pinned to it
+  (``NodeAffinitySchedulingStrategy``), up to ``max_workers``;
+- gives tasks only to actors that answered a ``ping`` (a replacement that is
+  still starting takes none, so nothing queues on an actor that may never
+  be placed); an actor not alive within ``PLACEMENT_TIMEOUT_S`` is retired
+  and the node it was meant for is not tried again for ``NODE_BACKOFF_S``;
+- retires the actors of a node that left the cluster and of an actor that
+  died (their tasks fail with a Ray actor error and are retried elsewhere
+  by the coordinator), and starts replacements where there is room.
+
+What to start and what to retire is decided by :func:`plan_pool`, a pure
+function of the nodes and the slots; :meth:`WorkerPool.refresh` does the
+effects. ``RayExecutor`` calls ``refresh`` from a monitor thread every
+``REFRESH_S`` and whenever a worker is lost.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Callable, Sequence
+
+import ray
+
+from raytile.actors import resources
+from raytile.actors.cache import Ledger
+from raytile.actors.worker import DATA_CACHE, PARAMS_CACHE, WorkerActor
+
+__all__ = ["WorkerPool", "Slot", "SlotState", "NodeInfo", "PoolPlan", "plan_pool", "PLACEMENT_TIMEOUT_S",
+           "REFRESH_S", "NODE_BACKOFF_S"]
+
+log = logging.getLogger(__name__)
+
+#: How long a new actor may take to be placed and started before it is retired.
+PLACEMENT_TIMEOUT_S = 20.0
+#: How often the monitor looks at the cluster's nodes.
+REFRESH_S = 1.0
+#: How long a node where an actor could not be placed is left alone.
+NODE_BACKOFF_S = 30.0
+
+_RemoteWorker: Any = ray.remote(concurrency_groups=WorkerActor.CONCURRENCY_GROUPS)(WorkerActor)  # type: ignore[call-overload]  # Ray's stubs lack concurrency_groups
+
+
+class SlotState(Enum):
+    STARTING = "starting"  #: created, not yet answered its ping: takes no tasks
+    READY = "ready"        #: takes tasks
+    RETIRED = "retired"    #: killed or dead: takes no tasks, forgotten at the next refresh
+
+
+@dataclass
+class Slot:
+    """One worker actor and the driver's bookkeeping of it."""
+
+    kind: str
+    name: str
+    actor: Any
+    node_id: str | None  #: the node it is pinned to (elastic) or runs on (learnt from its ping)
+    started_at: float
+    ping: Any = None  #: the future of its first ping while STARTING
+    state: SlotState = SlotState.STARTING
+    in_flight: int = 0
+    info: dict = field(default_factory=dict)
+    ledgers: dict[str, Ledger] = field(
+        default_factory=lambda: {"params": Ledger(PARAMS_CACHE), "data": Ledger(DATA_CACHE)}
+    )
+
+    @property
+    def ready(self) -> bool:
+        return self.state is SlotState.READY
+
+    @property
+    def dead(self) -> bool:
+        return self.state is SlotState.RETIRED
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """An alive node of the cluster and what it offers."""
+
+    node_id: str
+    cpus: int
+    gpus: int
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """What :meth:`WorkerPool.refresh` should do: start ``(kind, node_id or None)``, retire slots."""
+
+    start: tuple[tuple[str, str | None], ...] = ()
+    retire: tuple[Slot, ...] = ()
+
+
+def plan_pool(*, nodes: Sequence[NodeInfo], slots: Sequence[Slot], fixed: dict[str, int] | None,
+              max_workers: int | None, now: float, backoff: dict[str, float]) -> PoolPlan:
+    """Decide which actors to start and which to retire.
+
+    ``fixed`` (``{"cpu": n, "cuda": m}``) keeps that many actors anywhere in
+    the cluster; ``None`` (elastic) wants one CPU actor per CPU and one GPU
+    actor per GPU of every alive node, at most ``max_workers`` in all.
+    Slots on nodes that are gone and slots that did not start in time are
+    retired; ``backoff`` (node id -> until when) holds nodes to leave alone.
+    """
+    alive = {n.node_id: n for n in nodes}
+    retire = [s for s in slots if not s.dead and (
+        (s.node_id is not None and s.node_id not in alive)
+        or (s.state is SlotState.STARTING and now - s.started_at > PLACEMENT_TIMEOUT_S)
+    )]
+    live = [s for s in slots if not s.dead and s not in retire]
+    start: list[tuple[str, str | None]] = []
+    if fixed is not None:
+        for kind, want in fixed.items():
+            have = sum(1 for s in live if s.kind == kind)
+            start += [(kind, None)] * max(0, want - have)
+        return PoolPlan(tuple(start), tuple(retire))
+    room = None if max_workers is None else max(0, max_workers - len(live))
+    for node in sorted(nodes, key=lambda n: n.node_id):
+        if backoff.get(node.node_id, 0.0) > now:
+            continue
+        for kind, offered in (("cpu", node.cpus), ("cuda", node.gpus)):
+            have = sum(1 for s in live if s.kind == kind and s.node_id == node.node_id)
+            for _ in range(max(0, offered - have)):
+                if room is not None:
+                    if room <= 0:
+                        return PoolPlan(tuple(start), tuple(retire))
+                    room -= 1
+                start.append((kind, node.node_id))
+    return PoolPlan(tuple(start), tuple(retire))
+
+
+def alive_nodes() -> list[NodeInfo]:
+    """The cluster's alive nodes with their CPUs and GPUs (``ray.nodes()``)."""
+    return [
+        NodeInfo(n["NodeID"], int(n["Resources"].get("CPU", 0)), int(n["Resources"].get("GPU", 0)))
+        for n in ray.nodes() if n.get("Alive")
+    ]
+
+
+class WorkerPool:
+    """The Context's worker actors. ``fixed`` counts per kind, or None to follow the cluster."""
+
+    def __init__(self, fixed: dict[str, int] | None, cpu_share: float = 1.0, max_workers: int | None = None,
+                 on_change: Callable[[], None] | None = None):
+        self._fixed = fixed
+        self._cpu_share = cpu_share
+        self._max_workers = max_workers
+        self._on_change = on_change
+        self._lock = threading.RLock()
+        self._slots: list[Slot] = []
+        self._backoff: dict[str, float] = {}
+        self._counter = itertools.count()
+        self.closed = False
+
+    # -- views -------------------------------------------------------------------
+    @property
+    def slots(self) -> list[Slot]:
+        with self._lock:
+            return [s for s in self._slots if not s.dead]
+
+    @property
+    def ready(self) -> list[Slot]:
+        with self._lock:
+            return [s for s in self._slots if s.ready]
+
+    def kinds(self) -> frozenset[str]:
+        """Kinds of worker the pool has or is starting ("cpu", "cuda")."""
+        with self._lock:
+            kinds = {s.kind for s in self._slots if not s.dead}
+        if self._fixed is not None:
+            kinds |= {k for k, n in self._fixed.items() if n > 0}
+        return frozenset(kinds)
+
+    def pick(self, device_class: str) -> Slot | None:
+        """The ready slot for a task of ``device_class`` with the fewest tasks in flight, or None."""
+        with self._lock:
+            return resources.pick([s for s in self._slots if s.ready], device_class)
+
+    # -- effects -----------------------------------------------------------------
+    def refresh(self, nodes: Sequence[NodeInfo] | None = None) -> bool:
+        """Promote started actors, retire lost ones, start what :func:`plan_pool` asks for.
+
+        Returns True if the set of ready actors changed.
+        """
+        if self.closed:
+            return False
+        changed = self._promote()
+        nodes = alive_nodes() if nodes is None else nodes
+        with self._lock:
+            now = time.monotonic()
+            plan = plan_pool(nodes=nodes, slots=self._slots, fixed=self._fixed, max_workers=self._max_workers,
+                             now=now, backoff=self._backoff)
+            for slot in plan.retire:
+                if slot.state is SlotState.STARTING and slot.node_id is not None:
+                    self._backoff[slot.node_id] = now + NODE_BACKOFF_S
+                changed |= slot.ready
+                self._retire(slot, "its node left the cluster" if slot.ready else "it was not placed in time")
+            self._slots = [s for s in self._slots if not s.dead]
+            for kind, node_id in plan.start:
+                self._slots.append(self._start(kind, node_id))
+        if changed and self._on_change is not None:
+            self._on_change()
+        return changed
+
+    def wait_ready(self, timeout: float) -> None:
+        """Block until every slot started so far is ready or retired, at most ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._promote()
+            with self._lock:
+                if not any(s.state is SlotState.STARTING for s in self._slots):
+                    return
+            time.sleep(0.02)
+
+    def lost(self, slot: Slot, actor: Any) -> None:
+        """A task found ``actor`` dead: retire its slot (a replacement starts at the next refresh)."""
+        with self._lock:
+            if slot.actor is actor and not slot.dead:
+                log.warning("worker %s died; a replacement starts where there is room", slot.name)
+                self._retire(slot, "it died")
+        if self._on_change is not None:
+            self._on_change()
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            for slot in self._slots:
+                self._retire(slot, "the Context closed")
+            self._slots = []
+
+    def _start(self, kind: str, node_id: str | None) -> Slot:
+        name = f"{kind}-{next(self._counter)}"
+        opts = resources.actor_options(kind, self._cpu_share, node_id)
+        actor = _RemoteWorker.options(**opts).remote(kind, 1, name)
+        return Slot(kind, name, actor, node_id, time.monotonic(), ping=actor.ping.remote().future())
+
+    def _promote(self) -> bool:
+        changed = False
+        with self._lock:
+            for slot in self._slots:
+                if slot.state is not SlotState.STARTING or not slot.ping.done():
+                    continue
+                try:
+                    slot.info = slot.ping.result()
+                except Exception as e:  # noqa: BLE001  (it died while starting)
+                    self._retire(slot, f"it failed to start: {type(e).__name__}")
+                    continue
+                slot.node_id = slot.node_id or slot.info.get("node_id")
+                slot.state = SlotState.READY
+                changed = True
+        return changed
+
+    def _retire(self, slot: Slot, why: str) -> None:
+        if slot.dead:
+            return
+        log.debug("retiring worker %s: %s", slot.name, why)
+        slot.state = SlotState.RETIRED
+        slot.in_flight = 0
+        try:
+            ray.kill(slot.actor, no_restart=True)
+        except Exception:  # noqa: BLE001  (already gone)
+            pass
