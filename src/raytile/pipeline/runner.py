@@ -370,7 +370,12 @@ class Pipeline:
 
     def status(self) -> dict[str, Any]:
         """State of the pipeline and of each stage with its metrics; the error (stage, traceback) if failed."""
-        metrics = self.metrics() if self.state != "failed" or self._placement is not None else {}
+        try:
+            metrics = self.metrics()
+        except Exception:
+            if self.state != "failed":
+                raise
+            metrics = {}  # a failed placement (a dead actor) may not answer; the error says why
         failed_stage = self.error.stage if isinstance(self.error, StageFailed) else None
         stage_state = {"created": "created", "built": "built", "running": "running", "paused": "paused",
                        "stopped": "stopped", "failed": "built"}[self.state]

@@ -1,0 +1,111 @@
+"""Pipelines on Ray actors: the same outputs as in-process over compiled-graph channels and classic calls,
+a raising stage, a dead actor reported with its stages, restart()."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from raytile.pipeline import Pipeline, StageActorDied, StageFailed
+
+pytestmark = pytest.mark.ray
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+AO = os.path.join(EXAMPLES, "ao_loop.yaml")
+
+
+def ao_with_log() -> dict:
+    import yaml
+
+    with open(AO) as f:
+        cfg = yaml.safe_load(f)
+    cfg["stages"].append({"name": "log", "kind": "sink", "input": "slopes", "placement": "control",
+                          "params": {"keep": 8}})
+    return cfg
+
+
+def run(placement: str, steps: int, cfg: dict | None = None) -> tuple[Pipeline, dict[str, np.ndarray]]:
+    p = Pipeline.from_dict(cfg or ao_with_log(), placement=placement, base_dir=EXAMPLES).build()
+    p.step(steps)
+    return p, {"commands": p.read("commands"), "slopes": p.read("slopes"), "log": p.sink("log")}
+
+
+@pytest.mark.parametrize("placement", ["ray", "ray-classic"])
+def test_same_outputs_as_in_process(ray_context, placement):
+    local, ref = run("in-process", 12)
+    p, got = run(placement, 12)
+    try:
+        for k in ref:
+            np.testing.assert_allclose(got[k], ref[k], rtol=1e-6, atol=1e-7, err_msg=k)
+        assert p.generation("commands") == 11
+        m = p.metrics()
+        assert set(m) == {s.name for s in p.config.stages}
+        assert m["matvec"]["steps"] == 12 and m["camera"]["steps"] == 12 and m["log"]["steps"] == 12
+        st = p.status()
+        assert st["stages"]["matvec"]["placement"] == "control" and st["state"] == "built"
+        # live parameter update on an actor, between steps
+        p.update_parameters("clip", lo=-0.1, hi=0.1)
+        local.update_parameters("clip", lo=-0.1, hi=0.1)
+        p.step(2)
+        local.step(2)
+        np.testing.assert_allclose(p.read("commands"), local.read("commands"), rtol=1e-6, atol=1e-7)
+        assert np.abs(p.read("commands")).max() <= 0.1
+    finally:
+        p.close()
+        local.close()
+
+
+def test_values_over_ray(ray_context):
+    p = Pipeline.from_yaml(AO, placement="ray").build()
+    try:
+        got = list(p.values("commands", steps=5))
+        assert p.wait(30) == "built" and p.t == 5 and got
+        np.testing.assert_array_equal(got[-1], p.read("commands"))
+    finally:
+        p.close()
+
+
+def test_raising_stage_on_an_actor(ray_context):
+    import _pipeline_test_stages  # noqa: F401  (registers test.fail_at_ray here; actors import it by name)
+
+    cfg = ao_with_log()
+    cfg["streams"]["copied"] = {"shape": [512], "dtype": "float32"}
+    cfg["stages"].append({"name": "flaky", "kind": "test.fail_at_ray", "input": "slopes", "output": "copied",
+                          "placement": "control", "params": {"fail_at": 2}})
+    p = Pipeline.from_dict(cfg, placement="ray", base_dir=EXAMPLES).build()
+    try:
+        with pytest.raises(StageFailed) as ei:
+            p.step(5)
+        assert ei.value.stage == "flaky" and "ray boom at step 2" in str(ei.value)
+        assert "compute_into" in ei.value.stage_traceback
+        st = p.status()
+        assert st["state"] == "failed" and st["failed_stage"] == "flaky"
+    finally:
+        p.close()
+
+
+def test_dead_actor_is_reported_and_restart_rebuilds(ray_context):
+    import ray
+
+    p = Pipeline.from_dict(ao_with_log(), placement="ray", base_dir=EXAMPLES).build()
+    local = Pipeline.from_dict(ao_with_log(), base_dir=EXAMPLES).build()
+    try:
+        p.step(3)
+        local.step(3)
+        ray.kill(p._placement.actors["control"])
+        with pytest.raises(StageActorDied) as ei:
+            p.step(1)
+        assert ei.value.group == "control"
+        assert set(ei.value.stages) == {"reconstructor", "matvec", "integrator", "clip", "log"}
+        assert p.status()["state"] == "failed"
+        p.restart()
+        local.restart()
+        p.step(4)
+        local.step(4)
+        np.testing.assert_allclose(p.read("commands"), local.read("commands"), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(p.sink("log"), local.sink("log"), rtol=1e-6, atol=1e-7)
+    finally:
+        p.close()
+        local.close()
