@@ -1,0 +1,53 @@
+"""`plan_pool`: which worker actors the pool starts and retires (a pure decision, no Ray needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("ray")
+
+from raytile.actors.pool import PLACEMENT_TIMEOUT_S, NodeInfo, Slot, SlotState, plan_pool  # noqa: E402
+
+NOW = 1000.0
+
+
+def slot(kind: str, node: str | None, state: SlotState = SlotState.READY, started: float = NOW - 1) -> Slot:
+    return Slot(kind, f"{kind}@{node}", actor=object(), node_id=node, started_at=started, state=state)
+
+
+def test_elastic_wants_one_actor_per_cpu_and_gpu_of_every_node():
+    nodes = [NodeInfo("a", 2, 0), NodeInfo("b", 1, 1)]
+    plan = plan_pool(nodes=nodes, slots=[slot("cpu", "a")], fixed=None, max_workers=None, now=NOW, backoff={})
+    assert sorted(plan.start) == [("cpu", "a"), ("cpu", "b"), ("cuda", "b")]
+    assert plan.retire == ()
+
+
+def test_elastic_respects_max_workers_and_backoff():
+    nodes = [NodeInfo("a", 2, 0), NodeInfo("b", 4, 0)]
+    capped = plan_pool(nodes=nodes, slots=[], fixed=None, max_workers=3, now=NOW, backoff={})
+    assert len(capped.start) == 3
+    held = plan_pool(nodes=nodes, slots=[], fixed=None, max_workers=None, now=NOW, backoff={"b": NOW + 5})
+    assert held.start == (("cpu", "a"), ("cpu", "a"))
+
+
+def test_slots_of_a_lost_node_are_retired_and_not_replaced_there():
+    lost = slot("cpu", "gone")
+    plan = plan_pool(nodes=[NodeInfo("a", 1, 0)], slots=[slot("cpu", "a"), lost], fixed=None, max_workers=None,
+                     now=NOW, backoff={})
+    assert plan.retire == (lost,)
+    assert plan.start == ()
+
+
+def test_an_actor_not_placed_in_time_is_retired_and_fixed_mode_tries_again():
+    stuck = slot("cpu", None, SlotState.STARTING, started=NOW - PLACEMENT_TIMEOUT_S - 1)
+    fresh = slot("cpu", None, SlotState.STARTING, started=NOW - 1)
+    plan = plan_pool(nodes=[NodeInfo("a", 2, 0)], slots=[stuck, fresh], fixed={"cpu": 2, "cuda": 0},
+                     max_workers=None, now=NOW, backoff={})
+    assert plan.retire == (stuck,)
+    assert plan.start == (("cpu", None),)  # the fresh one still counts; one more to reach 2
+
+
+def test_fixed_mode_ignores_node_sizes():
+    plan = plan_pool(nodes=[NodeInfo("a", 8, 2)], slots=[], fixed={"cpu": 1, "cuda": 0}, max_workers=None,
+                     now=NOW, backoff={})
+    assert plan.start == (("cpu", None),)
