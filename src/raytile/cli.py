@@ -481,7 +481,7 @@ def _describe_resources(ray) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="raytile", description="Run UDFs over large N-D detector data on Ray.")
-    sub = p.add_subparsers(dest="command", metavar="{demo,run,info}")
+    sub = p.add_subparsers(dest="command", metavar="{demo,run,info,serve}")
     sub.required = True
 
     d = sub.add_parser("demo", help="synthetic 4D-STEM scan: sum, sumsig and a ring detector in one pass",
@@ -518,6 +518,10 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="versions, Ray cluster resources, known formats")
     i.add_argument("--address", default=None, help="Ray cluster address (default: a local one, if running)")
     i.set_defaults(func=cmd_info)
+
+    from raytile.serve.cli import add_serve_parser  # imports no Ray Serve until `raytile serve` runs
+
+    add_serve_parser(sub)
     return p
 
 
