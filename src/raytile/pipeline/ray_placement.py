@@ -29,6 +29,7 @@ config (stage state starts over).
 from __future__ import annotations
 
 import threading
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -51,6 +52,11 @@ class GroupHost:
                  levels: list[tuple[str, ...]], outbound: list[str]):
         for cls in classes.values():
             register_stage(cls)  # custom stage classes travel with the config
+        from threadpoolctl import threadpool_limits
+
+        # one BLAS thread an actor: a loop actor shares its node (measured in-process on 2 cores:
+        # p99 0.98 ms with the default BLAS threads, 0.42 ms with one)
+        self._blas = threadpool_limits(1)
         self.engine = GraphEngine(config, stage_names, levels)
         self.outbound = outbound
         self._sent: dict[str, int] = {n: -2 for n in outbound}
@@ -112,7 +118,7 @@ class RayPlacement:
     """Placement groups on Ray actors, stepped through a compiled graph (``compiled=True``) or classic calls."""
 
     def __init__(self, config: PipelineConfig, levels: list[tuple[str, ...]], groups: list[str],
-                 compiled: bool = True, step_timeout_s: float = STEP_TIMEOUT_S):
+                 compiled: bool = True, step_timeout_s: float = STEP_TIMEOUT_S, depth: int = 2):
         self.config = config
         self.levels = levels
         self.groups = groups
@@ -141,6 +147,11 @@ class RayPlacement:
         self.upstream = {g: sorted(u, key=groups.index) for g, u in self.upstream.items()}
         self.actors: dict[str, Any] = {}
         self._dag: Any = None
+        #: compiled steps in flight at most (2: one actor works on step t+1 while the next finishes t)
+        self.depth = depth if compiled else 1
+        self._pending: deque[tuple[int, Any]] = deque()
+        #: the last step completed on every actor (the pipeline's step counter resumes after it on failure)
+        self.last_done: int | None = None
 
     # -- build -------------------------------------------------------------------------------
     def _resources(self, group: str) -> dict[str, Any]:
@@ -220,41 +231,67 @@ class RayPlacement:
 
     # -- run ------------------------------------------------------------------------------------------
     def step(self, t: int) -> None:
+        """Run step ``t``. Compiled: submit it and wait only for step ``t - depth + 1`` (steps overlap
+        across actors); :meth:`drain` waits for the rest (reads and updates do it first)."""
         import ray
 
         if not self.actors:
             raise PipelineStateError("step(): the Ray placement is closed; call restart()")
         try:
             if self._dag is not None:
-                ray.get(self._dag.execute(t), timeout=self.step_timeout_s)
+                self._pending.append((t, self._dag.execute(t)))
+                while len(self._pending) >= self.depth:
+                    done_t, ref = self._pending.popleft()
+                    ray.get(ref, timeout=self.step_timeout_s)
+                    self.last_done = done_t
             else:
                 refs: dict[str, Any] = {}
                 for g in self.groups:
                     refs[g] = self.actors[g].step.remote(t, *[refs[u] for u in self.upstream[g]])
                 consumed = {u for g in self.groups for u in self.upstream[g]}
                 ray.get([refs[g] for g in self.groups if g not in consumed], timeout=self.step_timeout_s)
+                self.last_done = t
         except Exception as e:
             raise self._translate(e) from e
 
+    def drain(self) -> None:
+        """Wait for every submitted step."""
+        import ray
+
+        try:
+            while self._pending:
+                done_t, ref = self._pending.popleft()
+                ray.get(ref, timeout=self.step_timeout_s)
+                self.last_done = done_t
+        except Exception as e:
+            self._pending.clear()
+            raise self._translate(e) from e
+
     def read(self, stream: str) -> tuple[np.ndarray, int]:
+        self.drain()
         return self._call(self.writer_group[stream], "read", stream)
 
     def generation(self, stream: str) -> int:
+        self.drain()
         return int(self._call(self.writer_group[stream], "generation", stream))
 
     def update_parameters(self, stage: str, params: dict[str, Any]) -> None:
+        self.drain()
         self._call(self.group_of[stage], "update_parameters", stage, params)
 
     def metrics(self) -> dict[str, dict[str, Any]]:
+        self.drain()
         out: dict[str, dict[str, Any]] = {}
         for m in self._call_all("metrics"):
             out.update(m)
         return {s.name: out.get(s.name, {}) for s in self.config.stages}
 
     def sink_values(self, stage: str) -> np.ndarray:
+        self.drain()
         return self._call(self.group_of[stage], "sink_values", stage)
 
     def finalize(self) -> None:
+        self.drain()
         if self.actors and not self._dead_groups():
             self._call_all("finalize")
 
@@ -262,6 +299,7 @@ class RayPlacement:
         """Tear the compiled graph down and kill the actors."""
         import ray
 
+        self._pending.clear()
         dag, self._dag = self._dag, None
         if dag is not None:
             try:

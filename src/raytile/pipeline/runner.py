@@ -197,7 +197,13 @@ class Pipeline:
                     break
                 if predicate is not None and predicate(self):
                     break
+            drain = getattr(placement, "drain", None)
+            if drain is not None:
+                drain()  # steps still in flight on actors end before the loop returns
         except BaseException as e:
+            last_done = getattr(placement, "last_done", None)
+            if last_done is not None and last_done + 1 < self.t:
+                self.t = last_done + 1  # steps in flight when an actor failed do not count
             self._fail(e)
             if set_state and self._thread is not None and threading.current_thread() is self._thread:
                 return  # the background thread keeps the error for wait()/status()
