@@ -481,7 +481,7 @@ def _describe_resources(ray) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="raytile", description="Run UDFs over large N-D detector data on Ray.")
-    sub = p.add_subparsers(dest="command", metavar="{demo,run,info,serve}")
+    sub = p.add_subparsers(dest="command", metavar="{demo,run,info,serve,pipeline}")
     sub.required = True
 
     d = sub.add_parser("demo", help="synthetic 4D-STEM scan: sum, sumsig and a ring detector in one pass",
@@ -522,6 +522,10 @@ def build_parser() -> argparse.ArgumentParser:
     from raytile.serve.cli import add_serve_parser  # imports no Ray Serve until `raytile serve` runs
 
     add_serve_parser(sub)
+
+    from raytile.pipeline.cli import add_pipeline_parser
+
+    add_pipeline_parser(sub)
     return p
 
 
