@@ -128,24 +128,38 @@ class GraphEngine:
     def step(self, t: int) -> None:
         """Trigger every ready stage once, level by level; StageFailed names the stage that raised."""
         clock = time.perf_counter_ns
+        metrics = self.metrics
         stage: Stage | None = None
         method = "check_ready"
         try:
             for level in self.levels:
+                method = "check_ready"
+                if len(level) == 1:  # the common case: no lists to build
+                    stage = level[0]
+                    if not stage.check_ready(t):
+                        continue
+                    t0 = clock()
+                    method = "prepare_trigger"
+                    stage.prepare_trigger(t)
+                    method = "trigger_code"
+                    stage.trigger_code()
+                    method = "post_trigger"
+                    stage.post_trigger()
+                    metrics[stage.name].record(t0, clock() - t0)
+                    continue
                 ready = []
                 for stage in level:
                     if stage.check_ready(t):
                         ready.append(stage)
                 if not ready:
                     continue
+                spent = [0] * len(ready)
+                starts = [0] * len(ready)
                 method = "prepare_trigger"
-                starts = []
-                spent = []
-                for stage in ready:
-                    t0 = clock()
+                for i, stage in enumerate(ready):
+                    t0 = starts[i] = clock()
                     stage.prepare_trigger(t)
-                    starts.append(t0)
-                    spent.append(clock() - t0)
+                    spent[i] = clock() - t0
                 method = "trigger_code"
                 for i, stage in enumerate(ready):
                     t0 = clock()
@@ -155,8 +169,7 @@ class GraphEngine:
                 for i, stage in enumerate(ready):
                     t0 = clock()
                     stage.post_trigger()
-                    self.metrics[stage.name].record(starts[i], spent[i] + clock() - t0)
-                method = "check_ready"
+                    metrics[stage.name].record(starts[i], spent[i] + clock() - t0)
             stage = None
             for line in self._delays:
                 line.advance()

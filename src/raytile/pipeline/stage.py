@@ -104,6 +104,8 @@ class Stage:
         self.refreshed = True  # set False in trigger_code to leave the outputs un-refreshed this step
         self._transfers: dict[str, Any] = {}
         self._stream: Any = None
+        self._connected: tuple[InputValue | InputList, ...] = ()
+        self._triggering: tuple[InputValue | InputList, ...] = ()
 
     # -- parameters -------------------------------------------------------------
     @classmethod
@@ -184,6 +186,9 @@ class Stage:
         if self.device.is_gpu:
             self.xp.cuda.Device(self.device.idx).use()
             self._stream = self.xp.cuda.Stream(non_blocking=True)
+        self._connected = tuple(inp for inp in self.inputs.values() if inp.connected)
+        self._triggering = tuple(inp for port, inp in self.inputs.items()
+                                 if self.input_ports[port].trigger and inp.connected)
         self.bind_locals()
         self.configure()
 
@@ -203,22 +208,26 @@ class Stage:
 
     def check_ready(self, t: int) -> bool:
         """True if a triggering input was refreshed since the last trigger, or the stage has none."""
-        triggering = [inp for port, inp in self.inputs.items() if self.input_ports[port].trigger and inp.connected]
+        triggering = self._triggering
         if not triggering:
             return True
-        return any(inp.refreshed() for inp in triggering)
+        for inp in triggering:
+            if inp.refreshed():
+                return True
+        return False
 
     def prepare_trigger(self, t: int) -> None:
         """Note the time, mark inputs consumed, copy inputs that live on another device."""
         self.current_time = t
         self.refreshed = True
-        for inp in self.inputs.values():
+        for inp in self._connected:
             inp.consume()
-        for src, dst in self._transfers.values():
-            if isinstance(dst, np.ndarray):
-                src.get(out=dst)
-            else:
-                dst.set(src)
+        if self._transfers:
+            for src, dst in self._transfers.values():
+                if isinstance(dst, np.ndarray):
+                    src.get(out=dst)
+                else:
+                    dst.set(src)
 
     def trigger_code(self) -> None:
         """The step's computation on preallocated arrays (no base implementation)."""

@@ -57,8 +57,10 @@ class Constant(_Source):
         self._out[...] = self.xp.asarray(host)
         self._pending = True
 
+    def check_ready(self, t: int) -> bool:
+        return self._pending  # nothing to do until a parameter update
+
     def trigger_code(self) -> None:
-        self.refreshed = self._pending
         self._pending = False
 
 
