@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
+
 from raytile.common.errors import ConfigValidationError, DataSetException
 from raytile.io.dataset import DataSet
 from raytile.io.formats import get_format, known_formats
@@ -23,7 +25,7 @@ from raytile.serve.errors import BadRequest
 from raytile.serve.paths import DataRoots
 from raytile.serve.validation import Schema, check
 
-__all__ = ["format_json_schema", "served_formats", "open_dataset", "DATASET_SCHEMA"]
+__all__ = ["format_json_schema", "served_formats", "open_dataset", "npy_header", "DATASET_SCHEMA"]
 
 #: Parameter kinds a client cannot send as JSON.
 _PYTHON_ONLY = frozenset({"array", "corrections"})
@@ -104,3 +106,17 @@ def open_dataset(ctx: Any, spec: Any, roots: DataRoots, field: str = "dataset") 
         raise BadRequest(f"{field}.params" + (f".{m.group(1)}" if m else ""), str(e)) from None
     except (DataSetException, OSError, ValueError) as e:
         raise BadRequest(f"{field}.params", f"{type(e).__name__}: {e}") from None
+
+
+def npy_header(path: str) -> dict[str, Any] | None:
+    """``{"format": "npy", "shape", "dtype"}`` of an ``.npy`` file (its header alone is read), else None."""
+    if not path.endswith(".npy"):
+        return None
+    try:
+        with open(path, "rb") as f:
+            major, _ = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+            shape, _, dtype = read(f)
+    except (OSError, ValueError):
+        return None
+    return {"format": "npy", "shape": list(shape), "dtype": dtype.str}

@@ -12,12 +12,14 @@ are 400, anything else 500 (the server stays up).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from importlib import resources
 from typing import Any, AsyncIterator
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.requests import HTTPConnection
 
 from raytile.common.errors import RaytileError
 from raytile.serve.encoding import ndjson, npy_bytes, sse
@@ -41,7 +43,7 @@ def use_service(service: Service | None) -> None:
     _service = service
 
 
-def get_service(request: Request) -> Service:
+def get_service(request: HTTPConnection) -> Service:
     """The Service: ``app.state.service`` if the app has one (plain uvicorn), else this process's."""
     service = getattr(request.app.state, "service", None) or _service
     if service is None:
@@ -155,6 +157,65 @@ async def stream(run_id: str, request: Request, buffers: str = "inline", max_rat
 
     media = "text/event-stream" if use_sse else "application/x-ndjson"
     return StreamingResponse(body(), media_type=media, headers={"Cache-Control": "no-store"})
+
+
+@router.websocket("/runs/{run_id}/ws")
+async def run_socket(websocket: WebSocket, run_id: str, buffers: str = "inline", token: str | None = None) -> None:
+    """The run's stream pushed as JSON text frames (``"type": "message"``); the client sends
+    ``{"type": "patch", "params": [...], "recompute": bool}`` or ``{"type": "cancel"}`` on the same
+    socket and gets ``{"type": "patched", ...}`` or ``{"type": "error", "status", "error", "detail"}`` back.
+
+    Browsers cannot set headers on a WebSocket: the token may come as ``?token=``. Closing the
+    socket before the run ends cancels it. Refused sockets close with code 4401/4403/4404.
+    """
+    service = get_service(websocket)
+    try:
+        header = websocket.headers.get("authorization") or (f"Bearer {token}" if token is not None else None)
+        service.authorize(header)
+        served = _run(service, run_id)
+        messages = service.messages(served, buffers, f"/v1/runs/{served.id}")
+    except ServeError as e:
+        await websocket.close(code=4000 + e.status, reason=e.detail[:120])
+        return
+    await websocket.accept()
+    complete = False
+
+    async def receive() -> None:
+        while True:
+            try:
+                request = await websocket.receive_json()
+            except WebSocketDisconnect:
+                served.cancel("the client disconnected")  # also ends the sender's wait for the next result
+                return
+            except ValueError:
+                await websocket.send_json({"type": "error", "status": 400, "error": "invalid",
+                                           "detail": "body: frames must be JSON"})
+                continue
+            kind = request.get("type") if isinstance(request, dict) else None
+            try:
+                if kind == "patch":
+                    body = {k: v for k, v in request.items() if k != "type"}
+                    await websocket.send_json({"type": "patched", **service.patch(served, body)})
+                elif kind == "cancel":
+                    served.cancel("cancelled by the client")
+                else:
+                    raise BadRequest("type", f"must be 'patch' or 'cancel', got {kind!r}")
+            except ServeError as e:
+                await websocket.send_json({"type": "error", "status": e.status, **e.body()})
+
+    receiver = asyncio.get_running_loop().create_task(receive())
+    try:
+        async for msg in messages:
+            await websocket.send_json({"type": "message", **msg})
+        complete = True
+        await websocket.close()
+    except (WebSocketDisconnect, RuntimeError):
+        pass  # the client went away; the finally below cancels the run
+    finally:
+        receiver.cancel()
+        if not complete:
+            served.cancel("the client disconnected")
+        await messages.aclose()
 
 
 def _viewer_html() -> str:

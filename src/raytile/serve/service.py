@@ -25,7 +25,7 @@ import numpy as np
 
 from raytile.runtime.context import Context
 from raytile.serve.config import ServeConfig
-from raytile.serve.datasets import DATASET_SCHEMA, open_dataset, served_formats
+from raytile.serve.datasets import DATASET_SCHEMA, npy_header, open_dataset, served_formats
 from raytile.serve.encoding import BUFFER_MODES, encode_buffers
 from raytile.serve.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, Unauthorized
 from raytile.serve.paths import DataRoots
@@ -93,7 +93,12 @@ class Service:
         return {"udfs": self.udfs.describe()}
 
     def datasets(self) -> dict[str, Any]:
-        return {"roots": list(self.roots.roots), "files": self.roots.listing()}
+        files = self.roots.listing()
+        for f in files:
+            header = npy_header(f["path"])
+            if header is not None:
+                f.update(header)
+        return {"roots": list(self.roots.roots), "files": files}
 
     # -- runs ----------------------------------------------------------------------
     async def create_run(self, body: Any) -> ServedRun:
