@@ -142,7 +142,7 @@ class GraphEngine:
                     method = "prepare_trigger"
                     stage.prepare_trigger(t)
                     method = "trigger_code"
-                    stage.trigger_code()
+                    stage.trigger()
                     method = "post_trigger"
                     stage.post_trigger()
                     metrics[stage.name].record(t0, clock() - t0)
@@ -163,7 +163,7 @@ class GraphEngine:
                 method = "trigger_code"
                 for i, stage in enumerate(ready):
                     t0 = clock()
-                    stage.trigger_code()
+                    stage.trigger()
                     spent[i] += clock() - t0
                 method = "post_trigger"
                 for i, stage in enumerate(ready):

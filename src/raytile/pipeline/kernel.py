@@ -37,7 +37,7 @@ class Kernel(Stage):
     """Base class of kernels: one trigger input, ``auxiliary_arity`` auxiliary inputs, one output."""
 
     kind: ClassVar[str] = "kernel.base"
-    storage: ClassVar[str | None] = "cpu"
+    storage: ClassVar[str | None] = None  # None: follows target_device_idx; "cpu"/"gpu" binds the kernel
     auxiliary_arity: ClassVar[int | None] = 0
     input_ports: ClassVar[Mapping[str, Port]] = {"input": Port(),
                                                  "auxiliary": Port(many=True, optional=True, trigger=False)}

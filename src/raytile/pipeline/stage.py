@@ -78,9 +78,13 @@ class Stage:
 
     kind: ClassVar[str] = "stage.base"
     storage: ClassVar[str | None] = None
+    #: True for stages that move data between devices: their inputs may have any storage.
+    any_input_storage: ClassVar[bool] = False
     input_ports: ClassVar[Mapping[str, Port]] = {}
     output_ports: ClassVar[tuple[str, ...]] = ()
     defaults: ClassVar[Mapping[str, Any]] = {}
+    #: On a GPU: capture ``trigger_code`` into a CUDA graph once and replay it (see pipeline/capture.py).
+    capturable: ClassVar[bool] = False
 
     def __init__(self, context: StageContext, target_device_idx: int | None = None,
                  precision: str | None = None, **params: Any):
@@ -92,6 +96,9 @@ class Stage:
         self.dtype = self.device.dtype
         self.complex_dtype = self.device.complex_dtype
         self.params: dict[str, Any] = self.resolve_params(params, f"stage {context.name!r}")
+        self.graph: Any = None
+        if self.device.is_gpu:
+            self.xp.cuda.Device(self.device.idx).use()  # outputs below are allocated on this GPU
         self.inputs: dict[str, InputValue | InputList] = {
             port: (InputList if p.many else InputValue)(optional=p.optional) for port, p in self.input_ports.items()}
         self.local_inputs: dict[str, Any] = {}
@@ -127,6 +134,8 @@ class Stage:
         """Change parameters between steps; :meth:`configure` runs again with the new values."""
         self.params = self.resolve_params({**self.params, **params}, f"stage {self.name!r}")
         self.configure()
+        if self.graph is not None:
+            self.graph.reset()  # values baked into a captured graph changed
 
     def configure(self) -> None:
         """Derive state from ``self.params`` (called after construction and after each update)."""
@@ -161,7 +170,7 @@ class Stage:
         storage = cls.storage or storage_of(spec.target_device_idx)
         for port, ref in spec.all_input_refs():
             s = streams[ref.stream]
-            if s.storage != storage:
+            if s.storage != storage and not cls.any_input_storage:
                 fld = port if port in ("input", "auxiliary") else f"inputs.{port}"
                 raise ConfigValidationError(f"{where}: field {fld!r}: stream {ref.stream!r} has storage "
                                             f"{s.storage!r}, kind {cls.kind!r} here needs {storage!r}")
@@ -184,8 +193,12 @@ class Stage:
             else:
                 self.local_inputs[port] = [self._local(f"{port}[{i}]", v) for i, v in enumerate(inp.get())]
         if self.device.is_gpu:
+            from raytile.pipeline.capture import TriggerGraph
+
             self.xp.cuda.Device(self.device.idx).use()
             self._stream = self.xp.cuda.Stream(non_blocking=True)
+            self.graph = TriggerGraph(self.trigger_code, self._stream, capture=self.capturable)
+            self.trigger = self.graph.run  # type: ignore[method-assign]
         self._connected = tuple(inp for inp in self.inputs.values() if inp.connected)
         self._triggering = tuple(inp for port, inp in self.inputs.items()
                                  if self.input_ports[port].trigger and inp.connected)
@@ -227,7 +240,12 @@ class Stage:
                 if isinstance(dst, np.ndarray):
                     src.get(out=dst)
                 else:
-                    dst.set(src)
+                    dst.set(src, stream=self._stream)  # ordered before trigger_code on the same stream
+
+    def trigger(self) -> None:
+        """What the framework calls each step: ``trigger_code`` here; on a GPU, on the stage's private
+        stream, captured into a CUDA graph when the class is ``capturable`` (see pipeline/capture.py)."""
+        self.trigger_code()
 
     def trigger_code(self) -> None:
         """The step's computation on preallocated arrays (no base implementation)."""

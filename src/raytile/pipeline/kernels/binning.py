@@ -21,6 +21,7 @@ class Binning(Kernel):
     """``out[i, j] = x[i*f:(i+1)*f, j*f:(j+1)*f].sum()`` (``mode: mean`` divides by ``f*f``)."""
 
     kind = "binning"
+    capturable = True
     defaults: ClassVar[Mapping[str, Any]] = {"factor": 2, "mode": "sum"}
 
     @classmethod

@@ -28,6 +28,7 @@ class Centroids(Kernel):
     """Shack-Hartmann centroids -> slopes ``[x..., y...]`` in pixels."""
 
     kind = "centroids"
+    capturable = True
     defaults: ClassVar[Mapping[str, Any]] = {"n_sub": 16, "threshold": 0.0}
 
     @classmethod
@@ -66,6 +67,8 @@ class Centroids(Kernel):
         self._sx = xp.empty((n, n), dtype=dt)
         self._sy = xp.empty((n, n), dtype=dt)
         self._nonzero = xp.empty((n, n), dtype=bool)
+        self._zero = xp.empty((n, n), dtype=bool)
+        self._denom = xp.empty((n, n), dtype=dt)
 
     def compute_into(self, trigger_input: Any, output: Any, auxiliary_inputs: Mapping[str, Any]) -> None:
         xp, n, p = self.xp, self._n, self._p
@@ -81,11 +84,15 @@ class Centroids(Kernel):
         xp.sum(self._cols, axis=2, out=self._flux)
         xp.matmul(self._cols, self._offsets, out=self._sx)
         xp.matmul(self._rows.transpose(0, 2, 1), self._offsets, out=self._sy)
+        # slope = s / flux where flux > 0, else 0; without boolean indexing or `where=` (GPU, capture)
         xp.greater(self._flux, 0, out=self._nonzero)
+        xp.multiply(self._flux, self._nonzero, out=self._denom)
+        xp.logical_not(self._nonzero, out=self._zero)
+        xp.add(self._denom, self._zero, out=self._denom)      # 1 where the flux is not positive
         nn = n * n
         ox = output[:nn].reshape(n, n)
         oy = output[nn:].reshape(n, n)
-        ox[...] = 0
-        oy[...] = 0
-        xp.divide(self._sx, self._flux, out=ox, where=self._nonzero)
-        xp.divide(self._sy, self._flux, out=oy, where=self._nonzero)
+        xp.divide(self._sx, self._denom, out=ox)
+        xp.multiply(ox, self._nonzero, out=ox)
+        xp.divide(self._sy, self._denom, out=oy)
+        xp.multiply(oy, self._nonzero, out=oy)

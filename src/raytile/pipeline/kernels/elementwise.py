@@ -19,9 +19,12 @@ __all__ = ["Copy", "Affine", "Clip", "Calibrate"]
 
 @register_stage
 class Copy(Kernel):
-    """``out[...] = x`` (casting to the output's dtype)."""
+    """``out[...] = x`` (casting to the output's dtype); the input may live on another device
+    (CPU -> GPU or back): the only built-in that moves data between storages."""
 
     kind = "copy"
+    capturable = True
+    any_input_storage = True
 
     @classmethod
     def expected_output(cls, input_spec: StreamSpec, auxiliary_specs: tuple[StreamSpec, ...],
@@ -37,6 +40,7 @@ class Affine(Kernel):
     """``out = x * scale + offset``."""
 
     kind = "affine"
+    capturable = True
     defaults: ClassVar[Mapping[str, Any]] = {"scale": 1.0, "offset": 0.0}
 
     @classmethod
@@ -65,6 +69,7 @@ class Clip(Kernel):
     """``out = clip(x, lo, hi)``."""
 
     kind = "clip"
+    capturable = True
     defaults: ClassVar[Mapping[str, Any]] = {"lo": -1.0, "hi": 1.0}
 
     @classmethod
@@ -86,6 +91,7 @@ class Calibrate(Kernel):
     """Dark and gain correction: ``out = (x - dark) * gain``; auxiliary streams ``[dark, gain]``."""
 
     kind = "calibrate"
+    capturable = True
     auxiliary_arity = 2
 
     @classmethod

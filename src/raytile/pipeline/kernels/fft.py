@@ -21,6 +21,7 @@ class FFTMagnitude(Kernel):
     """Magnitude of the 2-D FFT; ``shift: true`` puts the zero frequency in the centre."""
 
     kind = "fft_magnitude"
+    capturable = True
     defaults: ClassVar[Mapping[str, Any]] = {"shift": False}
 
     @classmethod

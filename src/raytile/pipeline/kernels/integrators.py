@@ -24,6 +24,7 @@ class LeakyIntegrator(Kernel):
     """``out = leak * out + gain * x`` (``out`` starts at zero and keeps its value between steps)."""
 
     kind = "leaky_integrator"
+    capturable = True
     defaults: ClassVar[Mapping[str, Any]] = {"gain": 0.5, "leak": 1.0}
 
     @classmethod

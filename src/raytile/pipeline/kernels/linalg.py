@@ -20,6 +20,7 @@ class MatVec(Kernel):
     """Matrix (m, n) on the auxiliary stream times the (n,) input -> (m,)."""
 
     kind = "matvec"
+    capturable = True
     auxiliary_arity = 1
 
     @classmethod

@@ -37,6 +37,7 @@ class Reduce(Kernel):
     """``out = op(x, axis)``; ``axis`` None reduces everything into shape ``[1]``."""
 
     kind = "reduce"
+    capturable = True
     defaults: ClassVar[Mapping[str, Any]] = {"op": "sum", "axis": None}
 
     @classmethod
