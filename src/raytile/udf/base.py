@@ -23,8 +23,10 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
+import sparseconverter as _sc
 
 from raytile.common.errors import UDFException
+from raytile.common.udf import UDFMethod as _UDFMethodEnum
 from raytile.udf.buffers import AuxBufferWrapper, BufferWrapper
 from raytile.udf.meta import UDFMeta
 
@@ -186,6 +188,21 @@ class UDF:
         BACKEND_NUMPY, BACKEND_CUPY, BACKEND_SPARSE_COO, BACKEND_SPARSE_GCXS, BACKEND_SCIPY_CSR,
         BACKEND_SCIPY_CSC, BACKEND_CUPY_SCIPY_CSR, BACKEND_CUPY_SCIPY_CSC, BACKEND_CUDA,
     )
+    # The rest of LiberTEM's backend constants, from sparseconverter (UDFs use them in get_backends)
+    BACKEND_SPARSE_DOK = _sc.SPARSE_DOK  #: sparse.DOK (slow)
+    BACKEND_SCIPY_COO = _sc.SCIPY_COO
+    BACKEND_SCIPY_COO_ARRAY = _sc.SCIPY_COO_ARRAY
+    BACKEND_SCIPY_CSR_ARRAY = _sc.SCIPY_CSR_ARRAY
+    BACKEND_SCIPY_CSC_ARRAY = _sc.SCIPY_CSC_ARRAY
+    BACKEND_CUPY_SCIPY_COO = _sc.CUPY_SCIPY_COO
+    CPU_BACKENDS = _sc.CPU_BACKENDS  #: frozenset: backends of device class CPU
+    CUDA_BACKENDS = _sc.CUDA_BACKENDS  #: frozenset: backends of device class CUDA
+    CUPY_BACKENDS = _sc.CUPY_BACKENDS  #: frozenset: backends using CuPy (a subset of CUDA's)
+    SPARSE_BACKENDS = _sc.SPARSE_BACKENDS  #: frozenset: sparse array backends
+    DENSE_BACKENDS = _sc.DENSE_BACKENDS  #: frozenset: dense array backends
+    ND_BACKENDS = _sc.ND_BACKENDS  #: frozenset: backends with N-D arrays
+    D2_BACKENDS = _sc.D2_BACKENDS  #: frozenset: backends with 2D matrices only
+    UDF_METHOD = _UDFMethodEnum  #: enum of the process_* methods (members equal "tile", "frame", "partition")
 
     def __init__(self, **kwargs: Any):
         self._kwargs = dict(kwargs)

@@ -2,6 +2,8 @@
 
 Each returns a ``float32`` array of ``shape`` (y, x) with 1 inside and 0
 outside. Distances are measured from pixel centres at integer coordinates.
+They are the y-first, float32 face of :mod:`raytile.masks` (LiberTEM's
+``libertem.masks`` helpers, x first), which computes them.
 
 >>> from raytile.udf import masks
 >>> m = masks.ring(cy=8, cx=8, ri=2, ro=5, shape=(16, 16))
@@ -13,27 +15,29 @@ from __future__ import annotations
 
 import numpy as np
 
+from raytile import masks as _lt
+
 __all__ = ["disk", "ring", "point"]
 
 
-def _radius(cy: float, cx: float, shape: tuple[int, int]) -> np.ndarray:
+def _check_2d(shape: tuple[int, ...]) -> tuple[int, int]:
     if len(shape) != 2:
         raise ValueError(f"mask shape must be 2D (y, x), got {shape}")
-    y, x = np.ogrid[: shape[0], : shape[1]]
-    return np.sqrt((y - cy) ** 2 + (x - cx) ** 2)
+    return int(shape[0]), int(shape[1])
 
 
 def disk(cy: float, cx: float, r: float, shape: tuple[int, int]) -> np.ndarray:
     """1 where the distance to ``(cy, cx)`` is at most ``r``."""
-    return (_radius(cy, cx, shape) <= r).astype(np.float32)
+    h, w = _check_2d(shape)
+    return _lt.circular(cx, cy, w, h, r).astype(np.float32)
 
 
 def ring(cy: float, cx: float, ri: float, ro: float, shape: tuple[int, int]) -> np.ndarray:
     """1 where ``ri < distance <= ro``: ``disk(ro) - disk(ri)``."""
     if ri > ro:
         raise ValueError(f"ring needs ri <= ro, got ri={ri}, ro={ro}")
-    d = _radius(cy, cx, shape)
-    return ((d <= ro) & (d > ri)).astype(np.float32)
+    h, w = _check_2d(shape)
+    return _lt.ring(cx, cy, w, h, radius=ro, radius_inner=ri).astype(np.float32)
 
 
 def point(cy: float, cx: float, shape: tuple[int, int]) -> np.ndarray:
