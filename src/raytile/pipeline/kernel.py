@@ -42,6 +42,8 @@ class Kernel(Stage):
     input_ports: ClassVar[Mapping[str, Port]] = {"input": Port(),
                                                  "auxiliary": Port(many=True, optional=True, trigger=False)}
     output_ports: ClassVar[tuple[str, ...]] = ("output",)
+    #: The output's dtype: "same" as the trigger input, "float" (any float dtype) or "any".
+    output_dtype: ClassVar[str] = "same"
 
     @classmethod
     def validate_config(cls, spec: StageSpec, streams: Mapping[str, StreamSpec]) -> None:
@@ -51,10 +53,10 @@ class Kernel(Stage):
         if cls.auxiliary_arity is not None and len(spec.auxiliary) != cls.auxiliary_arity:
             raise ConfigValidationError(f"{where}: field 'auxiliary': kind {cls.kind!r} expects "
                                         f"{cls.auxiliary_arity} auxiliary stream(s), got {len(spec.auxiliary)}")
-        if spec.output is None or spec.input is None:
-            return
         params = cls.resolve_params(spec.params, where)
         cls.check_params(params, where)
+        if spec.output is None or spec.input is None:
+            return
         shape, dtype = cls.expected_output(streams[spec.input], tuple(streams[a] for a in spec.auxiliary), params,
                                            where)
         out = streams[spec.output]
@@ -65,6 +67,9 @@ class Kernel(Stage):
         if dtype is not None and np.dtype(dtype) != out.dtype:
             raise ConfigValidationError(f"{where}: field 'output': stream {out.name!r} has dtype {out.dtype}, "
                                         f"kind {cls.kind!r} makes {np.dtype(dtype)}")
+        if cls.output_dtype == "float" and out.dtype.kind not in "fc":
+            raise ConfigValidationError(f"{where}: field 'output': stream {out.name!r} has dtype {out.dtype}, "
+                                        f"kind {cls.kind!r} makes a float dtype")
 
     @classmethod
     def check_params(cls, params: Mapping[str, Any], where: str) -> None:
@@ -73,8 +78,9 @@ class Kernel(Stage):
     @classmethod
     def expected_output(cls, input_spec: StreamSpec, auxiliary_specs: tuple[StreamSpec, ...],
                         params: Mapping[str, Any], where: str) -> OutputRule:
-        """Output (shape, dtype) this kernel makes from its inputs; default: same as the trigger input."""
-        return input_spec.shape, input_spec.dtype
+        """Output (shape, dtype) this kernel makes from its inputs; default: the trigger input's shape, and
+        its dtype if ``output_dtype`` is "same"."""
+        return input_spec.shape, (input_spec.dtype if cls.output_dtype == "same" else None)
 
     def bind_locals(self) -> None:
         self._trigger_value = self.local_inputs["input"]

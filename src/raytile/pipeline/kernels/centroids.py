@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Mapping
 from raytile.common.errors import ConfigValidationError
 from raytile.pipeline.config import StreamSpec
 from raytile.pipeline.kernel import Kernel, OutputRule
-from raytile.pipeline.kernels._checks import number, positive_int, require_float
+from raytile.pipeline.kernels._checks import number, positive_int
 from raytile.pipeline.registry import register_stage
 
 __all__ = ["Centroids"]
@@ -29,6 +29,7 @@ class Centroids(Kernel):
 
     kind = "centroids"
     capturable = True
+    output_dtype = "float"
     defaults: ClassVar[Mapping[str, Any]] = {"n_sub": 16, "threshold": 0.0}
 
     @classmethod
@@ -44,11 +45,6 @@ class Centroids(Kernel):
             raise ConfigValidationError(f"{where}: field 'params.n_sub': {n} subapertures do not tile the input "
                                         f"{input_spec.name!r} {list(input_spec.shape)} (a square frame is needed)")
         return (2 * n * n,), None
-
-    @classmethod
-    def validate_config(cls, spec: Any, streams: Mapping[str, StreamSpec]) -> None:
-        super().validate_config(spec, streams)
-        require_float(streams[spec.output], spec.where())
 
     def configure(self) -> None:
         self.check_params(self.params, f"stage {self.name!r}")

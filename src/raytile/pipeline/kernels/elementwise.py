@@ -25,11 +25,7 @@ class Copy(Kernel):
     kind = "copy"
     capturable = True
     any_input_storage = True
-
-    @classmethod
-    def expected_output(cls, input_spec: StreamSpec, auxiliary_specs: tuple[StreamSpec, ...],
-                        params: Mapping[str, Any], where: str) -> OutputRule:
-        return input_spec.shape, None
+    output_dtype = "any"
 
     def compute_into(self, trigger_input: Any, output: Any, auxiliary_inputs: Mapping[str, Any]) -> None:
         self.xp.copyto(output, trigger_input, casting="unsafe")
@@ -41,17 +37,13 @@ class Affine(Kernel):
 
     kind = "affine"
     capturable = True
+    output_dtype = "any"
     defaults: ClassVar[Mapping[str, Any]] = {"scale": 1.0, "offset": 0.0}
 
     @classmethod
     def check_params(cls, params: Mapping[str, Any], where: str) -> None:
         number(params, "scale", where)
         number(params, "offset", where)
-
-    @classmethod
-    def expected_output(cls, input_spec: StreamSpec, auxiliary_specs: tuple[StreamSpec, ...],
-                        params: Mapping[str, Any], where: str) -> OutputRule:
-        return input_spec.shape, None
 
     def configure(self) -> None:
         self.check_params(self.params, f"stage {self.name!r}")
@@ -92,6 +84,7 @@ class Calibrate(Kernel):
 
     kind = "calibrate"
     capturable = True
+    output_dtype = "float"
     auxiliary_arity = 2
 
     @classmethod
@@ -101,11 +94,6 @@ class Calibrate(Kernel):
             same_shape(input_spec, aux, where, "auxiliary")
             require_float(aux, where, "auxiliary")
         return input_spec.shape, None
-
-    @classmethod
-    def validate_config(cls, spec: Any, streams: Mapping[str, StreamSpec]) -> None:
-        super().validate_config(spec, streams)
-        require_float(streams[spec.output], spec.where())
 
     def configure(self) -> None:
         self._dark, self._gain = self.aux_values

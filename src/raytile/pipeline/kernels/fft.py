@@ -10,7 +10,6 @@ from typing import Any, ClassVar, Mapping
 from raytile.common.errors import ConfigValidationError
 from raytile.pipeline.config import StreamSpec
 from raytile.pipeline.kernel import Kernel, OutputRule
-from raytile.pipeline.kernels._checks import require_float
 from raytile.pipeline.registry import register_stage
 
 __all__ = ["FFTMagnitude"]
@@ -22,6 +21,7 @@ class FFTMagnitude(Kernel):
 
     kind = "fft_magnitude"
     capturable = True
+    output_dtype = "float"
     defaults: ClassVar[Mapping[str, Any]] = {"shift": False}
 
     @classmethod
@@ -37,11 +37,6 @@ class FFTMagnitude(Kernel):
             raise ConfigValidationError(f"{where}: field 'input': stream {input_spec.name!r} needs >= 2 dims, "
                                         f"got {list(input_spec.shape)}")
         return input_spec.shape, None
-
-    @classmethod
-    def validate_config(cls, spec: Any, streams: Mapping[str, StreamSpec]) -> None:
-        super().validate_config(spec, streams)
-        require_float(streams[spec.output], spec.where())
 
     def configure(self) -> None:
         self.check_params(self.params, f"stage {self.name!r}")

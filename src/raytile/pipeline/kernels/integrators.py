@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Mapping
 
 from raytile.common.errors import ConfigValidationError
-from raytile.pipeline.config import StreamSpec
-from raytile.pipeline.kernel import Kernel, OutputRule
+from raytile.pipeline.kernel import Kernel
 from raytile.pipeline.kernels._checks import number, positive_int
 from raytile.pipeline.registry import register_stage
 
@@ -25,6 +24,7 @@ class LeakyIntegrator(Kernel):
 
     kind = "leaky_integrator"
     capturable = True
+    output_dtype = "any"
     defaults: ClassVar[Mapping[str, Any]] = {"gain": 0.5, "leak": 1.0}
 
     @classmethod
@@ -33,11 +33,6 @@ class LeakyIntegrator(Kernel):
         leak = number(params, "leak", where)
         if not 0.0 <= leak <= 1.0:
             raise ConfigValidationError(f"{where}: field 'params.leak': expected 0 <= leak <= 1, got {leak}")
-
-    @classmethod
-    def expected_output(cls, input_spec: StreamSpec, auxiliary_specs: tuple[StreamSpec, ...],
-                        params: Mapping[str, Any], where: str) -> OutputRule:
-        return input_spec.shape, None
 
     def configure(self) -> None:
         self.check_params(self.params, f"stage {self.name!r}")
@@ -58,16 +53,12 @@ class Integrate(Kernel):
     """Sum of ``frames`` consecutive inputs, emitted every ``frames`` triggers (output not refreshed between)."""
 
     kind = "integrate"
+    output_dtype = "any"
     defaults: ClassVar[Mapping[str, Any]] = {"frames": 2}
 
     @classmethod
     def check_params(cls, params: Mapping[str, Any], where: str) -> None:
         positive_int(params, "frames", where)
-
-    @classmethod
-    def expected_output(cls, input_spec: StreamSpec, auxiliary_specs: tuple[StreamSpec, ...],
-                        params: Mapping[str, Any], where: str) -> OutputRule:
-        return input_spec.shape, None
 
     def configure(self) -> None:
         self.check_params(self.params, f"stage {self.name!r}")

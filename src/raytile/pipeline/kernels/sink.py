@@ -31,11 +31,6 @@ class Sink(Kernel):
         positive_int(params, "keep", where)
 
     @classmethod
-    def validate_config(cls, spec: Any, streams: Mapping[str, StreamSpec]) -> None:
-        super().validate_config(spec, streams)
-        cls.check_params(cls.resolve_params(spec.params, spec.where()), spec.where())
-
-    @classmethod
     def expected_output(cls, input_spec: StreamSpec, auxiliary_specs: tuple[StreamSpec, ...],
                         params: Mapping[str, Any], where: str) -> OutputRule:
         return None, None
