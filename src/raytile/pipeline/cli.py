@@ -54,10 +54,9 @@ def add_pipeline_parser(sub: Any) -> None:
 
 def _ensure_ray(placements: list[str]) -> None:
     if any(p != "in-process" for p in placements):
-        import ray
+        from raytile.pipeline.ray_placement import ensure_ray
 
-        if not ray.is_initialized():
-            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
+        ensure_ray()
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:

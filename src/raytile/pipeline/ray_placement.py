@@ -39,10 +39,20 @@ from raytile.pipeline.engine import GraphEngine
 from raytile.pipeline.errors import PipelineStateError, StageActorDied, StageFailed
 from raytile.pipeline.registry import get_stage_class, register_stage
 
-__all__ = ["RayPlacement", "GroupHost", "STEP_TIMEOUT_S"]
+__all__ = ["RayPlacement", "GroupHost", "STEP_TIMEOUT_S", "ensure_ray"]
 
 #: How long the driver waits for one step (or a control call) before reporting the actors.
 STEP_TIMEOUT_S = 60.0
+
+
+def ensure_ray() -> None:
+    """Start a local Ray (all cores, no dashboard) unless this process is connected to one."""
+    import os
+
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
 
 
 class GroupHost:
@@ -162,8 +172,7 @@ class RayPlacement:
     def build(self) -> None:
         import ray
 
-        if not ray.is_initialized():
-            ray.init()
+        ensure_ray()
         classes = {st.kind: get_stage_class(st.kind) for st in self.config.stages}
         remote_cls = ray.remote(GroupHost)
         for g in self.groups:
