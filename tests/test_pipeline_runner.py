@@ -229,3 +229,19 @@ def test_raising_setup_names_the_stage():
     with pytest.raises(ConfigValidationError, match="stage 'const': field 'params.value'.*\\[2\\]"):
         p.build()
     assert p.state == "failed"
+
+
+def test_reads_during_a_background_run_see_whole_steps():
+    cfg = add(frames_config(), {"s": ([8, 8], "float32")},
+              {"name": "scale", "kind": "affine", "input": "frame", "output": "s", "params": {"scale": 2.0}})
+    frames = 2.0 * bank().astype(np.float32)
+    p = Pipeline.from_dict(cfg).build()
+    p.run(steps=3000, background=True)
+    try:
+        for _ in range(200):
+            v = p.read("s")
+            assert any(np.array_equal(v, f) for f in frames)
+            p.metrics()
+    finally:
+        p.stop()
+    assert p.state in ("stopped", "built")

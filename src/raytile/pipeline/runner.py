@@ -60,8 +60,10 @@ class Pipeline:
         self._resume.set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._t_run_start = 0.0
+        self._last_step_ns = 0
         self._steps_run = 0
+        #: held by the loop around each step: reads from other threads see whole steps
+        self._step_lock = threading.RLock()
         self._spacing: list[int] = []
 
     @classmethod
@@ -161,45 +163,33 @@ class Pipeline:
         return self
 
     def _loop(self, steps: int | None, until: Until, set_state: bool) -> None:
+        """Step until ``steps``, ``until`` or stop(); in phases: hold while paused, patch, step, publish."""
         deadline = time.monotonic() + float(until) if isinstance(until, (int, float)) else None
         predicate = until if callable(until) else None
         placement = self._placement
-        clock = time.perf_counter_ns
         done = 0
-        self._t_run_start = time.monotonic()
-        last = 0
+        self._last_step_ns = 0
         try:
             while steps is None or done < steps:
-                if self._stop.is_set():
+                if self._stop.is_set() or not self._hold_while_paused():
                     break
-                if not self._resume.is_set():
-                    self.state = "paused"
-                    while not self._resume.wait(0.05):
-                        if self._stop.is_set():
-                            break
-                    if self._stop.is_set():
-                        break
-                    self.state = "running"
-                if self._patches:
-                    self._apply_patches()
-                placement.step(self.t)
-                self.t += 1
-                done += 1
-                now = clock()
-                if last:
-                    self._spacing.append(now - last)
-                    if len(self._spacing) > 8192:
-                        del self._spacing[:4096]
-                last = now
-                if self._readers:
-                    self._publish()
+                with self._step_lock:
+                    if self._patches:
+                        self._apply_patches()
+                    placement.step(self.t)
+                    self.t += 1
+                    done += 1
+                    self._note_spacing()
+                    if self._readers:
+                        self._publish()
                 if deadline is not None and time.monotonic() >= deadline:
                     break
                 if predicate is not None and predicate(self):
                     break
-            drain = getattr(placement, "drain", None)
-            if drain is not None:
-                drain()  # steps still in flight on actors end before the loop returns
+            with self._step_lock:
+                drain = getattr(placement, "drain", None)
+                if drain is not None:
+                    drain()  # steps still in flight on actors end before the loop returns
         except BaseException as e:
             last_done = getattr(placement, "last_done", None)
             if last_done is not None and last_done + 1 < self.t:
@@ -212,9 +202,29 @@ class Pipeline:
             self._steps_run += done
         if set_state:
             self.state = "stopped" if self._stop.is_set() else "built"
-        for r in list(self._readers):
-            if set_state:
+            for r in list(self._readers):
                 r.finish()
+
+    def _hold_while_paused(self) -> bool:
+        """Wait while paused; False if stop() came meanwhile."""
+        if self._resume.is_set():
+            return True
+        self.state = "paused"
+        while not self._resume.wait(0.05):
+            if self._stop.is_set():
+                return False
+        if self._stop.is_set():
+            return False
+        self.state = "running"
+        return True
+
+    def _note_spacing(self) -> None:
+        now = time.perf_counter_ns()
+        if self._last_step_ns:
+            self._spacing.append(now - self._last_step_ns)
+            if len(self._spacing) > 8192:
+                del self._spacing[:4096]
+        self._last_step_ns = now
 
     def _fail(self, e: BaseException) -> None:
         if not isinstance(e, (StageFailed, ConfigValidationError)) and isinstance(e, Exception):
@@ -301,12 +311,14 @@ class Pipeline:
         self._check_stream(stream)
         if self._placement is None:
             raise PipelineStateError("read(): call build() first")
-        return self._placement.read(stream)[0]
+        with self._step_lock:
+            return self._placement.read(stream)[0]
 
     def generation(self, stream: str) -> int:
         """The step that last refreshed ``stream`` (-1: never)."""
         self._check_stream(stream)
-        return int(self._placement.generation(stream))
+        with self._step_lock:
+            return int(self._placement.generation(stream))
 
     def sink(self, stage: str) -> np.ndarray:
         """The values a ``sink`` stage kept, oldest first (any placement)."""
@@ -315,7 +327,8 @@ class Pipeline:
                                         f"got {self.config.stage(stage).kind!r}")
         if self._placement is None:
             raise PipelineStateError("sink(): call build() first")
-        return self._placement.sink_values(stage)
+        with self._step_lock:
+            return self._placement.sink_values(stage)
 
     def stage(self, name: str) -> Any:
         """The stage object (in-process placement only)."""
@@ -363,7 +376,8 @@ class Pipeline:
         """Per stage: steps, mean_ms, p50_ms, p99_ms, jitter_ms, hz."""
         if self._placement is None:
             return {s.name: {"steps": 0} for s in self.config.stages}
-        return self._placement.metrics()
+        with self._step_lock:
+            return self._placement.metrics()
 
     def loop_metrics(self) -> dict[str, float]:
         """Rate and spacing of whole steps: hz, p50_ms, p99_ms over the latest steps."""
