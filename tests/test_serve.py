@@ -453,3 +453,67 @@ def test_viewer_page_is_self_contained(server, client):
     assert "http://" not in page and "https://" not in page  # nothing fetched from the internet
     files = {f["relpath"]: f for f in client.get("/v1/datasets").json()["files"]}
     assert files["scan.npy"]["shape"] == list(NAV + SIG)  # the viewer reads frame sizes from the listing
+
+
+def _canvas_gray(page) -> np.ndarray:
+    px = page.evaluate("""() => { const c = document.getElementById('result');
+        return [c.height, c.width, Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data)]; }""")
+    h, w, data = px
+    return np.array(data, dtype=np.uint8).reshape(h, w, 4)[..., 0]
+
+
+def _expected_gray(scan, ri, ro) -> np.ndarray:
+    v = np.einsum("yxab,ab->yx", scan.astype(np.float64), masks.ring(15.5, 15.5, ri, ro, SIG))
+    return np.round(255 * (v - v.min()) / (v.max() - v.min()))
+
+
+def test_viewer_in_headless_chromium(server, data, tmp_path_factory):
+    import shutil
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium; .ci/run does)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    shots = os.environ.get("RAYTILE_ARTIFACTS") or str(tmp_path_factory.mktemp("viewer"))
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"{server}/?token={TOKEN}")
+            page.wait_for_function("document.getElementById('dataset').options.length > 0")
+            page.select_option("#dataset", label="scan.npy")
+            page.select_option("#analysis", "ring")
+            page.click("#start")
+            page.wait_for_function("""() => { const s = window.raytileViewer;
+                return s.last && s.last.final && document.getElementById('result').width > 1; }""", timeout=60_000)
+            first_run = page.evaluate("window.raytileViewer.runId")
+            ri, ro = float(page.input_value("#ri")), float(page.input_value("#ro"))
+            before = _canvas_gray(page)
+            assert not errors, errors
+            np.testing.assert_allclose(before, _expected_gray(data["scan"], ri, ro), atol=1)
+            page.screenshot(path=os.path.join(shots, "viewer-before.png"), full_page=True)
+            # drag on the detector from the inner radius inwards: the ring's inner radius follows the mouse
+            box = page.locator("#detector").bounding_box()
+            scale = box["width"] / SIG[1]
+            cx, cy = box["x"] + 15.5 * scale, box["y"] + 15.5 * scale
+            page.mouse.move(cx + ri * scale, cy)
+            page.mouse.down()
+            for r in np.linspace(ri, 2, 6):
+                page.mouse.move(cx + r * scale, cy)
+            page.mouse.up()
+            page.wait_for_function(f"""() => {{ const s = window.raytileViewer;
+                return s.runId !== {json.dumps(first_run)} && !s.patchTimer && !s.starting && !s.restart
+                       && s.last && s.last.run_id === s.runId && s.last.final; }}""",
+                                   timeout=60_000)
+            ri2, ro2 = float(page.input_value("#ri")), float(page.input_value("#ro"))
+            assert ri2 < ri and ro2 == ro
+            after = _canvas_gray(page)
+            np.testing.assert_allclose(after, _expected_gray(data["scan"], ri2, ro2), atol=1)
+            assert (after != before).any()
+            assert page.evaluate("document.getElementById('progress').value") == 1
+            page.screenshot(path=os.path.join(shots, "viewer-after.png"), full_page=True)
+        finally:
+            browser.close()
+    assert os.path.getsize(os.path.join(shots, "viewer-after.png")) > 1000
