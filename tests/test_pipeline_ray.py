@@ -99,7 +99,10 @@ def test_dead_actor_is_reported_and_restart_rebuilds(ray_context):
             p.step(1)
         assert ei.value.group == "control"
         assert set(ei.value.stages) == {"reconstructor", "matvec", "integrator", "clip", "log"}
-        assert p.status()["state"] == "failed"
+        st = p.status()
+        assert st["state"] == "failed" and "control" in st["error"]
+        assert st["stages"]["matvec"]["state"] == "failed" and st["stages"]["camera"]["state"] == "built"
+        assert set(st["failed_stages"]) == {"reconstructor", "matvec", "integrator", "clip", "log"}
         p.restart()
         local.restart()
         p.step(4)

@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from raytile.common.errors import ConfigValidationError
+from raytile.common.errors import ConfigValidationError, RaytileError
 from raytile.pipeline.config import PipelineConfig
 from raytile.pipeline.errors import PipelineStateError, StageFailed
 from raytile.pipeline.local import LocalPlacement
@@ -227,7 +227,7 @@ class Pipeline:
         self._last_step_ns = now
 
     def _fail(self, e: BaseException) -> None:
-        if not isinstance(e, (StageFailed, ConfigValidationError)) and isinstance(e, Exception):
+        if not isinstance(e, RaytileError) and isinstance(e, Exception):
             e = StageFailed("<pipeline>", "step", f"{type(e).__name__}: {e}", traceback.format_exc())
         self.error = e
         self.state = "failed"
@@ -397,17 +397,19 @@ class Pipeline:
                 raise
             metrics = {}  # a failed placement (a dead actor) may not answer; the error says why
         failed_stage = self.error.stage if isinstance(self.error, StageFailed) else None
+        failed = {failed_stage} if failed_stage else set(getattr(self.error, "stages", ()))
         stage_state = {"created": "created", "built": "built", "running": "running", "paused": "paused",
                        "stopped": "stopped", "failed": "built"}[self.state]
         stages = {}
         for s in self.config.stages:
-            st = "failed" if s.name == failed_stage else stage_state
+            st = "failed" if s.name in failed else stage_state
             stages[s.name] = {"state": st, "kind": s.kind, "placement": s.placement or "main",
                               **metrics.get(s.name, {})}
         out: dict[str, Any] = {"state": self.state, "step": self.t, "placement": self.placement_name,
                                "stages": stages, "loop": self.loop_metrics()}
         if self.error is not None:
             out["error"] = str(self.error)
-            out["failed_stage"] = failed_stage
+            out["failed_stage"] = failed_stage or (sorted(failed)[0] if failed else None)
+            out["failed_stages"] = sorted(failed)
             out["traceback"] = getattr(self.error, "stage_traceback", "")
         return out
