@@ -89,7 +89,7 @@ def scenario_node_added_mid_run(cluster, ctx):
     data = _data(96)
     ds = ctx.load("memory", data=data, sig_dims=2, num_partitions=48)
     added = {}
-    res = _run_with_event(ctx, ds, WherePidUDF(delay=0.25), lambda: added.setdefault(
+    res = _run_with_event(ctx, ds, WherePidUDF(delay=0.4), lambda: added.setdefault(
         "node", cluster.add_node(num_cpus=1, object_store_memory=OBJECT_STORE)))
     _check(res, data)
     new_node = added["node"].node_id

@@ -48,6 +48,8 @@ _LOST = tuple(
 #: Run parameters that pickle to at most this many bytes travel inside the first task each actor gets
 #: (no object store round trip); larger ones are put into the object store once.
 INLINE_PARAMS_BYTES = 64 * 1024
+#: By default workers send their merged results at most this often (seconds).
+MERGE_INTERVAL_S = 0.1
 
 
 class ParamsHandle:
@@ -70,8 +72,8 @@ _RemoteProgress: Any = ray.remote(num_cpus=0)(ProgressActor)
 class _RayHandle(TaskHandle):
     """A submitted task: its object ref, and a future of it whose callback wakes the run's coordinator."""
 
-    def __init__(self, task, version, ref, slot: Slot, actor, run_id: str, sink):
-        super().__init__(task, version)
+    def __init__(self, task, version, ref, slot: Slot, actor, run_id: str, sink, expected=()):
+        super().__init__(task, version, expected)
         self.ref = ref
         self.future = ref.future()
         self.slot = slot
@@ -94,14 +96,21 @@ class RayExecutor(Executor):
     """Worker actors on a local or remote Ray cluster. Build it with :meth:`make`."""
 
     def __init__(self, cpus: int | None = None, gpus: int | None = None, cpu_share: float = 1.0,
-                 max_workers: int | None = None, start_timeout: float = 120.0):
+                 max_workers: int | None = None, start_timeout: float = 120.0,
+                 merge_interval_s: float | None = MERGE_INTERVAL_S):
         """Worker actors: ``cpus`` CPU and ``gpus`` GPU actors, or with both None one per CPU and GPU
-        of every node, following the cluster as nodes join and leave (at most ``max_workers``)."""
+        of every node, following the cluster as nodes join and leave (at most ``max_workers``).
+
+        Workers merge the results of the partitions they run and send them at
+        most every ``merge_interval_s`` seconds (None: each partition's result
+        goes to the coordinator; see :mod:`raytile.runtime.segments`)."""
         fixed = None if cpus is None and gpus is None else {"cpu": int(cpus or 0), "cuda": int(gpus or 0)}
         if fixed is not None and sum(fixed.values()) <= 0:
             raise ExecutorError("RayExecutor needs at least one CPU or GPU worker")
         self._lock = threading.RLock()
         self._wakeups: dict[str, threading.Event] = {}
+        self._held: dict[str, dict[str, set[int]]] = {}  # run_id -> worker name -> partitions held merged
+        self.merge_interval_s = merge_interval_s
         self._closed = False
         self.pool = WorkerPool(fixed, cpu_share, max_workers, on_change=self._wake_all)
         # started with the workers: creating it lazily would cost a process start in the first run with progress
@@ -160,7 +169,7 @@ class RayExecutor(Executor):
     @classmethod
     def make(cls, cpus: int | None = None, gpus: int | None = None, address: str | None = None,
              max_workers: int | None = None, min_workers: int | None = None,
-             **init_kwargs: Any) -> "RayExecutor":
+             merge_interval_s: float | None = MERGE_INTERVAL_S, **init_kwargs: Any) -> "RayExecutor":
         """Join or start Ray, then start the worker actors.
 
         ``address``: None joins the Ray this machine runs or starts one;
@@ -173,6 +182,7 @@ class RayExecutor(Executor):
         actors; without, one per CPU and per GPU of every node, following the
         cluster as nodes join and leave, at most ``max_workers``.
         ``min_workers`` asks the cluster's autoscaler for that many CPUs.
+        ``merge_interval_s``: see :class:`RayExecutor`.
         """
         for name, value in (("cpus", cpus), ("gpus", gpus), ("max_workers", max_workers),
                             ("min_workers", min_workers)):
@@ -194,7 +204,7 @@ class RayExecutor(Executor):
             log.warning("only %s of %s CPUs are free in the Ray cluster (another Context holds them); "
                         "this Context's %d CPU workers share CPUs", free, total.get("CPU", 0), n_cpu)
             share = 0.0
-        return cls(cpus, gpus, cpu_share=share, max_workers=max_workers)
+        return cls(cpus, gpus, cpu_share=share, max_workers=max_workers, merge_interval_s=merge_interval_s)
 
     # -- params and data -------------------------------------------------------
     def put_params(self, params: Any) -> Any:
@@ -257,7 +267,7 @@ class RayExecutor(Executor):
         if progress is not None:
             progress_actor = self._progress(params_handle.run_id, progress)
         with self._lock:
-            slot = self.pool.pick(task.device_class)
+            slot = self.pool.pick(task.device_class, params_handle.run_id, task.idx)
             if slot is None:
                 raise NoWorkerReady(f"no {task.device_class} worker is ready for {task.describe()}")
             slot.in_flight += 1
@@ -365,6 +375,7 @@ class RayExecutor(Executor):
         """Deliver the run's last progress counts and forget its progress poll."""
         with self._lock:
             self._wakeups.pop(run_id, None)
+            self._held.pop(run_id, None)
             poll = self._progress_polls.pop(run_id, None)
             actor = self._progress_actor
         if poll is None:
@@ -378,30 +389,63 @@ class RayExecutor(Executor):
         if frames:
             poll.sink(run_id, frames)
 
-    def result(self, handle: TaskHandle) -> PartitionResult:
+    def result(self, handle: TaskHandle) -> list[PartitionResult]:
         assert isinstance(handle, _RayHandle)
         self._settle(handle)
         try:
             status, payload, spans = handle.future.result()
         except _LOST as e:
             self._replace(handle)
-            raise WorkerLost(f"worker {handle.slot.name} died running {handle.task.describe()}: "
-                             f"{type(e).__name__}") from e
+            raise WorkerLost(f"worker {handle.slot.name} died running {handle.describe()}: {type(e).__name__}",
+                             held=self._held_by(handle, clear=True)) from e
         except rex.RayTaskError as e:  # not a UDF error (those come back as values): a Ray/pickling fault
-            raise ExecutorError(f"{handle.task.describe()} failed in the Ray runtime: {e}") from e
+            raise ExecutorError(f"{handle.describe()} failed in the Ray runtime: {e}") from e
         if spans:
             tracing.export_remote_spans(spans)
         if status == "ok":
+            held = self._held_by(handle)
+            for res in payload:
+                held.difference_update(res.partitions)
             return payload
+        if status == "held":
+            self._held_by(handle).add(payload)
+            return []
         if status == "cancelled":
-            raise UDFRunCancelled(f"{handle.task.describe()} was cancelled")
+            raise UDFRunCancelled(f"{handle.describe()} was cancelled")
         if status == "missing":
             kind, key = payload
             with self._lock:
-                if handle.slot.actor is handle.actor:
-                    handle.slot.ledgers[kind].forget(key)
-            raise TaskNotRun(f"worker {handle.slot.name} did not hold the {kind} of {handle.task.describe()}")
+                handle.slot.ledgers[kind].forget(key)
+            raise TaskNotRun(f"worker {handle.slot.name} did not hold the {kind} of {handle.describe()}")
         raise payload
+
+    def _held_by(self, handle: _RayHandle, clear: bool = False) -> set[int]:
+        """The partitions of the handle's run that its worker holds merged, not yet sent."""
+        with self._lock:
+            by_slot = self._held.setdefault(handle.run_id, {})
+            if clear:
+                return by_slot.pop(handle.slot.name, set())
+            return by_slot.setdefault(handle.slot.name, set())
+
+    def preferred(self, run_id: str) -> set[int]:
+        return self.pool.extending(run_id) if self.merge_interval_s is not None else set()
+
+    def flush(self, run_id: str) -> list[TaskHandle]:
+        """Ask each worker holding merged results of the run for them (``WorkerActor.flush_run``,
+        queued behind the run's tasks on that actor)."""
+        handles: list[TaskHandle] = []
+        with self._lock:
+            held = {name: set(idxs) for name, idxs in self._held.get(run_id, {}).items() if idxs}
+            slots = {s.name: s for s in self.pool.slots}
+        for name, idxs in held.items():
+            slot = slots.get(name)
+            if slot is None:  # retired meanwhile: nothing will deliver them
+                continue
+            handle = _RayHandle(None, -1, slot.actor.flush_run.remote(run_id), slot, slot.actor, run_id, None,
+                                expected=idxs)
+            self._ring_when_done(handle.future, run_id)
+            handles.append(handle)
+        return handles
 
     def _replace(self, handle: _RayHandle) -> None:
         """The handle's actor died: retire it; the pool starts a replacement where there is room."""
@@ -425,6 +469,8 @@ class RayExecutor(Executor):
                     h.actor.cancel_run.remote(h.run_id)
                 except Exception as e:  # its actor is gone
                     log.debug("cancel_run on %s: %s", h.slot.name, e)
+            with self._lock:
+                self._held.pop(h.run_id, None)
             self._settle(h)
 
     def run_function(self, fn: Callable, *args: Any) -> Any:
@@ -463,6 +509,7 @@ class RayExecutor(Executor):
             self.shared.clear()
             self._progress_polls.clear()
             self._wakeups.clear()
+            self._held.clear()
 
     def __repr__(self) -> str:
         kinds = [s.kind for s in self.pool.slots]

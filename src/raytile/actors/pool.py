@@ -69,6 +69,7 @@ class Slot:
     state: SlotState = SlotState.STARTING
     in_flight: int = 0
     info: dict = field(default_factory=dict)
+    last_idx: dict[str, int] = field(default_factory=dict)  #: run_id -> the last partition sent to it
     ledgers: dict[str, Ledger] = field(
         default_factory=lambda: {"params": Ledger(PARAMS_CACHE), "data": Ledger(DATA_CACHE)}
     )
@@ -178,10 +179,24 @@ class WorkerPool:
             kinds |= {k for k, n in self._fixed.items() if n > 0}
         return frozenset(kinds)
 
-    def pick(self, device_class: str) -> Slot | None:
-        """The ready slot for a task of ``device_class`` with the fewest tasks in flight, or None."""
+    def pick(self, device_class: str, run_id: str = "", idx: int = -1) -> Slot | None:
+        """The ready slot for a task of ``device_class`` with the fewest tasks in flight, or None;
+        one whose last task of ``run_id`` was partition ``idx - 1`` first, if it has room (its merged
+        results then grow one segment, see runtime/segments.py)."""
         with self._lock:
-            return resources.pick([s for s in self._slots if s.ready], device_class)
+            slot = resources.pick([s for s in self._slots if s.ready], device_class,
+                                  prefer=lambda s: s.last_idx.get(run_id) == idx - 1)
+            if slot is not None and run_id:
+                slot.last_idx[run_id] = idx
+                while len(slot.last_idx) > 64:
+                    slot.last_idx.pop(next(iter(slot.last_idx)))
+            return slot
+
+    def extending(self, run_id: str) -> set[int]:
+        """Partitions that would extend the segment of a ready slot with room (each its last + 1)."""
+        with self._lock:
+            return {s.last_idx[run_id] + 1 for s in self._slots
+                    if s.ready and s.in_flight < resources.IN_FLIGHT_PER_ACTOR and run_id in s.last_idx}
 
     # -- effects -----------------------------------------------------------------
     def refresh(self, nodes: Sequence[NodeInfo] | None = None) -> bool:

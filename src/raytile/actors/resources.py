@@ -10,7 +10,7 @@ to whichever eligible actor has the fewest tasks in flight.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 __all__ = ["ELIGIBLE", "IN_FLIGHT_PER_ACTOR", "eligible_kinds", "actor_options", "pick"]
 
@@ -51,13 +51,16 @@ def actor_options(kind: str, cpu_share: float, node_id: str | None = None) -> di
     return {"num_cpus": cpu_share, "num_gpus": 0, "scheduling_strategy": strategy}
 
 
-def pick(slots: Sequence, device_class: str):
-    """The eligible slot with the fewest tasks in flight (first one on ties), or None."""
+def pick(slots: Sequence, device_class: str, prefer: Callable[[Any], bool] | None = None):
+    """The eligible slot with the fewest tasks in flight (first one on ties), or None.
+
+    Slots for which ``prefer`` is true win if one of them has room (fewer
+    than ``IN_FLIGHT_PER_ACTOR`` tasks in flight).
+    """
     kinds = eligible_kinds(device_class)
-    best = None
-    for slot in slots:
-        if slot.kind not in kinds or slot.dead:
-            continue
-        if best is None or slot.in_flight < best.in_flight:
-            best = slot
-    return best
+    eligible = [s for s in slots if s.kind in kinds and not s.dead]
+    if prefer is not None:
+        preferred = [s for s in eligible if s.in_flight < IN_FLIGHT_PER_ACTOR and prefer(s)]
+        if preferred:
+            eligible = preferred
+    return min(eligible, key=lambda s: s.in_flight, default=None)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import pickle
 import socket
+import time
 import traceback
 from collections import OrderedDict
 from typing import Any
@@ -36,7 +37,7 @@ from raytile.actors.progress import TileReporter
 from raytile.actors.worker_tracing import WorkerTracing
 from raytile.common.errors import ExecutorError
 
-__all__ = ["WorkerActor", "PARAMS_CACHE", "DATA_CACHE", "CANCELLED_RUNS"]
+__all__ = ["WorkerActor", "PARAMS_CACHE", "DATA_CACHE", "CANCELLED_RUNS", "HELD_RUNS"]
 
 #: Params versions a worker keeps resolved.
 PARAMS_CACHE = 8
@@ -45,6 +46,8 @@ PARAMS_CACHE = 8
 DATA_CACHE = 4096
 #: Cancelled runs a worker remembers (their queued tasks return unrun).
 CANCELLED_RUNS = 1024
+#: Runs a worker holds merged results of (the oldest is dropped beyond; its coordinator re-runs them).
+HELD_RUNS = 64
 
 
 class _Cancelled(Exception):
@@ -89,6 +92,8 @@ class WorkerActor:
         self._params = ValueCache("params", PARAMS_CACHE, _fetch_params)
         self._data = ValueCache("data", DATA_CACHE, ray.get)
         self._cancelled_runs: "OrderedDict[str, None]" = OrderedDict()
+        self._mergers: "OrderedDict[str, Any]" = OrderedDict()  # run_id -> SegmentMerger of held results
+        self._last_sent: "OrderedDict[str, float]" = OrderedDict()  # run_id -> when results were last sent
         self._tracing = WorkerTracing()
         self._host = socket.gethostname()
 
@@ -99,7 +104,8 @@ class WorkerActor:
                 "threads": self.threads, "data_cached": len(self._data), "params_cached": len(self._params)}
 
     def run_task(self, message: bytes | tuple, shipped: dict[str, Any] | None = None, progress: Any = None):
-        """Run one partition. Returns ``("ok", PartitionResult, spans)`` or ``("error", exc, spans)``.
+        """Run one partition. Returns ``("ok", [PartitionResult, ...], spans)`` (its result, or merged
+        segments of several, see ``_deliver``), ``("held", idx, spans)`` or ``("error", exc, spans)``.
 
         ``message`` is the packed ``(PartitionTask, params key, data key)``
         (see :mod:`raytile.actors.cache`; the tuple itself if it holds Ray
@@ -163,7 +169,53 @@ class WorkerActor:
         result.worker = self.name
         if params.trace_context:
             spans = self._tracing.collect()
-        return "ok", result, spans
+        try:
+            delivered = self._deliver(task, params, result)
+        except BaseException as e:  # noqa: BLE001  (a UDF's merge raised: delivered to the consumer)
+            return "error", _picklable(e, task), spans
+        if delivered is None:
+            return "held", task.idx, spans
+        return "ok", delivered, spans
+
+    def _deliver(self, task, params, result) -> list | None:
+        """The results to send now, or None if ``result`` was merged into this worker's held state.
+
+        With ``params.merge_interval_s`` set, partitions are merged here
+        (:mod:`raytile.runtime.segments`) and sent at most that often, the
+        run's first partition on this worker at once; an older parameters
+        version's state goes with the first task of the new version.
+        """
+        from raytile.runtime.segments import SegmentMerger, merges_pairwise
+
+        interval = params.merge_interval_s
+        if interval is None or not merges_pairwise(params.udfs):
+            return [result]
+        run_id = params.run_id
+        out = []
+        merger = self._mergers.get(run_id)
+        if merger is not None and merger.version != params.version:
+            out = [seg.as_result(self.name) for seg in merger.take()]
+            merger = None
+        if merger is None:
+            merger = self._mergers[run_id] = SegmentMerger(params)
+            while len(self._mergers) > HELD_RUNS:
+                self._mergers.popitem(last=False)  # the coordinator re-runs what a flush does not return
+        merger.add(result, task.partition.roi_offset(params.roi), f"{task.describe()} on worker {self.name}")
+        now = time.monotonic()
+        last = self._last_sent.get(run_id)
+        if last is None or now - last >= interval:
+            out += [seg.as_result(self.name) for seg in merger.take()]
+            self._last_sent[run_id] = now
+            while len(self._last_sent) > HELD_RUNS:
+                self._last_sent.popitem(last=False)
+        return out or None
+
+    def flush_run(self, run_id: str):
+        """The run's held results (merged segments), as ``("ok", [results], [])``; runs after the run's
+        tasks queued before it (the default group keeps the order)."""
+        merger = self._mergers.pop(run_id, None)
+        segments = merger.take() if merger is not None else []
+        return "ok", [seg.as_result(self.name) for seg in segments], []
 
     @ray.method(concurrency_group="control")
     def cancel_run(self, run_id: str) -> None:
@@ -174,6 +226,7 @@ class WorkerActor:
         waits 30 s for.)
         """
         self._cancelled_runs[run_id] = None
+        self._mergers.pop(run_id, None)
         while len(self._cancelled_runs) > CANCELLED_RUNS:
             self._cancelled_runs.popitem(last=False)
 

@@ -139,7 +139,10 @@ class Coordinator:
         ex = self._executor
         ex.prepare_dataset(self._plan.dataset)
         ex.start_run(self.run_id, self._wakeup)
-        self._params = replace(self._plan.params, trace_context=tracing.inject_context())
+        self._params = replace(self._plan.params, trace_context=tracing.inject_context(),
+                               merge_interval_s=ex.merge_interval_s)
+        if ex.merge_interval_s is not None:
+            self._state.order_in_blocks(ex.num_workers)
         self._params_handle = ex.put_params(self._params)
         if self._progress is not None:
             self._progress.start(self.run_id, sum(t.num_frames for t in self._plan.tasks), len(self._plan.tasks))
@@ -173,7 +176,8 @@ class Coordinator:
 
     def _dispatch(self) -> None:
         sink = self._on_tile if self._progress is not None else None
-        while (task := self._state.next_to_submit(self._executor.max_in_flight)) is not None:
+        while (task := self._state.next_to_submit(self._executor.max_in_flight,
+                                                  self._executor.preferred(self.run_id))) is not None:
             try:
                 handle = self._executor.submit(task, self._params_handle, self._params.version, sink)
             except NoWorkerReady:
@@ -189,10 +193,21 @@ class Coordinator:
     def _collect(self, done: Sequence[TaskHandle]) -> None:
         for handle in done:
             self._state.returned(handle)
-            result = self._task_result(handle)
-            if result is None or self._state.judge(handle.task, result.version) is Outcome.STALE:
+            results = self._task_results(handle)
+            if results is None:
                 continue
-            self._merge(handle, result)
+            if not results and handle.task is not None:
+                self._state.hold(handle.task)  # merged on its worker, sent later
+            for result in results:
+                if self._state.judge(result.partitions, result.version) is Outcome.MERGE:
+                    self._merge(handle, result)
+            if handle.task is None:  # a flush: what it did not return is not coming
+                self._state.lost_held(handle.expected)
+        if self._state.needs_flush:
+            for flush in self._executor.flush(self.run_id):
+                self._state.submitted(flush)
+            if not self._state.in_flight:  # no worker left to ask
+                self._state.lost_held(set(self._state.held))
 
     def _publish(self, finished: bool = False) -> None:
         if not should_publish(merged_since=self._state.merged_since_publish, outbox_empty=self.outbox.empty,
@@ -204,25 +219,29 @@ class Coordinator:
         self._state.published()
 
     # -- steps of the phases ---------------------------------------------------
-    def _task_result(self, handle: TaskHandle) -> PartitionResult | None:
-        """The task's result, or None if it is to run again (its worker died or lacked a value)."""
+    def _task_results(self, handle: TaskHandle) -> list[PartitionResult] | None:
+        """The handle's results, or None if its task is to run again (its worker died or lacked a value)."""
         task = handle.task
         try:
             return self._executor.result(handle)
         except WorkerLost as e:
-            if self._state.worker_lost(task) is Outcome.GIVE_UP:
+            self._state.lost_held(e.held)
+            if task is not None and self._state.worker_lost(task) is Outcome.GIVE_UP:
                 raise ExecutorError(
                     f"{task.describe()} failed {MAX_RETRIES} times because its worker died: {e}"
                 ) from e
         except TaskNotRun:
-            self._state.not_run(task)
+            if task is not None:
+                self._state.not_run(task)
         return None
 
     def _merge(self, handle: TaskHandle, result: PartitionResult) -> None:
         assert self._acc is not None
-        with tracing.child_span("raytile.merge", {"raytile.partition": handle.task.idx}):
-            self._acc.merge(result, handle.task.describe())
-        self._frames_merged += handle.task.num_frames
+        where = handle.describe() if result.covers == [] else (
+            f"partitions {result.covers} (merged on worker {result.worker})")
+        with tracing.child_span("raytile.merge", {"raytile.partition": result.idx}):
+            self._acc.merge(result, where)
+        self._frames_merged += self._state.frames_of(result.partitions)
         if self._progress is not None:
             self._progress.partition_done(self.run_id, self._acc.done)
 

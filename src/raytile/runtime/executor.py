@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from raytile.runtime.params import PartitionResult, PartitionTask
 
@@ -18,7 +18,15 @@ __all__ = ["Executor", "TaskHandle", "WorkerLost", "TaskNotRun", "NoWorkerReady"
 
 
 class WorkerLost(Exception):
-    """A task's worker died; the task may be retried elsewhere (internal)."""
+    """A task's worker died; the task may be retried elsewhere (internal).
+
+    ``held`` names the partitions whose results that worker had merged and
+    not yet sent: they are lost with it and must run again.
+    """
+
+    def __init__(self, message: str, held: Iterable[int] = ()):
+        super().__init__(message)
+        self.held = frozenset(held)
 
 
 class TaskNotRun(Exception):
@@ -38,11 +46,18 @@ class NoWorkerReady(Exception):
 
 
 class TaskHandle:
-    """An executor's token for one submitted task."""
+    """An executor's token for one submitted task, or (``task`` None) for a flush of held results
+    that should deliver the partitions ``expected``."""
 
-    def __init__(self, task: PartitionTask, version: int):
+    def __init__(self, task: PartitionTask | None, version: int, expected: Iterable[int] = ()):
         self.task = task
         self.version = version
+        self.expected = frozenset(expected)
+
+    def describe(self) -> str:
+        if self.task is not None:
+            return self.task.describe()
+        return f"the held results of partitions {sorted(self.expected)}"
 
 
 #: Per-tile progress callback: (run_id, frames) -> None.
@@ -58,6 +73,8 @@ class Executor(ABC):
     num_workers: int = 1
     #: Device classes with at least one worker ("cpu", "cuda").
     device_classes: frozenset = frozenset({"cpu"})
+    #: Workers merge their partitions' results and send them at most this often (s); None: never.
+    merge_interval_s: float | None = None
 
     @abstractmethod
     def put_params(self, params: Any) -> Any:
@@ -76,8 +93,18 @@ class Executor(ABC):
         run's ``wakeup`` event (see :meth:`start_run`) was set. With no handles, waits for the event."""
 
     @abstractmethod
-    def result(self, handle: TaskHandle) -> PartitionResult:
-        """The finished task's result; raises its UDFException, WorkerLost to retry, TaskNotRun to resubmit."""
+    def result(self, handle: TaskHandle) -> list[PartitionResult]:
+        """The finished task's results: its partition's, or merged segments of several partitions
+        (``PartitionResult.covers``); empty if its worker holds the result merged, to be sent later
+        (see :meth:`flush`). Raises its UDFException, WorkerLost to retry, TaskNotRun to resubmit."""
+
+    def preferred(self, run_id: str) -> set[int]:
+        """Partitions the executor would like next (they extend a worker's merged segment)."""
+        return set()
+
+    def flush(self, run_id: str) -> list[TaskHandle]:
+        """Ask every worker that holds merged results of the run to send them; handles to wait on."""
+        return []
 
     def cancel(self, handles: Sequence[TaskHandle]) -> None:
         """Stop tasks in flight, as far as possible."""

@@ -30,16 +30,18 @@ class _InlineHandle(TaskHandle):
     def run(self) -> None:
         if self.done:
             return
+        task = self.task
+        assert task is not None  # the inline executor has no flushes
         on_tile = None
         if self.progress is not None:
             run_id, sink = self.params.run_id, self.progress
             on_tile = lambda frames: sink(run_id, frames)  # noqa: E731
         try:
             with tracing.attached(self.params.trace_context), tracing.child_span(
-                "raytile.task", {"raytile.partition": self.task.idx, "raytile.worker": "inline",
+                "raytile.task", {"raytile.partition": task.idx, "raytile.worker": "inline",
                                  "raytile.pid": os.getpid(), "raytile.params_version": self.params.version},
             ):
-                self.outcome = run_partition(self.task, self.params, on_tile=on_tile,
+                self.outcome = run_partition(task, self.params, on_tile=on_tile,
                                              threads_per_worker=os.cpu_count())
         except BaseException as e:  # delivered by result()
             self.error = e
@@ -66,9 +68,9 @@ class InlineExecutor(Executor):
         first.run()  # type: ignore[attr-defined]
         return [first]
 
-    def result(self, handle: TaskHandle) -> PartitionResult:
+    def result(self, handle: TaskHandle) -> list[PartitionResult]:
         assert isinstance(handle, _InlineHandle) and handle.done
         if handle.error is not None:
             raise handle.error
         assert handle.outcome is not None
-        return handle.outcome
+        return [handle.outcome]

@@ -35,6 +35,9 @@ class RunParams:
     version: int = 0
     run_id: str = ""
     trace_context: dict | None = None
+    #: Workers merge the partitions they ran and send the merged state at most this often (seconds);
+    #: None: every partition's result goes to the coordinator (see runtime/segments.py).
+    merge_interval_s: float | None = None
 
 
 @dataclass
@@ -67,3 +70,12 @@ class PartitionResult:
     device_class: str = "cpu"
     num_frames: int = 0
     backends: dict[int, str] = field(default_factory=dict)
+    #: The partitions merged into this result on the worker (see runtime/segments.py); empty: just ``idx``.
+    covers: list[int] = field(default_factory=list)
+    #: The ROI-compressed nav range its nav buffers cover, if it covers several partitions.
+    nav_range: tuple[int, int] | None = None
+
+    @property
+    def partitions(self) -> list[int]:
+        """The partitions this result holds."""
+        return self.covers or [self.idx]

@@ -146,7 +146,11 @@ class ResultAccumulator:
 
     def merge(self, result: PartitionResult, where: str = "") -> None:
         """Merge one partition's buffers; ``where`` (the partition) goes into a failing merge's error."""
-        start, count = self._offsets[result.idx]
+        if result.nav_range is not None:
+            start, stop = result.nav_range
+            count = stop - start
+        else:
+            start, count = self._offsets[result.idx]
         for i, (udf, part) in enumerate(zip(self.udfs, result.buffers)):
             udf.meta.set_valid_nav_mask(self._damage.copy())
             if _overrides(udf, "merge_all") and not _overrides(udf, "merge"):
@@ -170,7 +174,8 @@ class ResultAccumulator:
                     worker_traceback="".join(traceback.format_exception(type(e), e, e.__traceback__)),
                 ) from e
         self._damage[start:start + count] = True
-        self.versions[result.idx] = result.version
+        for idx in result.partitions:
+            self.versions[idx] = result.version
 
     def _apply_merge_all(self, i: int, udf: UDF) -> None:
         parts = self._merge_all_parts[i]

@@ -7,10 +7,11 @@ decided here, by plain methods without I/O, so it is tested on its own.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from raytile.runtime.executor import TaskHandle
 from raytile.runtime.params import PartitionTask
@@ -44,7 +45,10 @@ class RunState:
     def __post_init__(self) -> None:
         #: Since when partitions wait with nothing in flight (no worker was ready), else None.
         self.starved_since: float | None = None
+        self._by_idx = {t.idx: t for t in self.tasks}
         self.pending: deque[PartitionTask] = deque(self.tasks)
+        #: Partitions whose results a worker merged and holds, not yet sent (see runtime/segments.py).
+        self.held: set[int] = set()
         self.in_flight: list[TaskHandle] = []
         self.needed_version: dict[int, int] = {t.idx: 0 for t in self.tasks}
         self.retries: dict[int, int] = {}
@@ -53,13 +57,35 @@ class RunState:
 
     @property
     def done(self) -> bool:
-        return not self.pending and not self.in_flight
+        return not self.pending and not self.in_flight and not self.held
 
-    def next_to_submit(self, max_in_flight: int) -> PartitionTask | None:
-        """The next task to submit, if the executor has room for one."""
-        if self.pending and len(self.in_flight) < max_in_flight:
-            return self.pending.popleft()
-        return None
+    @property
+    def needs_flush(self) -> bool:
+        """Everything ran, but workers still hold merged results: ask them for those."""
+        return not self.pending and not self.in_flight and bool(self.held)
+
+    def order_in_blocks(self, workers: int) -> None:
+        """Reorder the pending tasks so that ``workers`` workers, taking them in turn, each work
+        through a contiguous block of partitions (their results merge into one segment each)."""
+        tasks = list(self.pending)
+        if workers <= 1 or len(tasks) <= workers:
+            return
+        bounds = [round(i * len(tasks) / workers) for i in range(workers + 1)]
+        blocks = [tasks[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        self.pending = deque(t for row in itertools.zip_longest(*blocks) for t in row if t is not None)
+
+    def next_to_submit(self, max_in_flight: int, preferred: Iterable[int] = ()) -> PartitionTask | None:
+        """The next task to submit, if the executor has room for one: the first pending one of
+        ``preferred`` partitions, else the first pending one."""
+        if not self.pending or len(self.in_flight) >= max_in_flight:
+            return None
+        wanted = set(preferred)
+        if wanted:
+            for i, task in enumerate(self.pending):
+                if task.idx in wanted:
+                    del self.pending[i]
+                    return task
+        return self.pending.popleft()
 
     def submitted(self, handle: TaskHandle) -> None:
         self.in_flight.append(handle)
@@ -69,21 +95,40 @@ class RunState:
 
     def recompute_all(self, version: int) -> None:
         """A recompute patch: every partition is needed again with ``version``."""
-        queued = {t.idx for t in self.pending}
-        busy = {h.task.idx for h in self.in_flight}
         for task in self.tasks:
             self.needed_version[task.idx] = version
-            if task.idx not in queued and task.idx not in busy:
-                self.pending.append(task)
+        self.held.clear()  # what workers hold is of the old version: judged stale if it comes
+        self._requeue(t.idx for t in self.tasks)
         self.merged_since_publish = 0
 
-    def judge(self, task: PartitionTask, result_version: int) -> Outcome:
-        """A task's result came back computed with ``result_version``: merge it or run it again."""
-        if result_version < self.needed_version[task.idx]:
-            self.pending.append(task)
+    def _requeue(self, partitions: Iterable[int]) -> None:
+        """Queue ``partitions`` again, except those already queued or running."""
+        waiting = {t.idx for t in self.pending} | {h.task.idx for h in self.in_flight if h.task is not None}
+        self.pending.extend(self._by_idx[idx] for idx in partitions if idx not in waiting)
+
+    def judge(self, partitions: Sequence[int], result_version: int) -> Outcome:
+        """A result of ``partitions`` came back computed with ``result_version``: merge it or run
+        them again."""
+        self.held.difference_update(partitions)
+        if any(result_version < self.needed_version[idx] for idx in partitions):
+            self._requeue(partitions)
             return Outcome.STALE
-        self.merged_since_publish += 1
+        self.merged_since_publish += len(partitions)
         return Outcome.MERGE
+
+    def frames_of(self, partitions: Sequence[int]) -> int:
+        return sum(self._by_idx[idx].num_frames for idx in partitions)
+
+    def hold(self, task: PartitionTask) -> None:
+        """The task's worker merged its result and holds it."""
+        self.held.add(task.idx)
+
+    def lost_held(self, partitions: Iterable[int]) -> None:
+        """Held results that will not arrive (their worker died, or a flush did not return them):
+        run those partitions again."""
+        lost = self.held.intersection(partitions)
+        self.held.difference_update(lost)
+        self._requeue(sorted(lost))
 
     def worker_lost(self, task: PartitionTask) -> Outcome:
         """A task's worker died: retry it first, up to ``MAX_RETRIES`` times."""

@@ -1,0 +1,143 @@
+"""`SegmentMerger`: a worker's partial results of one run, merged near the data.
+
+Without it every partition's result buffers travel to the coordinator: for a
+sig-sized result (a 256x256 sum) that is one result per partition, and the
+coordinator's node receives and merges O(partitions) results (LiberTEM's
+issue #106 measured this as the scaling limit). A worker instead merges the
+results of the partitions it ran, with the UDFs' own ``merge``, and sends the
+merged state now and then: O(workers) results per run.
+
+It merges into *segments*: runs of partitions that are contiguous in the
+(ROI-compressed) nav space. A segment is exactly what one larger partition
+covering its nav range would have produced: its nav buffers cover that range,
+its sig and single buffers are the merge of its partitions into freshly
+allocated (zeroed) buffers, the same as the coordinator would do. So the
+coordinator merges a segment like a partition, any UDF's merge stays exact,
+and ``damage`` and per-partition parameter versions stay exact (a segment
+lists the partitions it covers, all of one parameters version). The
+coordinator dispatches each worker a contiguous block of partitions (see
+``RunState``), so a worker usually holds one segment per run.
+
+UDFs that only implement ``merge_all`` cannot be merged pairwise: a run with
+one of them keeps merging in the coordinator (:func:`merges_pairwise`).
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from raytile.common.errors import UDFException
+from raytile.runtime.params import PartitionResult, RunParams
+from raytile.udf.base import UDF, MergeAttrMapping, UDFData
+from raytile.udf.meta import UDFMeta
+
+__all__ = ["Segment", "SegmentMerger", "merges_pairwise"]
+
+
+def merges_pairwise(udfs: Sequence[UDF]) -> bool:
+    """True if every UDF combines partitions with ``merge`` (not ``merge_all`` alone)."""
+    return all(not (_overrides(u, "merge_all") and not _overrides(u, "merge")) for u in udfs)
+
+
+def _overrides(udf: UDF, name: str) -> bool:
+    return getattr(type(udf), name) is not getattr(UDF, name)
+
+
+@dataclass
+class Segment:
+    """Merged results of partitions ``covers`` (one params ``version``) over nav ``[nav_start, nav_stop)``."""
+
+    version: int
+    nav_start: int
+    nav_stop: int
+    covers: list[int] = field(default_factory=list)
+    buffers: list[dict[str, np.ndarray]] = field(default_factory=list)
+    num_frames: int = 0
+
+    def as_result(self, worker: str = "") -> PartitionResult:
+        """The segment as a partition result the coordinator merges (``covers`` names its partitions)."""
+        return PartitionResult(idx=self.covers[0], buffers=self.buffers, version=self.version, worker=worker,
+                               num_frames=self.num_frames, covers=list(self.covers),
+                               nav_range=(self.nav_start, self.nav_stop))
+
+
+class SegmentMerger:
+    """Holds one run's merged partial results on a worker; ``add`` partitions, ``take`` segments."""
+
+    def __init__(self, params: RunParams):
+        self._params = params
+        meta = UDFMeta(None, params.dataset_shape, params.roi, params.dataset_dtype, params.input_dtype,
+                       params.tiling_scheme, params.corrections)
+        self._udfs: list[UDF] = []
+        for template in params.udfs:
+            udf = template.copy()
+            udf.set_meta(meta)
+            udf.results = UDFData(udf.get_result_buffers())  # declarations: merge looks up buffer kinds
+            self._udfs.append(udf)
+        self._sig = params.dataset_shape.sig.to_tuple()
+        self._segments: list[Segment] = []
+
+    @property
+    def version(self) -> int:
+        return self._params.version
+
+    def __len__(self) -> int:
+        """Partitions held."""
+        return sum(len(s.covers) for s in self._segments)
+
+    def add(self, result: PartitionResult, nav_start: int, where: str = "") -> None:
+        """Merge a partition's result (its frames start at ``nav_start``) into a segment.
+
+        A UDF's merge that raises gives a UDFException naming the UDF and ``where`` (the partition).
+        """
+        count = result.num_frames
+        seg = next((s for s in self._segments if s.nav_stop == nav_start), None)
+        fresh = self._fresh(count)
+        if seg is None:
+            seg = Segment(result.version, nav_start, nav_start, buffers=[
+                {n: a for n, a in f.items() if not self._is_nav(i, n)} for i, f in enumerate(fresh)
+            ])
+            self._segments.append(seg)
+        region = slice(seg.nav_stop - seg.nav_start, seg.nav_stop - seg.nav_start + count)
+        for i, (udf, part) in enumerate(zip(self._udfs, result.buffers)):
+            dest = seg.buffers[i]
+            for name, arr in fresh[i].items():
+                if self._is_nav(i, name):
+                    dest[name] = np.concatenate([dest[name], arr]) if name in dest else arr
+            view = {n: (a[region] if self._is_nav(i, n) else a) for n, a in dest.items()}
+            try:
+                udf.merge(MergeAttrMapping(view), MergeAttrMapping(part))
+            except UDFException:
+                raise
+            except Exception as e:
+                raise UDFException(
+                    f"{type(udf).__name__}.merge raised {type(e).__name__}: {e} while merging {where or 'a partition'}",
+                    worker_traceback=traceback.format_exc(),
+                ) from None
+        seg.nav_stop += count
+        seg.covers.append(result.idx)
+        seg.num_frames += count
+
+    def take(self) -> list[Segment]:
+        """The segments held so far; the merger is empty afterwards."""
+        segments, self._segments = self._segments, []
+        return segments
+
+    def _is_nav(self, i: int, name: str) -> bool:
+        return self._udfs[i].results.get_buffer(name).kind == "nav"
+
+    def _fresh(self, count: int) -> list[dict[str, np.ndarray]]:
+        """Zeroed result buffers for ``count`` frames, as the coordinator allocates them."""
+        out = []
+        for udf in self._udfs:
+            bufs = {}
+            for name, buf in udf.get_result_buffers().items():
+                if buf.use is None:
+                    buf.allocate(count, self._sig)
+                    bufs[name] = buf.data
+            out.append(bufs)
+        return out
