@@ -140,7 +140,11 @@ async def stream(run_id: str, request: Request, buffers: str = "inline", max_rat
     use_sse = "text/event-stream" in request.headers.get("accept", "")
     encode = sse if use_sse else ndjson
     messages = service.messages(served, buffers, f"/v1/runs/{served.id}", max_rate_hz)
-    first = await messages.__anext__()  # bad query values fail here, as a 400 before the stream starts
+    try:
+        first = await messages.__anext__()  # bad query values fail here, as a 400 before the stream starts
+    except asyncio.CancelledError:  # the client left before the first message
+        served.cancel("the client disconnected")
+        raise
 
     async def body() -> AsyncIterator[bytes]:
         complete = False
