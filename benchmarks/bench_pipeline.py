@@ -116,10 +116,9 @@ def main(argv: list[str] | None = None) -> int:
                    key=lambda r: r.hz)
         print(format_line("hand-written", base), flush=True)
         if any(p != "in-process" for p in placements):
-            import ray
+            from raytile.pipeline.ray_placement import ensure_ray
 
-            if not ray.is_initialized():
-                ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
+            ensure_ray()  # joins a running local cluster, else starts one
         for placement in placements:
             with Pipeline.from_yaml(AO, placement=placement).build() as p:
                 t = max((measure(p, args.steps, args.warmup) for _ in range(args.trials)), key=lambda r: r.hz)

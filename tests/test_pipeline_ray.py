@@ -89,7 +89,10 @@ def test_raising_stage_on_an_actor(ray_context):
 def test_dead_actor_is_reported_and_restart_rebuilds(ray_context):
     import ray
 
-    p = Pipeline.from_dict(ao_with_log(), placement="ray", base_dir=EXAMPLES).build()
+    cfg = ao_with_log()
+    cfg["stages"].append({"name": "sensor_log", "kind": "sink", "input": "slopes", "placement": "sensor",
+                          "params": {"keep": 20}})
+    p = Pipeline.from_dict(cfg, placement="ray", base_dir=EXAMPLES).build()
     local = Pipeline.from_dict(ao_with_log(), base_dir=EXAMPLES).build()
     try:
         p.step(3)
@@ -109,6 +112,8 @@ def test_dead_actor_is_reported_and_restart_rebuilds(ray_context):
         local.step(4)
         np.testing.assert_allclose(p.read("commands"), local.read("commands"), rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(p.sink("log"), local.sink("log"), rtol=1e-6, atol=1e-7)
+        assert len(p.sink("log")) == 4  # the replaced actor's stages started over
+        assert len(p.sink("sensor_log")) == 7  # the living actor kept its state
     finally:
         p.close()
         local.close()

@@ -19,8 +19,9 @@ Actors ask for one GPU when a stage of their group has ``target_device_idx
 >= 0`` (the stage then uses the actor's GPU), else for no CPU reservation
 (``num_cpus=0``) so that a loop is never starved by the cluster's UDF
 workers. A dead actor surfaces as :class:`StageActorDied` naming its group
-and stages; :meth:`RayPlacement.restart` rebuilds every group from the
-config (stage state starts over).
+and stages; :meth:`RayPlacement.restart` replaces the dead actors (their
+stages start over from the config, living groups keep their state) and
+compiles the graph again.
 
 >>> p = Pipeline.from_yaml("examples/ao_loop.yaml", placement="ray").build()
 >>> p.step(100); p.read("commands")
@@ -46,13 +47,12 @@ STEP_TIMEOUT_S = 60.0
 
 
 def ensure_ray() -> None:
-    """Start a local Ray (all cores, no dashboard) unless this process is connected to one."""
-    import os
-
+    """Join the local Ray cluster that is running, or start one (all cores, no dashboard), unless this
+    process is connected already."""
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
+        ray.init(include_dashboard=False, log_to_driver=False)
 
 
 class GroupHost:
@@ -94,6 +94,11 @@ class GroupHost:
                 else:
                     out[name] = (None, gen)
             return out
+
+    def resend(self) -> None:
+        """Send every outbound value with the next step (a downstream actor was replaced)."""
+        with self._lock:
+            self._sent = {n: -2 for n in self.outbound}
 
     def read(self, name: str) -> tuple[np.ndarray, int]:
         with self._lock:
@@ -170,17 +175,22 @@ class RayPlacement:
         return {"num_gpus": 1, "num_cpus": 0} if gpu else {"num_cpus": 0}
 
     def build(self) -> None:
-        import ray
-
         ensure_ray()
-        classes = {st.kind: get_stage_class(st.kind) for st in self.config.stages}
-        remote_cls = ray.remote(GroupHost)
-        for g in self.groups:
-            self.actors[g] = remote_cls.options(**self._resources(g)).remote(
-                self.config, classes, self.members[g], self.levels, self.outbound[g])
-        self._call_all("build")
+        self._start_actors(self.groups)
         if self.compiled:
             self._compile()
+
+    def _start_actors(self, groups: list[str]) -> None:
+        """Create and build the actors of ``groups``."""
+        import ray
+
+        classes = {st.kind: get_stage_class(st.kind) for st in self.config.stages}
+        remote_cls = ray.remote(GroupHost)
+        for g in groups:
+            self.actors[g] = remote_cls.options(**self._resources(g)).remote(
+                self.config, classes, self.members[g], self.levels, self.outbound[g])
+        for g in groups:
+            self._call(g, "build")
 
     def _compile(self) -> None:
         from ray.dag import InputNode, MultiOutputNode
@@ -323,9 +333,33 @@ class RayPlacement:
         self.actors = {}
 
     def restart(self) -> None:
-        """Kill every actor of this placement, then build all groups again from the config."""
-        self.close()
-        self.build()
+        """Replace dead actors (their stages start over; living groups keep their state), or, when none
+        died (a stage raised), rebuild every group from the config. The compiled graph is made again."""
+        import ray
+
+        dead = self._dead_groups() if self.actors else list(self.groups)
+        if not dead or len(dead) == len(self.groups):
+            self.close()
+            self.build()
+            return
+        self._pending.clear()
+        dag, self._dag = self._dag, None
+        if dag is not None:
+            try:
+                dag.teardown()
+            except Exception:
+                pass  # the dead actor's part cannot be cancelled; the living actors are released
+        for g in dead:
+            try:
+                ray.kill(self.actors[g])
+            except Exception:
+                pass
+        self._start_actors(dead)
+        for g in self.groups:
+            if g not in dead:
+                self._call(g, "resend")  # the new actors have none of the values sent before
+        if self.compiled:
+            self._compile()
 
     def describe(self) -> list[str]:
         how = "compiled-graph channels" if self.compiled else "classic actor calls"
