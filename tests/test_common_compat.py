@@ -15,7 +15,8 @@ import scipy.sparse as sp
 import sparse
 import sparseconverter
 
-from raytile.common.buffers import reshaped_view, to_numpy, empty_aligned, zeros_aligned, bytes_aligned
+from raytile.common import Shape, Slice, SliceUsageError
+from raytile.common.buffers import reshaped_view, to_numpy, empty_aligned, zeros_aligned, bytes_aligned, disjoint
 from raytile.common.math import prod, count_nonzero, flat_nonzero, make_2D_square, ndenumerate
 from raytile.common.sparse import to_dense, to_sparse, sparse_to_coo, is_sparse
 from raytile.common.udf import UDFMethod
@@ -345,3 +346,489 @@ def test_udf_masks_share_the_implementation():
     assert udf_masks.disk(5, 6, 3, (11, 13)).dtype == np.float32
     with pytest.raises(ValueError):
         udf_masks.disk(1, 1, 1, (3, 3, 3))
+
+
+# -- Shape (libertem.common.shape) --------------------------------------------
+
+
+
+def test_shape_properties():
+    s = Shape((5, 6, 16, 32), sig_dims=2)
+    assert (s.dims, s.nav_dims, s.sig_dims, len(s)) == (4, 2, 2, 4)
+    assert s.size == np.empty((5, 6, 16, 32)).size == 5 * 6 * 16 * 32
+    assert s.to_tuple() == (5, 6, 16, 32) and tuple(s) == (5, 6, 16, 32)
+    assert s.nav == Shape((5, 6), sig_dims=0) and s.nav.nav_dims == 2 and s.nav.sig_dims == 0
+    assert s.sig == Shape((16, 32), sig_dims=2) and s.sig.nav_dims == 0 and s.sig.dims == 2
+    assert s[0] == 5 and s[-1] == 32 and s[1:3] == (6, 16) and isinstance(s[1:3], tuple)
+    assert Shape(s, sig_dims=1) == Shape((5, 6, 16, 32), sig_dims=1)  # a Shape is ShapeLike
+    assert Shape(np.array([3, 4]), sig_dims=1).to_tuple() == (3, 4)
+
+
+def test_shape_flatten_matches_numpy_reshape():
+    s = Shape((5, 6, 16, 32), sig_dims=2)
+    data = np.zeros(tuple(s))
+    assert s.flatten_nav() == Shape(data.reshape((-1, 16, 32)).shape, sig_dims=2)
+    assert s.flatten_sig() == Shape(data.reshape((5, 6, -1)).shape, sig_dims=1)
+    # no nav (no sig) dims: nothing to flatten
+    assert s.sig.flatten_nav() == s.sig and s.nav.flatten_sig() == s.nav
+
+
+def test_shape_equality_and_hash():
+    a = Shape((4, 8, 8), sig_dims=2)
+    assert a == Shape((4, 8, 8), sig_dims=2) and hash(a) == hash(Shape((4, 8, 8), sig_dims=2))
+    assert a != Shape((4, 8, 8), sig_dims=1)  # same dims, other split
+    assert a == (4, 8, 8) and a != (4, 8) and a != [4, 8, 8]
+    assert len({a, Shape((4, 8, 8), sig_dims=2), Shape((4, 8, 8), sig_dims=1)}) == 2
+    assert pickle.loads(pickle.dumps(a)) == a
+
+
+def test_shape_arithmetic():
+    s = Shape((5, 6, 16, 32), sig_dims=2)
+    right = s + (3,)
+    assert right == Shape((5, 6, 16, 32, 3), sig_dims=3)
+    left = (7, 2) + s
+    assert left == Shape((5, 6, 7, 2, 16, 32), sig_dims=2)  # inserted after the nav dims
+    assert (9,) + s.sig == Shape((9, 16, 32), sig_dims=2)
+    assert s.nav + () == s.nav
+    with pytest.raises(TypeError):
+        s + [1]  # noqa: B018
+    with pytest.raises(TypeError):
+        s + s  # noqa: B018
+
+
+def test_shape_rejects_bad_sig_dims():
+    with pytest.raises(ValueError):
+        Shape((4, 4), sig_dims=3)
+
+
+# -- Slice (libertem.common.slice) --------------------------------------------
+
+def _cover(sl: Slice, full: tuple[int, ...]) -> np.ndarray:
+    """Bool array of ``full`` that is True inside ``sl`` (numpy does the clipping)."""
+    out = np.zeros(full, bool)
+    out[sl.get()] = True
+    return out
+
+
+def test_slice_construction_errors():
+    with pytest.raises(SliceUsageError):
+        Slice((0, 0), Shape((1, 2, 3), sig_dims=2))
+    with pytest.raises(SliceUsageError):
+        Slice((0, 0), (4, 4))  # type: ignore[arg-type]
+    assert issubclass(SliceUsageError, ValueError)
+
+
+def test_slice_from_shape():
+    s = Slice.from_shape((4, 16, 16), sig_dims=2)
+    assert s.origin == (0, 0, 0) and s.shape == Shape((4, 16, 16), sig_dims=2)
+    data = np.random.default_rng(0).random((4, 16, 16))
+    np.testing.assert_array_equal(s.get(data), data)
+
+
+def test_slice_get_against_numpy_indexing():
+    data = np.arange(6 * 7 * 8 * 9).reshape((6, 7, 8, 9))
+    s = Slice((1, 2, 3, 4), Shape((2, 3, 4, 5), sig_dims=2))
+    np.testing.assert_array_equal(s.get(data), data[1:3, 2:5, 3:7, 4:9])
+    assert s.get() == (slice(1, 3), slice(2, 5), slice(3, 7), slice(4, 9))
+    assert s.get(sig_only=True) == (slice(3, 7), slice(4, 9))
+    assert s.get(nav_only=True) == (slice(1, 3), slice(2, 5))
+    # sig_only on an array slices its last dims, whatever leads (a stack of masks, frames)
+    stack = np.arange(3 * 8 * 9).reshape((3, 8, 9))
+    np.testing.assert_array_equal(s.get(stack, sig_only=True), stack[:, 3:7, 4:9])
+    np.testing.assert_array_equal(s.get(data[0, 0], sig_only=True), data[0, 0, 3:7, 4:9])
+    # nav_only on an array slices its leading dims and keeps the rest
+    np.testing.assert_array_equal(s.get(data, nav_only=True), data[1:3, 2:5])
+
+
+def test_slice_nav_sig_parts():
+    s = Slice((1, 2, 3, 4), Shape((2, 3, 4, 5), sig_dims=2))
+    assert s.nav == Slice((1, 2), Shape((2, 3), sig_dims=0))
+    assert s.sig == Slice((3, 4), Shape((4, 5), sig_dims=2))
+    assert s.sig_dims == 2
+
+
+def test_intersection_is_null_clip_to_against_numpy():
+    rng = np.random.default_rng(42)
+    full = (12, 12, 12)
+    for _ in range(200):
+        o1, o2 = rng.integers(0, 8, 3), rng.integers(0, 8, 3)
+        s1, s2 = rng.integers(0, 6, 3), rng.integers(1, 6, 3)
+        a, b = Slice(o1, Shape(s1, sig_dims=2)), Slice(o2, Shape(s2, sig_dims=2))
+        both = _cover(a, full) & _cover(b, full)
+        inter = a.intersection_with(b)
+        assert inter.is_null() == (not both.any())
+        assert inter == b.intersection_with(a)
+        if not inter.is_null():
+            np.testing.assert_array_equal(_cover(inter, full), both)
+        else:
+            assert min(inter.shape) == 0
+        clip_shape = Shape(tuple(int(x) for x in rng.integers(1, 10, 3)), sig_dims=2)
+        clipped = a.clip_to(clip_shape)
+        expected = _cover(a, full)[tuple(slice(0, c) for c in clip_shape)]
+        if not clipped.is_null():
+            np.testing.assert_array_equal(_cover(clipped, tuple(clip_shape)), expected)
+        else:
+            assert not expected.any()
+    with pytest.raises(SliceUsageError):
+        Slice((0, 0), Shape((1, 1), 1)).intersection_with(Slice((0, 0), Shape((1, 1), 2)))
+    with pytest.raises(SliceUsageError):
+        Slice((0, 0), Shape((1, 1), 1)).intersection_with(Slice((0,), Shape((1,), 1)))
+
+
+def test_is_null_by_hand():
+    assert Slice((3, 0), Shape((0, 4), 1)).is_null()
+    assert not Slice((3, 0), Shape((1, 4), 1)).is_null()
+    a = Slice((0, 0), Shape((4, 4), 1))
+    assert a.intersection_with(Slice((4, 0), Shape((2, 4), 1))).is_null()  # touching, not overlapping
+    assert disjoint(a, [Slice((4, 0), Shape((2, 4), 1)), Slice((0, 4), Shape((4, 4), 1))])
+    assert not disjoint(a, [Slice((4, 0), Shape((2, 4), 1)), Slice((3, 3), Shape((4, 4), 1))])
+
+
+def test_shift_and_shift_by():
+    tile = Slice((10, 4, 8), Shape((2, 4, 8), sig_dims=2))
+    part = Slice((8, 0, 0), Shape((16, 16, 16), sig_dims=2))
+    local = tile.shift(part)
+    assert local == Slice((2, 4, 8), Shape((2, 4, 8), sig_dims=2))
+    data = np.arange(24 * 16 * 16).reshape((24, 16, 16))
+    # the tile's data, read from the partition's array in local coordinates
+    np.testing.assert_array_equal(local.get(part.get(data)), tile.get(data))
+    assert tile.shift_by((1, -4, 2)) == Slice((11, 0, 10), Shape((2, 4, 8), sig_dims=2))
+    assert tile.shift_by(np.array([0, 1, 1])).origin == (10, 5, 9)
+    with pytest.raises(SliceUsageError):
+        tile.shift_by((1, 2))
+    with pytest.raises(SliceUsageError):
+        tile.shift(Slice((0,), Shape((1,), 1)))
+
+
+def test_discard_nav():
+    s = Slice((7, 3, 0, 8), Shape((1, 5, 16, 8), sig_dims=2))
+    d = s.discard_nav()
+    assert d == Slice((0, 0, 0, 8), Shape((0, 0, 16, 8), sig_dims=2))
+    # tiles of different frames over the same signal region give the same key
+    other = Slice((1, 0, 0, 8), Shape((2, 3, 16, 8), sig_dims=2))
+    assert other.discard_nav() == d and hash(other.discard_nav()) == hash(d)
+    assert s._discard_nav_key() == ((0, 0, 0, 8), (0, 0, 16, 8), 2)
+
+
+@pytest.mark.parametrize("shape, sub", [((5, 7, 9), (2, 3, 4)), ((4, 8, 8), (4, 8, 8)), ((3, 10), (1, 3)),
+                                        ((6, 6, 6), (10, 10, 10))])
+def test_subslices_cover_exactly_once(shape, sub):
+    origin = (2,) + (1,) * (len(shape) - 1)
+    s = Slice(origin, Shape(shape, sig_dims=len(shape) - 1))
+    full = tuple(o + n for o, n in zip(origin, shape))
+    count = np.zeros(full, int)
+    subs = list(s.subslices(sub))
+    for piece in subs:
+        assert all(1 <= n <= t for n, t in zip(piece.shape, sub))
+        count[piece.get()] += 1
+    np.testing.assert_array_equal(count, _cover(s, full).astype(int))
+    assert len(subs) == np.prod([-(-n // t) for n, t in zip(shape, sub)])
+    # C order: the last dim moves fastest
+    assert [p.origin for p in subs] == sorted(p.origin for p in subs)
+
+
+def test_subslices_by_hand_and_errors():
+    s = Slice.from_shape((3, 4), sig_dims=1)
+    assert [(p.origin, p.shape.to_tuple()) for p in s.subslices((2, 3))] == [
+        ((0, 0), (2, 3)), ((0, 3), (2, 1)), ((2, 0), (1, 3)), ((2, 3), (1, 1)),
+    ]
+    assert list(s.subslices(Shape((3, 4), 1))) == [s]
+    with pytest.raises(SliceUsageError):
+        list(s.subslices((2,)))
+
+
+def test_flatten_nav_against_numpy():
+    nav, sig = (6, 8), (5, 7)
+    data = np.arange(np.prod(nav + sig)).reshape(nav + sig)
+    flat = data.reshape((-1,) + sig)
+    cases = [
+        ((2, 0, 1, 2), (3, 8, 3, 4)),   # whole rows
+        ((4, 3, 0, 0), (1, 5, 5, 7)),   # part of one row
+        ((0, 0, 0, 0), (6, 8, 5, 7)),   # everything
+        ((5, 7, 2, 2), (1, 1, 1, 1)),   # one frame
+    ]
+    for origin, shape in cases:
+        s = Slice(origin, Shape(shape, sig_dims=2))
+        f = s.flatten_nav(nav + sig)
+        assert f.origin[0] == np.ravel_multi_index(origin[:2], nav)
+        assert f.shape == Shape((shape[0] * shape[1],) + shape[2:], sig_dims=2)
+        np.testing.assert_array_equal(f.get(flat), s.get(data).reshape((-1,) + shape[2:]))
+    for origin, shape in [((1, 2, 0, 0), (2, 3, 5, 7)), ((0, 0, 0, 0), (7, 8, 5, 7))]:
+        with pytest.raises(SliceUsageError):
+            Slice(origin, Shape(shape, sig_dims=2)).flatten_nav(nav + sig)
+
+
+def test_adjust_for_roi_against_numpy():
+    rng = np.random.default_rng(7)
+    roi = rng.random((6, 5)) < 0.5
+    flat_roi = roi.reshape(-1)
+    data = rng.random((30, 4, 4))
+    compressed = data[flat_roi]
+    for start, count in [(0, 30), (3, 10), (12, 0), (29, 1), (7, 13)]:
+        s = Slice((start, 0, 0), Shape((count, 4, 4), sig_dims=2))
+        adj = s.adjust_for_roi(roi)
+        assert adj.origin == (int(np.count_nonzero(flat_roi[:start])), 0, 0)
+        assert adj.shape == Shape((int(np.count_nonzero(flat_roi[start:start + count])), 4, 4), sig_dims=2)
+        # the slice of the compressed data holds this slice's selected frames
+        np.testing.assert_array_equal(adj.get(compressed), s.get(data)[flat_roi[start:start + count]])
+        assert s.adjust_for_roi(None) is s
+        assert s.adjust_for_roi(sparse.COO.from_numpy(roi)) == adj
+    with pytest.raises(SliceUsageError):
+        Slice((0, 0, 0, 0), Shape((1, 1, 4, 4), 2)).adjust_for_roi(roi)
+
+
+def test_slice_equality_hash_pickle():
+    a = Slice((1, 2, 3), Shape((4, 5, 6), sig_dims=2))
+    b = Slice(np.array([1, 2, 3]), Shape((4, 5, 6), sig_dims=2))
+    assert a == b and hash(a) == hash(b) and a.origin == (1, 2, 3)
+    assert all(type(o) is int for o in b.origin)
+    assert a != Slice((1, 2, 3), Shape((4, 5, 6), sig_dims=1))
+    assert pickle.loads(pickle.dumps(a)) == a
+    assert {a: 1}[b] == 1
+
+
+# -- MaskContainer (libertem.common.container) --------------------------------
+
+from raytile.common.container import MaskContainer  # noqa: E402
+from raytile.common.numba import rmatmul  # noqa: E402
+from raytile.common.tiling import TilingScheme  # noqa: E402
+
+
+SIG = (6, 8)
+
+
+def _mask_stack() -> np.ndarray:
+    rng = np.random.default_rng(3)
+    return (rng.random((3,) + SIG) * (rng.random((3,) + SIG) < 0.4)).astype(np.float32)
+
+
+def _tile(origin_sig=(2, 3), shape_sig=(3, 4), frames=5, first=7) -> Slice:
+    return Slice((first,) + origin_sig, Shape((frames,) + shape_sig, sig_dims=2))
+
+
+def _as_array(m) -> np.ndarray:
+    if sp.issparse(m):
+        return m.toarray()
+    if isinstance(m, sparse.SparseArray):
+        return m.todense()
+    return np.asarray(m)
+
+
+def _expected(stack: np.ndarray, tile: Slice, transpose=True) -> np.ndarray:
+    """numpy: the masks cut to the tile's signal region, flattened, (pixels, n) if transposed."""
+    (y0, x0), (h, w) = tile.origin[1:], tile.shape.to_tuple()[1:]
+    flat = stack[:, y0:y0 + h, x0:x0 + w].reshape(len(stack), -1)
+    return flat.T if transpose else flat
+
+
+@pytest.mark.parametrize("make", ["list", "stack"])
+def test_mask_container_dense(make):
+    stack = _mask_stack()
+    factories = [(lambda m=m: m) for m in stack] if make == "list" else (lambda: stack)
+    mc = MaskContainer(factories)
+    assert len(mc) == 3 and mc.use_sparse is False and mc.dtype == np.float32
+    np.testing.assert_array_equal(mc.computed_masks, stack)
+    tile = _tile()
+    m = mc.get(tile)
+    assert isinstance(m, np.ndarray) and m.shape == (12, 3)
+    np.testing.assert_array_equal(m, _expected(stack, tile))
+    np.testing.assert_array_equal(mc.get(tile, transpose=False), _expected(stack, tile, transpose=False))
+    # the result is what a tile's dot product needs: frames @ masks
+    frames = np.random.default_rng(1).random((5,) + SIG).astype(np.float32)
+    flat_tile = tile.get(np.concatenate([np.zeros((7,) + SIG, np.float32), frames]))
+    got = flat_tile.reshape(5, -1) @ m
+    want = np.einsum("fyx,nyx->fn", frames[:, 2:5, 3:7], stack[:, 2:5, 3:7])
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_mask_container_dtype_and_backend():
+    stack = _mask_stack()
+    mc = MaskContainer(lambda: stack, dtype=np.float64)
+    assert mc.dtype == np.float64
+    assert mc.get(_tile()).dtype == np.float64
+    assert mc.get(_tile(), dtype=np.complex64).dtype == np.complex64
+    # the CUDA device class with numpy arrays gets numpy masks
+    assert isinstance(mc.get(_tile(), backend=UDF.BACKEND_CUDA), np.ndarray)
+
+
+@pytest.mark.parametrize("kind", ["scipy", "coo", "coo-stack"])
+def test_mask_container_sparse_masks_stay_sparse(kind):
+    stack = _mask_stack()
+    if kind == "scipy":
+        factories = [(lambda m=m: sp.csr_matrix(m)) for m in stack]
+    elif kind == "coo":
+        factories = [(lambda m=m: sparse.COO.from_numpy(m)) for m in stack]
+    else:
+        factories = lambda: sparse.COO.from_numpy(stack)  # noqa: E731
+    mc = MaskContainer(factories)
+    assert mc.use_sparse == "scipy.sparse" and isinstance(mc.computed_masks, sparse.COO)
+    tile = _tile()
+    m = mc.get(tile)
+    assert isinstance(m, sp.csr_matrix) and m.has_canonical_format
+    np.testing.assert_array_equal(m.toarray(), _expected(stack, tile))
+    expected_types = {"scipy.sparse.csc": sp.csc_matrix, "scipy.sparse.csr": sp.csr_matrix,
+                      "sparse.pydata": sparse.COO, "sparse.pydata.GCXS": sparse.GCXS}
+    for fmt, cls in expected_types.items():
+        for transpose in (True, False):
+            got = mc.get(tile, sparse_backend=fmt, transpose=transpose)
+            assert isinstance(got, cls), fmt
+            np.testing.assert_array_equal(_as_array(got), _expected(stack, tile, transpose))
+    dense = mc.get(tile, sparse_backend=False)
+    assert isinstance(dense, np.ndarray)
+    np.testing.assert_array_equal(dense, _expected(stack, tile))
+
+
+@pytest.mark.parametrize("use_sparse, expected", [
+    (None, False), (False, False), (True, "scipy.sparse"), ("scipy.sparse.csc", "scipy.sparse.csc"),
+    ("sparse.pydata", "sparse.pydata"),
+])
+def test_mask_container_use_sparse_choices(use_sparse, expected):
+    stack = _mask_stack()
+    mc = MaskContainer([(lambda m=m: m) for m in stack], use_sparse=use_sparse)
+    assert mc.use_sparse == expected
+    m = mc.get(_tile())
+    np.testing.assert_array_equal(_as_array(m), _expected(stack, _tile()))
+    assert sp.issparse(m) or isinstance(m, sparse.SparseArray) or expected is False
+
+
+def test_mask_container_mixed_masks_are_dense_and_cupy_densifies_pydata():
+    stack = _mask_stack()
+    mc = MaskContainer([lambda: stack[0], lambda: sp.csc_matrix(stack[1])])
+    assert mc.use_sparse is False
+    np.testing.assert_array_equal(mc.computed_masks, stack[:2])
+    on_gpu = MaskContainer([lambda: sp.csr_matrix(stack[0])], backend=UDF.BACKEND_CUPY,
+                           default_sparse="sparse.pydata")
+    assert on_gpu.use_sparse is False
+    with pytest.raises(ValueError):
+        MaskContainer([lambda: stack[0]], use_sparse="dense please")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        MaskContainer([lambda: sp.csr_matrix(stack[0])], use_sparse=True).get(
+            _tile(), sparse_backend="sparse.pydata", backend=UDF.BACKEND_CUPY)
+
+
+def test_mask_container_is_lazy_and_caches():
+    calls = []
+
+    def factory():
+        calls.append(1)
+        return _mask_stack()
+
+    mc = MaskContainer(factory, count=3, dtype=np.float32, use_sparse=False)
+    assert len(mc) == 3 and mc.dtype == np.float32 and mc.use_sparse is False and calls == []
+    tile = _tile()
+    first = mc.get(tile)
+    assert calls == [1]
+    # other frames over the same signal region: the same cached array
+    assert mc.get(_tile(first=0, frames=2)) is first
+    assert mc.get_for_sig_slice(tile.sig) is first
+    assert mc.get(tile, transpose=False) is not first
+    assert calls == [1]
+    # a list of factories has a length without computing anything
+    lazy = MaskContainer([factory, factory])
+    assert len(lazy) == 2 and calls == [1]
+
+
+def test_mask_container_whole_frame_and_single_pixel():
+    stack = _mask_stack()
+    for use_sparse in (False, True):
+        mc = MaskContainer(lambda: stack, use_sparse=use_sparse)
+        whole = Slice((0, 0, 0), Shape((4,) + SIG, sig_dims=2))
+        np.testing.assert_array_equal(_as_array(mc.get(whole)), stack.reshape(3, -1).T)
+        px = _tile(origin_sig=(5, 7), shape_sig=(1, 1))
+        np.testing.assert_array_equal(_as_array(mc.get(px)), stack[:, 5, 7].reshape(1, 3))
+
+
+def test_mask_container_get_for_idx_and_type_check():
+    stack = _mask_stack()
+    mc = MaskContainer(lambda: stack)
+    scheme = TilingScheme.make_for_shape(Shape((2, 3, 8), sig_dims=2), Shape((10,) + SIG, sig_dims=2))
+    assert len(scheme) == 2
+    for idx, sl in enumerate(scheme):
+        (y0, x0), (h, w) = sl.origin, sl.shape.to_tuple()
+        np.testing.assert_array_equal(mc.get_for_idx(scheme, idx), stack[:, y0:y0 + h, x0:x0 + w].reshape(3, -1).T)
+    with pytest.raises(TypeError):
+        mc.get((0, 0, 0))  # type: ignore[arg-type]
+
+
+def test_mask_container_pickles_without_caches():
+    stack = _mask_stack()
+    mc = MaskContainer(lambda: stack, use_sparse=True)
+    mc.get(_tile())
+    clone = pickle.loads(__import__("cloudpickle").dumps(mc))
+    assert clone._get_masks_for_slice == {} and clone._flat is None
+    np.testing.assert_array_equal(clone.get(_tile()).toarray(), _expected(stack, _tile()))
+
+
+def test_rmatmul_against_numpy():
+    rng = np.random.default_rng(5)
+    left = rng.random((7, 12)).astype(np.float32)
+    right = rng.random((12, 3)) * (rng.random((12, 3)) < 0.3)
+    for fmt in (sp.csr_matrix, sp.csc_matrix):
+        got = rmatmul(left, fmt(right))
+        assert isinstance(got, np.ndarray) and got.dtype == np.float64 and got.shape == (7, 3)
+        np.testing.assert_allclose(got, left @ right, rtol=1e-6)
+    with pytest.raises(ValueError):
+        rmatmul(left, sp.csr_matrix(right[:5]))
+    with pytest.raises(TypeError):
+        rmatmul(left, right)
+
+
+# -- a UDF written against LiberTEM's interface, imports rewritten -------------
+# The idiom of LiberTEM's mask UDFs: a MaskContainer made in get_task_data,
+# masks for each tile from self.meta.slice, backend constants in get_backends,
+# UDF_METHOD in get_method.
+
+from raytile.udf import UDF as PortUDF  # noqa: E402  ("from libertem.udf import UDF")
+
+
+class MaskDotUDF(PortUDF):
+    def __init__(self, mask_factories, use_sparse=None, **kwargs):
+        super().__init__(mask_factories=mask_factories, use_sparse=use_sparse, **kwargs)
+
+    def _masks(self):
+        return MaskContainer(self.params.mask_factories, use_sparse=self.params.use_sparse)
+
+    def get_task_data(self):
+        return {"masks": self._masks()}
+
+    def get_result_buffers(self):
+        return {"intensity": self.buffer(kind="nav", extra_shape=(len(self._masks()),), dtype=np.float64)}
+
+    def get_backends(self):
+        return tuple(b for b in (self.BACKEND_NUMPY,) if b in self.CPU_BACKENDS and b in self.DENSE_BACKENDS)
+
+    def get_method(self):
+        return self.UDF_METHOD.TILE
+
+    def get_tiling_preferences(self):
+        # small tiles, so that the signal is cut into several regions
+        return {"depth": 2, "total_size": 2 * 2 * 8 * 4}
+
+    def process_tile(self, tile):
+        masks = self.task_data.masks.get(self.meta.slice, transpose=True)
+        flat = tile.reshape((tile.shape[0], -1))
+        self.results.intensity[:] += np.asarray(flat @ masks)
+
+
+@pytest.mark.parametrize("use_sparse", [None, True])
+@pytest.mark.parametrize("with_roi", [False, True])
+def test_mask_udf_with_container_against_numpy(use_sparse, with_roi):
+    import raytile as rt
+
+    rng = np.random.default_rng(11)
+    data = rng.random((4, 5) + SIG).astype(np.float32)
+    stack = _mask_stack()
+    factories = [(lambda m=m: sp.csr_matrix(m)) for m in stack]
+    roi = rng.random((4, 5)) < 0.5 if with_roi else None
+    ctx = rt.Context(executor="inline")
+    try:
+        ds = ctx.load("memory", data=data, num_partitions=3)
+        res = ctx.run_udf(dataset=ds, udf=MaskDotUDF(mask_factories=factories, use_sparse=use_sparse), roi=roi)
+    finally:
+        ctx.close()
+    want = np.einsum("abyx,nyx->abn", data.astype(np.float64), stack.astype(np.float64))
+    got = res["intensity"].data
+    if roi is None:
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+    else:
+        np.testing.assert_allclose(got[roi], want[roi], rtol=1e-5)

@@ -12,10 +12,10 @@ from raytile.common.errors import (
     UDFRunCancelled,
 )
 from raytile.common.shape import Shape
-from raytile.common.slice import Slice
+from raytile.common.slice import Slice, SliceUsageError
 from raytile.common.tiling import DataTile, TilingScheme
 
 __all__ = [
-    "Shape", "Slice", "TilingScheme", "DataTile", "RaytileError", "DataSetException", "UDFException",
+    "Shape", "Slice", "SliceUsageError", "TilingScheme", "DataTile", "RaytileError", "DataSetException", "UDFException",
     "UDFRunCancelled", "BackendError", "ExecutorError", "ConfigValidationError",
 ]

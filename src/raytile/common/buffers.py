@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import math
 import mmap
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Iterable, Union
 
 import numpy as np
 
 from raytile.common.math import prod
+from raytile.common.slice import Slice
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BufferSize", "reshaped_view", "to_numpy", "bytes_aligned", "empty_aligned", "zeros_aligned",
-    "BufferWrapper", "AuxBufferWrapper", "ArrayWithMask",
+    "disjoint", "BufferWrapper", "AuxBufferWrapper", "ArrayWithMask",
 ]
 
 #: A buffer size: a number of items or a shape.
@@ -111,6 +112,17 @@ def zeros_aligned(size: BufferSize, dtype: DTypeLike) -> np.ndarray:
     res = empty_aligned(shape, dtype)
     res[...] = 0
     return res
+
+
+def disjoint(sl: Slice, slices: Iterable[Slice]) -> bool:
+    """True when ``sl`` overlaps none of ``slices``.
+
+    >>> from raytile.common import Shape
+    >>> a = Slice((0, 0), Shape((4, 4), 2))
+    >>> disjoint(a, [Slice((4, 0), Shape((4, 4), 2))]), disjoint(a, [Slice((3, 3), Shape((4, 4), 2))])
+    (True, False)
+    """
+    return all(sl.intersection_with(other).is_null() for other in slices)
 
 
 _FROM_UDF = {
