@@ -9,14 +9,15 @@ raw file (``--size-gib``, 1 GiB by default) split into ``--partitions``
 * throughput (GB/s, GB = 1e9 bytes) beside a numpy chunked sum over the same
   file in ``--nodes`` processes, measured in the same run;
 * the bytes of partial results the coordinator received per run (and their
-  number), against ``workers x result size`` (what merging near the data
-  would send);
+  number), against ``workers x result size``;
 * the coordinator thread's CPU time per run.
 
 The simulated nodes share this machine's cores, so throughput is a lower
 bound of a real cluster's; the bytes and counts do not depend on that.
-Merging near the data and the coordinator as an actor are not built yet:
-this script measures the driver-side coordinator they will be compared to.
+Each UDF runs with merging near the data (the workers merge their
+partitions and send merged segments, runtime/segments.py) and with every
+partition's result merged in the driver. The coordinator as an actor is not
+built yet.
 
     python benchmarks/bench_cluster.py [--size-gib 1] [--nodes 3] [--partitions 64] [--repeat 3]
 """
@@ -49,10 +50,10 @@ class Meter:
         result = executor.result
 
         def counting_result(handle):
-            res = result(handle)
-            self.results += 1
-            self.bytes += sum(a.nbytes for bufs in res.buffers for a in bufs.values())
-            return res
+            results = result(handle)
+            self.results += len(results)
+            self.bytes += sum(a.nbytes for res in results for bufs in res.buffers for a in bufs.values())
+            return results
 
         executor.result = counting_result
         main = Coordinator._main
@@ -107,19 +108,22 @@ def main(argv=None) -> int:
           f"{args.partitions} partitions; best of {args.repeat}; GB = 1e9 bytes")
     print(f"  numpy chunked sum, {args.nodes} processes:    {nbytes / best_np / 1e9:6.2f} GB/s  ({best_np * 1e3:.0f} ms)")
     ds = ctx.load("raw", path=str(path), nav_shape=nav, sig_shape=sig, dtype="uint16", num_partitions=args.partitions)
+    interval = ctx.executor.merge_interval_s
     for name, udf, result_bytes in (("SumUDF", rt.SumUDF, int(np.prod(sig)) * 4),
                                     ("SumSigUDF", rt.SumSigUDF, int(np.prod(nav)) * 4)):
-        ctx.run_udf(dataset=ds, udf=udf())  # warm-up
-        best, got = None, None
-        for _ in range(args.repeat):
-            meter.reset()
-            t = _timed(lambda: ctx.run_udf(dataset=ds, udf=udf()))
-            if best is None or t < best[0]:
-                best = (t, meter.bytes, meter.results, meter.cpu_s)
-        t, received, count, cpu = best
-        print(f"  raytile {name:<10} merging in the driver: {nbytes / t / 1e9:6.2f} GB/s  ({t * 1e3:.0f} ms); "
-              f"coordinator received {received / 1e6:.1f} MB in {count} results "
-              f"(workers x result = {workers * result_bytes / 1e6:.2f} MB), its CPU {cpu * 1e3:.0f} ms per run")
+        for where, merge_interval in (("near the data", interval), ("in the driver", None)):
+            ctx.executor.merge_interval_s = merge_interval
+            ctx.run_udf(dataset=ds, udf=udf())  # warm-up
+            best = None
+            for _ in range(args.repeat):
+                meter.reset()
+                t = _timed(lambda: ctx.run_udf(dataset=ds, udf=udf()))
+                if best is None or t < best[0]:
+                    best = (t, meter.bytes, meter.results, meter.cpu_s)
+            t, received, count, cpu = best
+            print(f"  raytile {name:<10} merging {where:<14} {nbytes / t / 1e9:6.2f} GB/s  ({t * 1e3:4.0f} ms); "
+                  f"coordinator received {received / 1e6:5.2f} MB in {count:2d} results "
+                  f"(workers x result = {workers * result_bytes / 1e6:.2f} MB), its CPU {cpu * 1e3:.0f} ms per run")
     ctx.close()
     ray.shutdown()
     cluster.shutdown()

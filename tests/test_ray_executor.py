@@ -126,7 +126,7 @@ def test_per_tile_progress_adds_up(ray_context, data):
     assert sum(reporter.advances) == 48
     # per tile, not per partition: more progress messages than partitions, each smaller than a partition
     assert len(reporter.advances) > 2 and max(reporter.advances) < 24
-    assert reporter.partitions == [1, 2]
+    assert reporter.partitions[-1] == 2 and reporter.partitions == sorted(set(reporter.partitions))  # merged near the data: may arrive together
 
 
 def test_tqdm_progress_bar(ray_context, data, capsys):

@@ -22,6 +22,7 @@ the same code the inline executor runs. The actor
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import socket
@@ -182,8 +183,9 @@ class WorkerActor:
 
         With ``params.merge_interval_s`` set, partitions are merged here
         (:mod:`raytile.runtime.segments`) and sent at most that often, the
-        run's first partition on this worker at once; an older parameters
-        version's state goes with the first task of the new version.
+        run's first partition on this worker at once (with an infinite
+        interval, only when the coordinator flushes at the end); an older
+        parameters version's state goes with the first task of the new version.
         """
         from raytile.runtime.segments import SegmentMerger, merges_pairwise
 
@@ -202,8 +204,8 @@ class WorkerActor:
                 self._mergers.popitem(last=False)  # the coordinator re-runs what a flush does not return
         merger.add(result, task.partition.roi_offset(params.roi), f"{task.describe()} on worker {self.name}")
         now = time.monotonic()
-        last = self._last_sent.get(run_id)
-        if last is None or now - last >= interval:
+        last = self._last_sent.get(run_id, -math.inf if math.isfinite(interval) else now)
+        if now - last >= interval:
             out += [seg.as_result(self.name) for seg in merger.take()]
             self._last_sent[run_id] = now
             while len(self._last_sent) > HELD_RUNS:

@@ -101,6 +101,10 @@ class Context:
         ``for part in ctx.run_udf_iter(...)`` or, in async code,
         ``async for part in ctx.run_udf_iter(..., sync=False)``.
         """
+        return self._start(dataset, udf, roi, corrections, backends, progress, final_only=False)
+
+    def _start(self, dataset: DataSet, udf: Any, roi: Any, corrections: Any, backends: Iterable[str] | None,
+               progress: bool | ProgressReporter, final_only: bool) -> UDFRun:
         span = tracing.start_span("raytile.run")
         try:
             with tracing.use_span(span), tracing.child_span("raytile.plan"):
@@ -111,7 +115,8 @@ class Context:
             tracing.record_error(span, e)
             span.end()
             raise
-        return UDFRun(Coordinator(self.executor, plan, _reporter(progress), span=span), plan.udfs)
+        coordinator = Coordinator(self.executor, plan, _reporter(progress), span=span, final_only=final_only)
+        return UDFRun(coordinator, plan.udfs)
 
     def run_udf(
         self,
@@ -129,8 +134,7 @@ class Context:
         a list of UDFs. With ``sync=False`` returns an awaitable of the same.
         """
         single = isinstance(udf, UDF)
-        run = self.run_udf_iter(dataset, udf, roi=roi, corrections=corrections, backends=backends,
-                                progress=progress)
+        run = self._start(dataset, udf, roi, corrections, backends, progress, final_only=True)
         if sync:
             return _unpack(run.result(), single)
 

@@ -16,6 +16,7 @@ inputs, so nothing that arrives during a turn is missed. Results go to an
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import replace
@@ -45,7 +46,9 @@ class Coordinator:
     """Drives one run: ``start()`` it, read ``outbox``; ``patch``/``cancel`` from any thread."""
 
     def __init__(self, executor: Executor, plan: RunPlan, progress: ProgressReporter | None = None,
-                 span: Any = None):
+                 span: Any = None, final_only: bool = False):
+        """``final_only``: the caller wants the final result alone (``Context.run_udf``): no partial
+        snapshots, and workers hold their merged results until the end of the run."""
         self._executor = executor
         self._span = span  # the run's span, opened by the Context around planning (or here)
         self._plan = plan
@@ -54,7 +57,7 @@ class Coordinator:
         self._cancelled = threading.Event()
         self._wakeup = threading.Event()
         self.outbox = Outbox(on_take=self._wakeup.set)
-        self._final_only = False
+        self._final_only = final_only
         self._patches: list[tuple[list[dict], bool]] = []
         self._state = RunState(plan.tasks)
         self._params: RunParams = plan.params
@@ -139,8 +142,11 @@ class Coordinator:
         ex = self._executor
         ex.prepare_dataset(self._plan.dataset)
         ex.start_run(self.run_id, self._wakeup)
+        interval = ex.merge_interval_s
+        if interval is not None and self._final_only:
+            interval = math.inf  # nothing to show meanwhile: one merged state per worker, at the end
         self._params = replace(self._plan.params, trace_context=tracing.inject_context(),
-                               merge_interval_s=ex.merge_interval_s)
+                               merge_interval_s=interval)
         if ex.merge_interval_s is not None:
             self._state.order_in_blocks(ex.num_workers)
         self._params_handle = ex.put_params(self._params)
