@@ -832,3 +832,79 @@ def test_mask_udf_with_container_against_numpy(use_sparse, with_roi):
         np.testing.assert_allclose(got, want, rtol=1e-5)
     else:
         np.testing.assert_allclose(got[roi], want[roi], rtol=1e-5)
+
+
+# -- raytile.common.numba / exceptions ------------------------------------------
+
+from raytile.common import numba as rt_numba  # noqa: E402
+
+
+def test_numba_index_helpers_against_numpy():
+    dims = np.array([4, 5, 6])
+    rng = np.random.default_rng(2)
+    multi = np.stack([rng.integers(0, d, 20) for d in dims])
+    flat = np.ravel_multi_index(tuple(multi), tuple(dims))
+    assert rt_numba.numba_ravel_multi_index_single(multi[:, 0], dims) == flat[0]
+    np.testing.assert_array_equal(rt_numba.numba_ravel_multi_index_multi(multi, dims), flat)
+    np.testing.assert_array_equal(rt_numba.numba_unravel_index_single(flat[3], dims), multi[:, 3])
+    np.testing.assert_array_equal(rt_numba.numba_unravel_index_multi(flat, dims), multi)
+    assert np.dtype(np.float32) in rt_numba.numba_dtypes and np.dtype(object) not in rt_numba.numba_dtypes
+
+
+def test_cached_njit_compiles():
+    @rt_numba.cached_njit()
+    def add(a, b):
+        return a + b
+
+    assert add(2, 3) == 5
+
+
+def test_exceptions_are_raytiles():
+    from raytile.common import errors
+    from raytile.common.exceptions import ExecutorSpecException, UDFException, UDFRunCancelled
+
+    assert UDFException is errors.UDFException and UDFRunCancelled is errors.UDFRunCancelled
+    assert issubclass(ExecutorSpecException, errors.RaytileError)
+
+
+# -- a real LiberTEM UDF module, imports rewritten (runs when LiberTEM is installed) --
+
+def _ported_module(name: str):
+    """Import LiberTEM's module ``name`` from its source with ``libertem`` replaced by ``raytile``
+    in the import lines only, as a user porting it would."""
+    import importlib.util
+    import re
+    import types
+
+    pytest.importorskip("libertem")
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.origin is not None
+    with open(spec.origin, encoding="utf-8") as f:
+        source = f.read()
+    source = re.sub(r"^(\s*)(from|import) libertem(\.|\s)", r"\1\2 raytile\3", source, flags=re.M)
+    module = types.ModuleType("ported_" + name.replace(".", "_"))
+    exec(compile(source, spec.origin, "exec"), module.__dict__)  # noqa: S102
+    return module
+
+
+@pytest.mark.parametrize("use_sparse", [None, "sparse.pydata"])
+def test_libertem_applymasks_ported(use_sparse):
+    import raytile as rt
+
+    ported = _ported_module("libertem.udf.masks")
+    rng = np.random.default_rng(4)
+    data = rng.random((4, 5) + SIG).astype(np.float32)
+    stack = _mask_stack()
+    factories = [(lambda m=m: sparse.COO.from_numpy(m)) for m in stack]
+    roi = rng.random((4, 5)) < 0.5
+    want = np.einsum("abyx,nyx->abn", data.astype(np.float64), stack.astype(np.float64))
+    ctx = rt.Context(executor="inline")
+    try:
+        ds = ctx.load("memory", data=data, num_partitions=3)
+        for r in (None, roi):
+            udf = ported.ApplyMasksUDF(mask_factories=factories, use_sparse=use_sparse)
+            got = ctx.run_udf(dataset=ds, udf=udf, roi=r)["intensity"].data
+            sel = np.ones((4, 5), bool) if r is None else r
+            np.testing.assert_allclose(got[sel], want[sel], rtol=1e-5)
+    finally:
+        ctx.close()
