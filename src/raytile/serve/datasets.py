@@ -25,7 +25,7 @@ from raytile.serve.errors import BadRequest
 from raytile.serve.paths import DataRoots
 from raytile.serve.validation import Schema, check
 
-__all__ = ["format_json_schema", "served_formats", "open_dataset", "npy_header", "DATASET_SCHEMA"]
+__all__ = ["format_json_schema", "served_formats", "resolve_dataset", "open_dataset", "npy_header", "DATASET_SCHEMA"]
 
 #: Parameter kinds a client cannot send as JSON.
 _PYTHON_ONLY = frozenset({"array", "corrections"})
@@ -80,13 +80,9 @@ def served_formats() -> dict[str, Schema]:
 _PARAM_IN_MESSAGE = re.compile(r"parameter '(\w+)'")
 
 
-def open_dataset(ctx: Any, spec: Any, roots: DataRoots, field: str = "dataset") -> DataSet:
-    """Validate ``{"format", "params"}``, resolve its paths inside ``roots`` and load it with ``ctx``.
-
-    Raises BadRequest (400) for a bad format or parameter and for data that
-    cannot be opened, Forbidden (403) for a path outside the roots. Blocking
-    (the format may read headers on a worker): call it from a thread.
-    """
+def resolve_dataset(spec: Any, roots: DataRoots, field: str = "dataset") -> tuple[str, dict[str, Any]]:
+    """The format name and its parameters from ``{"format", "params"}``: validated against the format's
+    schema, paths resolved inside ``roots`` (BadRequest 400, Forbidden 403)."""
     check(spec, DATASET_SCHEMA, field)
     formats = served_formats()
     name = spec["format"].lower()
@@ -99,6 +95,14 @@ def open_dataset(ctx: Any, spec: Any, roots: DataRoots, field: str = "dataset") 
             where = f"{field}.params.{key}"
             params[key] = roots.resolve_many(params[key], where) if isinstance(sub["type"], list) \
                 else roots.resolve(params[key], where)
+    return name, params
+
+
+def open_dataset(ctx: Any, name: str, params: dict[str, Any], field: str = "dataset") -> DataSet:
+    """Load a resolved data set (see :func:`resolve_dataset`) with ``ctx``; errors become BadRequest (400).
+
+    Blocking (the format may read headers on a worker): call it from a thread.
+    """
     try:
         return ctx.load(name, **params)
     except ConfigValidationError as e:

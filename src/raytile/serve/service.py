@@ -25,7 +25,8 @@ import numpy as np
 
 from raytile.runtime.context import Context
 from raytile.serve.config import ServeConfig
-from raytile.serve.datasets import DATASET_SCHEMA, npy_header, open_dataset, served_formats
+from raytile.serve.dataset_cache import DataSetCache
+from raytile.serve.datasets import DATASET_SCHEMA, npy_header, open_dataset, resolve_dataset, served_formats
 from raytile.serve.encoding import BUFFER_MODES, encode_buffers
 from raytile.serve.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, Unauthorized
 from raytile.serve.paths import DataRoots
@@ -65,6 +66,7 @@ class Service:
         self.registry = RunRegistry(config.max_runs, config.keep_finished)
         self.ctx = ctx if ctx is not None else Context(executor="ray", cpus=config.workers)
         self._formats = served_formats()
+        self.datasets_open = DataSetCache(size=8)
 
     def close(self) -> None:
         """Cancel every run and close the Context (the replica is going away)."""
@@ -114,7 +116,8 @@ class Service:
             self.registry.release()
 
     def _start(self, body: dict[str, Any]) -> tuple[Any, list[Any], tuple[int, ...]]:
-        ds = open_dataset(self.ctx, body["dataset"], self.roots, "dataset")
+        name, params = resolve_dataset(body["dataset"], self.roots, "dataset")
+        ds = self.datasets_open.get((name, params), lambda: open_dataset(self.ctx, name, params, "dataset"))
         sig_shape = tuple(ds.shape.sig)
         nav_shape = tuple(ds.shape.nav)
         roi = decode_roi(body.get("roi"), nav_shape, self.config.max_roi_bytes)
@@ -179,8 +182,9 @@ class Service:
 
     async def messages(self, served: ServedRun, mode: str = "inline", url_base: str = "",
                        rate_hz: float | None = None) -> AsyncGenerator[dict[str, Any], None]:
-        """The run's stream: the latest state whenever it changed, at most ``rate_hz`` a second; the
-        last message has ``final: true`` and the end status (and ``error`` if the run failed)."""
+        """The run's stream: the latest state whenever it changed, partial results at most ``rate_hz``
+        a second; the last message, sent as soon as the run ends, has ``final: true`` and the end
+        status (and ``error`` if the run failed)."""
         if mode not in BUFFER_MODES:
             raise BadRequest("buffers", f"must be one of {list(BUFFER_MODES)}, got {mode!r}")
         rate = served.rate_hz if rate_hz is None else min(served.rate_hz, rate_hz)
@@ -191,8 +195,9 @@ class Service:
         while True:
             await served.wait_newer(sent)
             delay = next_at - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)  # latest wins: what arrives meanwhile replaces, never queues
+            if delay > 0 and not served.over:
+                # latest wins: what arrives meanwhile replaces, never queues; the run's end comes at once
+                await served.wait_over(delay)
             sent = served.seq
             part = served.latest
             size = sum(b.data.nbytes for bufs in part.buffers for b in bufs.values()) if part else 0
