@@ -37,8 +37,9 @@ class StageMetrics:
     def __init__(self) -> None:
         self.steps = 0
         self.total_ns = 0
-        self._exec = np.zeros(WINDOW, np.int64)
-        self._start = np.zeros(WINDOW, np.int64)
+        # plain lists: an item store is ~4x cheaper than into an ndarray (this runs every stage and step)
+        self._exec: list[int] = [0] * WINDOW
+        self._start: list[int] = [0] * WINDOW
         self._first_ns = 0
         self._last_ns = 0
 
@@ -56,8 +57,9 @@ class StageMetrics:
         """steps, mean_ms, p50_ms, p99_ms (execution), jitter_ms (std of trigger spacing), hz."""
         n = min(self.steps, WINDOW)
         i = self.steps % WINDOW
-        exec_ns = self._exec[:n]
-        starts = np.concatenate([self._start[i:n], self._start[:i]]) if self.steps > WINDOW else self._start[:n]
+        exec_ns = np.asarray(self._exec[:n], np.int64)
+        start = np.asarray(self._start, np.int64)
+        starts = np.concatenate([start[i:n], start[:i]]) if self.steps > WINDOW else start[:n]
         stats = summarize_ns(exec_ns)
         spacing = np.diff(starts)
         hz = (self.steps - 1) / ((self._last_ns - self._first_ns) / 1e9) if self._last_ns > self._first_ns else 0.0
