@@ -245,3 +245,23 @@ def test_reads_during_a_background_run_see_whole_steps():
     finally:
         p.stop()
     assert p.state in ("stopped", "built")
+
+
+def test_stage_metrics_window_against_numpy():
+    from raytile.pipeline.metrics import WINDOW, StageMetrics
+
+    m = StageMetrics()
+    rng = np.random.default_rng(1)
+    n = WINDOW + 1000  # the window wraps
+    execs = rng.integers(1_000, 50_000, n)
+    starts = np.cumsum(rng.integers(900_000, 1_100_000, n))
+    for s, e in zip(starts, execs):
+        m.record(int(s), int(e))
+    snap = m.snapshot()
+    last = execs[-WINDOW:] / 1e6
+    assert snap["steps"] == n
+    assert snap["mean_ms"] == pytest.approx(execs.mean() / 1e6)
+    assert snap["p50_ms"] == pytest.approx(np.percentile(last, 50))
+    assert snap["p99_ms"] == pytest.approx(np.percentile(last, 99))
+    assert snap["jitter_ms"] == pytest.approx((np.diff(starts[-WINDOW:]) / 1e6).std())
+    assert snap["hz"] == pytest.approx((n - 1) / ((starts[-1] - starts[0]) / 1e9))
