@@ -74,3 +74,25 @@ def test_gpu_stage_needs_gpu_streams():
     cfg["streams"]["slopes"]["storage"] = "cpu"
     with pytest.raises(ConfigValidationError, match="stage 'centroids': field 'output'.*storage 'cpu'"):
         Pipeline.from_dict(cfg)
+
+
+def test_ray_gpu_actor_resources_and_device_renumbering():
+    from raytile.pipeline import PipelineConfig, get_stage_class
+    from raytile.pipeline.ray_placement import GroupHost, RayPlacement
+    from raytile.pipeline.validation import group_order, validate_config
+
+    raw = gpu_ao()
+    for st in raw["stages"]:
+        if st["name"] in ("matvec", "integrator", "clip", "reconstructor"):
+            st["target_device_idx"] = 3  # a second GPU for the control part
+    cfg = PipelineConfig.from_dict(raw, base_dir=os.path.dirname(AO))
+    levels = validate_config(cfg)
+    rp = RayPlacement(cfg, levels, group_order(cfg))
+    assert rp._gpu_map("main") == {0: 0, 3: 1}
+    assert rp._resources("main") == {"num_gpus": 2, "num_cpus": 0}
+    host = GroupHost(cfg, {s.kind: get_stage_class(s.kind) for s in cfg.stages}, rp.members["main"], levels, [],
+                     rp._gpu_map("main"))
+    host._blas.restore_original_limits()
+    assert host.engine.config.stage("matvec").target_device_idx == 1
+    assert host.engine.config.stage("centroids").target_device_idx == 0
+    assert host.engine.config.stage("camera").target_device_idx is None

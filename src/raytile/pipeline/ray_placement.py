@@ -15,8 +15,8 @@ read (``None`` for a value not refreshed since it was last sent, with its
 generation time), over shared-memory channels on one node. Stream reads,
 metrics and parameter updates are classic actor calls made between steps.
 
-Actors ask for one GPU when a stage of their group has ``target_device_idx
->= 0`` (the stage then uses the actor's GPU), else for no CPU reservation
+Actors ask for one GPU per distinct ``target_device_idx >= 0`` among their
+stages (which then use the actor's GPUs, renumbered from 0), else for no CPU reservation
 (``num_cpus=0``) so that a loop is never starved by the cluster's UDF
 workers. A dead actor surfaces as :class:`StageActorDied` naming its group
 and stages; :meth:`RayPlacement.restart` replaces the dead actors (their
@@ -29,6 +29,7 @@ compiles the graph again.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import deque
 from typing import Any
@@ -59,9 +60,14 @@ class GroupHost:
     """The stages of one placement group, stepped inside a Ray actor (made remote by :class:`RayPlacement`)."""
 
     def __init__(self, config: PipelineConfig, classes: dict[str, type], stage_names: list[str],
-                 levels: list[tuple[str, ...]], outbound: list[str]):
+                 levels: list[tuple[str, ...]], outbound: list[str], gpu_map: dict[int, int] | None = None):
         for cls in classes.values():
             register_stage(cls)  # custom stage classes travel with the config
+        if gpu_map:  # Ray shows the actor only its own GPUs, numbered from 0
+            stages = tuple(dataclasses.replace(st, target_device_idx=gpu_map[st.target_device_idx])
+                           if st.target_device_idx is not None and st.target_device_idx >= 0 else st
+                           for st in config.stages)
+            config = dataclasses.replace(config, stages=stages)
         from threadpoolctl import threadpool_limits
 
         # one BLAS thread an actor: a loop actor shares its node (measured in-process on 2 cores:
@@ -169,10 +175,15 @@ class RayPlacement:
         self.last_done: int | None = None
 
     # -- build -------------------------------------------------------------------------------
+    def _gpu_map(self, group: str) -> dict[int, int]:
+        """The group's GPU indices in the config -> the actor's own devices 0, 1, ... (one Ray GPU each)."""
+        ids = sorted({idx for n in self.members[group]
+                      if (idx := self.config.stage(n).target_device_idx) is not None and idx >= 0})
+        return {g: i for i, g in enumerate(ids)}
+
     def _resources(self, group: str) -> dict[str, Any]:
-        gpu = any(self.config.stage(n).target_device_idx is not None and self.config.stage(n).target_device_idx >= 0  # type: ignore[operator]
-                  for n in self.members[group])
-        return {"num_gpus": 1, "num_cpus": 0} if gpu else {"num_cpus": 0}
+        gpus = len(self._gpu_map(group))
+        return {"num_gpus": gpus, "num_cpus": 0} if gpus else {"num_cpus": 0}
 
     def build(self) -> None:
         ensure_ray()
@@ -188,7 +199,7 @@ class RayPlacement:
         remote_cls = ray.remote(GroupHost)
         for g in groups:
             self.actors[g] = remote_cls.options(**self._resources(g)).remote(
-                self.config, classes, self.members[g], self.levels, self.outbound[g])
+                self.config, classes, self.members[g], self.levels, self.outbound[g], self._gpu_map(g))
         for g in groups:
             self._call(g, "build")
 
