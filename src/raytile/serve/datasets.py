@@ -80,11 +80,13 @@ def served_formats() -> dict[str, Schema]:
 _PARAM_IN_MESSAGE = re.compile(r"parameter '(\w+)'")
 
 
-def resolve_dataset(spec: Any, roots: DataRoots, field: str = "dataset") -> tuple[str, dict[str, Any]]:
+def resolve_dataset(spec: Any, roots: DataRoots, field: str = "dataset",
+                    formats: dict[str, Schema] | None = None) -> tuple[str, dict[str, Any]]:
     """The format name and its parameters from ``{"format", "params"}``: validated against the format's
-    schema, paths resolved inside ``roots`` (BadRequest 400, Forbidden 403)."""
+    schema (``formats``: :func:`served_formats`, computed once by the caller), paths resolved inside
+    ``roots`` (BadRequest 400, Forbidden 403)."""
     check(spec, DATASET_SCHEMA, field)
-    formats = served_formats()
+    formats = served_formats() if formats is None else formats
     name = spec["format"].lower()
     if name not in formats:
         raise BadRequest(f"{field}.format", f"unknown format {spec['format']!r}; known: {', '.join(sorted(formats))}")

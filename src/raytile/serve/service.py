@@ -116,7 +116,7 @@ class Service:
             self.registry.release()
 
     def _start(self, body: dict[str, Any]) -> tuple[Any, list[Any], tuple[int, ...]]:
-        name, params = resolve_dataset(body["dataset"], self.roots, "dataset")
+        name, params = resolve_dataset(body["dataset"], self.roots, "dataset", self._formats)
         ds = self.datasets_open.get((name, params), lambda: open_dataset(self.ctx, name, params, "dataset"))
         sig_shape = tuple(ds.shape.sig)
         nav_shape = tuple(ds.shape.nav)
