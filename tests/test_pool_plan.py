@@ -51,3 +51,12 @@ def test_fixed_mode_ignores_node_sizes():
     plan = plan_pool(nodes=[NodeInfo("a", 8, 2)], slots=[], fixed={"cpu": 1, "cuda": 0}, max_workers=None,
                      now=NOW, backoff={})
     assert plan.start == (("cpu", None),)
+
+
+def test_new_segments_start_in_the_middle_of_the_longest_pending_run():
+    from raytile.runtime.run_state import middle_of_longest_run
+
+    assert middle_of_longest_run(list(range(64))) == 32
+    assert middle_of_longest_run([0, 1, 2, 3, 7, 8]) == 2
+    assert middle_of_longest_run([5, 10, 11, 12, 20]) == 11
+    assert middle_of_longest_run([4]) == 4

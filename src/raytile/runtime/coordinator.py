@@ -148,7 +148,7 @@ class Coordinator:
         self._params = replace(self._plan.params, trace_context=tracing.inject_context(),
                                merge_interval_s=interval)
         if ex.merge_interval_s is not None:
-            self._state.order_in_blocks(ex.num_workers)
+            self._state.spread_segments()
         self._params_handle = ex.put_params(self._params)
         if self._progress is not None:
             self._progress.start(self.run_id, sum(t.num_frames for t in self._plan.tasks), len(self._plan.tasks))

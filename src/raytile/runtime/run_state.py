@@ -7,7 +7,6 @@ decided here, by plain methods without I/O, so it is tested on its own.
 
 from __future__ import annotations
 
-import itertools
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum
@@ -16,7 +15,7 @@ from typing import Iterable, Sequence
 from raytile.runtime.executor import TaskHandle
 from raytile.runtime.params import PartitionTask
 
-__all__ = ["RunState", "Outcome", "MAX_RETRIES", "starved_too_long"]
+__all__ = ["RunState", "Outcome", "MAX_RETRIES", "starved_too_long", "middle_of_longest_run"]
 
 #: How often a task may be retried after its worker died.
 MAX_RETRIES = 3
@@ -46,6 +45,7 @@ class RunState:
         #: Since when partitions wait with nothing in flight (no worker was ready), else None.
         self.starved_since: float | None = None
         self._by_idx = {t.idx: t for t in self.tasks}
+        self._spread = False
         self.pending: deque[PartitionTask] = deque(self.tasks)
         #: Partitions whose results a worker merged and holds, not yet sent (see runtime/segments.py).
         self.held: set[int] = set()
@@ -64,15 +64,11 @@ class RunState:
         """Everything ran, but workers still hold merged results: ask them for those."""
         return not self.pending and not self.in_flight and bool(self.held)
 
-    def order_in_blocks(self, workers: int) -> None:
-        """Reorder the pending tasks so that ``workers`` workers, taking them in turn, each work
-        through a contiguous block of partitions (their results merge into one segment each)."""
-        tasks = list(self.pending)
-        if workers <= 1 or len(tasks) <= workers:
-            return
-        bounds = [round(i * len(tasks) / workers) for i in range(workers + 1)]
-        blocks = [tasks[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-        self.pending = deque(t for row in itertools.zip_longest(*blocks) for t in row if t is not None)
+    def spread_segments(self) -> None:
+        """Dispatch for merging near the data: a task that does not extend a worker's segment starts
+        a new one in the middle of the longest run of pending partitions, so that each worker works
+        through a contiguous stretch (its results merge into few segments, see runtime/segments.py)."""
+        self._spread = True
 
     def next_to_submit(self, max_in_flight: int, preferred: Iterable[int] = ()) -> PartitionTask | None:
         """The next task to submit, if the executor has room for one: the first pending one of
@@ -85,7 +81,14 @@ class RunState:
                 if task.idx in wanted:
                     del self.pending[i]
                     return task
-        return self.pending.popleft()
+        if not self._spread:
+            return self.pending.popleft()
+        middle = middle_of_longest_run(sorted(t.idx for t in self.pending))
+        for i, task in enumerate(self.pending):
+            if task.idx == middle:
+                del self.pending[i]
+                return task
+        raise AssertionError("unreachable: the middle is a pending partition")
 
     def submitted(self, handle: TaskHandle) -> None:
         self.in_flight.append(handle)
@@ -158,3 +161,19 @@ def starved_too_long(state: RunState, now: float, limit: float) -> bool:
     if state.starved_since is None:
         state.starved_since = now
     return now - state.starved_since > limit
+
+
+def middle_of_longest_run(idxs: Sequence[int]) -> int:
+    """The middle of the longest run of consecutive numbers in the sorted ``idxs`` (the first such
+    run on ties).
+
+    >>> middle_of_longest_run([0, 1, 2, 3, 7, 8])
+    2
+    """
+    best_start, best_len, start = 0, 0, 0
+    for i in range(1, len(idxs) + 1):
+        if i == len(idxs) or idxs[i] != idxs[i - 1] + 1:
+            if i - start > best_len:
+                best_start, best_len = start, i - start
+            start = i
+    return idxs[best_start + best_len // 2]
