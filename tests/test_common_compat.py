@@ -908,3 +908,28 @@ def test_libertem_applymasks_ported(use_sparse):
             np.testing.assert_allclose(got[sel], want[sel], rtol=1e-5)
     finally:
         ctx.close()
+
+
+def _has_cuda() -> bool:
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(not _has_cuda(), reason="needs cupy and a CUDA GPU")
+def test_mask_container_on_cupy():
+    import cupy
+    import cupyx.scipy.sparse
+
+    stack = _mask_stack()
+    tile = _tile()
+    dense = MaskContainer(lambda: stack, backend=UDF.BACKEND_CUPY, use_sparse=False).get(tile)
+    assert isinstance(dense, cupy.ndarray)
+    np.testing.assert_array_equal(cupy.asnumpy(dense), _expected(stack, tile))
+    for fmt, cls in (("scipy.sparse", cupyx.scipy.sparse.csr_matrix), ("scipy.sparse.csc", cupyx.scipy.sparse.csc_matrix)):
+        m = MaskContainer(lambda: sparse.COO.from_numpy(stack), backend=UDF.BACKEND_CUPY, use_sparse=fmt).get(tile)
+        assert isinstance(m, cls)
+        np.testing.assert_array_equal(m.get().toarray(), _expected(stack, tile))
