@@ -40,7 +40,7 @@ def test_task_spans_are_children_of_the_run_span(ctx, exporter):
     tasks = [s for s in spans if s.name == "raytile.task"]
     merges = [s for s in spans if s.name == "raytile.merge"]
     assert sorted(s.attributes["raytile.partition"] for s in tasks) == [0, 1, 2, 3]
-    assert len(merges) == 4
+    assert 1 <= len(merges) <= 4  # one per partition, or per segment merged near the data (Ray)
     for s in tasks + merges:
         assert s.context.trace_id == run.context.trace_id
         assert s.parent is not None and s.parent.span_id == run.context.span_id
