@@ -438,3 +438,34 @@ def test_forbuf_brings_results_into_numpy_buffers():
     out = udf.forbuf(sparse.COO.from_numpy(np.array([0.0, 2.0, 0.0, 0.0])), target)
     assert type(out) is np.ndarray
     np.testing.assert_array_equal(out, [0, 2, 0, 0])
+
+
+class PartialResults(UDF):
+    """Declares three results; get_results returns only one of them, derived."""
+
+    def get_result_buffers(self):
+        return {"total": self.buffer(kind="nav", dtype="float64"),
+                "count": self.buffer(kind="nav", dtype="int64"),
+                "perpix": self.buffer(kind="nav", extra_shape=(2,), dtype="float32")}
+
+    def process_frame(self, frame):
+        self.results.total[:] = frame.sum()
+        self.results.count[:] = frame.size
+        self.results.perpix[:] = (frame.min(), frame.max())
+
+    def get_results(self):
+        return {"total": self.results.total * 2}
+
+
+def test_results_left_out_of_get_results_pass_through_with_full_masks(ctx, data, roi):
+    ds = ctx.load("memory", data=data, num_partitions=3)
+    res = ctx.run_udf(dataset=ds, udf=PartialResults(), roi=roi)
+    assert set(res) == {"total", "count", "perpix"}
+    sums = data.reshape(*NAV, -1).astype(np.float64)
+    np.testing.assert_allclose(res["total"].data[roi], 2 * sums.sum(axis=-1)[roi])
+    assert np.all(np.isnan(res["total"].data[~roi]))            # float: NaN outside the ROI
+    assert np.array_equal(res["count"].data[roi], np.full(roi.sum(), SIG[0] * SIG[1]))
+    assert np.all(res["count"].data[~roi] == 0)                 # int: zero outside the ROI
+    np.testing.assert_allclose(res["perpix"].data[roi][:, 1], sums.max(axis=-1)[roi])
+    assert res["perpix"].valid_mask.shape == NAV + (2,)         # nav plus extra shape
+    assert np.array_equal(res["perpix"].valid_mask, np.repeat(roi[..., None], 2, axis=-1))

@@ -20,8 +20,10 @@ class ResultBuffer:
     """One named result: ``.data`` shaped like the data set, with a validity mask.
 
     For a ``nav`` buffer ``.data`` has the data set's nav shape (+ extra
-    shape); positions outside the ROI or not yet merged are zero and False in
-    ``.valid_mask``. ``.raw_data`` is the ROI-compressed array the UDF sees.
+    shape); positions outside the ROI are NaN (float results; zero for
+    others), positions not yet merged hold the buffer's initial zeros.
+    ``.valid_mask`` has the shape of ``.data`` and is False for both.
+    ``.raw_data`` is the ROI-compressed array the UDF sees.
     """
 
     def __init__(self, kind: str, raw_data: np.ndarray, data: np.ndarray, valid_mask: Any):
@@ -87,12 +89,17 @@ class UDFResults:
 
 def expand_nav(arr: np.ndarray, nav_shape: tuple[int, ...], roi: np.ndarray | None,
                extra_shape: tuple[int, ...]) -> np.ndarray:
-    """Place ROI-compressed nav values ``(n_roi, *extra)`` into a full nav-shaped array."""
+    """Place ROI-compressed nav values ``(n_roi, *extra)`` into a full nav-shaped array.
+
+    Positions outside the ROI are NaN for float and complex results (as in
+    LiberTEM), zero (False) for others.
+    """
     arr = np.asarray(arr)
     full_shape = tuple(nav_shape) + tuple(extra_shape)
     if roi is None:
         return arr.reshape(full_shape)
-    out = np.zeros((roi.size,) + tuple(extra_shape), dtype=arr.dtype)
+    fill = np.nan if arr.dtype.kind in "fc" else 0
+    out = np.full((roi.size,) + tuple(extra_shape), fill, dtype=arr.dtype)
     out[roi] = arr
     return out.reshape(full_shape)
 
@@ -212,6 +219,10 @@ class ResultAccumulator:
             except Exception as e:
                 raise UDFException(f"{type(udf).__name__}.get_results raised {type(e).__name__}: {e}") from e
             declared = dict(udf.results.buffers())
+            results = dict(results)
+            for name, buf in declared.items():  # declared results get_results leaves out pass through
+                if name not in results and buf.use is None:
+                    results[name] = buf.data
             out.append({
                 name: self._wrap(name, value, declared.get(name), damage_full, nav_shape)
                 for name, value in results.items()
@@ -231,10 +242,15 @@ class ResultAccumulator:
                 data = expand_nav(arr, nav_shape, self._roi, extra)
             else:
                 data = arr.reshape(tuple(nav_shape) + tuple(extra))
-            valid = damage_full if mask is None else np.asarray(mask)
+            if mask is None:  # the merged nav positions, over the whole result shape (nav + extra)
+                valid = np.broadcast_to(damage_full.reshape(damage_full.shape + (1,) * len(extra)),
+                                        data.shape).copy()
+            else:
+                valid = np.asarray(mask)
             return ResultBuffer("nav", arr, data, valid)
         kind = decl.kind if decl is not None else "single"
-        return ResultBuffer(kind, arr, arr, bool(self._damage.any()) if mask is None else mask)
+        valid = np.full(arr.shape, bool(self._damage.any())) if mask is None else mask
+        return ResultBuffer(kind, arr, arr, valid)
 
 
 def _overrides(udf: UDF, name: str) -> bool:
