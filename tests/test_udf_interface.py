@@ -469,3 +469,36 @@ def test_results_left_out_of_get_results_pass_through_with_full_masks(ctx, data,
     np.testing.assert_allclose(res["perpix"].data[roi][:, 1], sums.max(axis=-1)[roi])
     assert res["perpix"].valid_mask.shape == NAV + (2,)         # nav plus extra shape
     assert np.array_equal(res["perpix"].valid_mask, np.repeat(roi[..., None], 2, axis=-1))
+
+
+class MetaWhilePlanning(UDF):
+    """Uses self.meta in every method called while planning (as LiberTEM UDFs do on the main node)."""
+
+    def get_backends(self):
+        assert self.meta.dataset_shape.sig.to_tuple() == SIG
+        return ("numpy",)
+
+    def get_preferred_input_dtype(self):
+        return np.float64 if self.meta.dataset_dtype.kind == "u" else self.USE_NATIVE_DTYPE
+
+    def get_tiling_preferences(self):
+        return {"depth": self.meta.dataset_shape.nav.size, "total_size": 1 << 20}
+
+    def get_result_buffers(self):
+        n = int(np.count_nonzero(self.meta.roi)) if self.meta.roi is not None else self.meta.dataset_shape.nav.size
+        return {"seen": self.buffer(kind="single", dtype="int64"),
+                "frames": self.buffer(kind="single", extra_shape=(n,), dtype="float64")}
+
+    def process_tile(self, tile):
+        assert tile.dtype == np.float64
+        self.results.seen[:] += tile.shape[0]
+
+    def merge(self, dest, src):
+        dest.seen[:] += src.seen
+
+
+def test_meta_is_available_while_planning(ctx, data, roi):
+    ds = ctx.load("memory", data=data, num_partitions=2)
+    res = ctx.run_udf(dataset=ds, udf=MetaWhilePlanning(), roi=roi)
+    assert int(res["seen"].data[0]) == int(roi.sum())
+    assert res["frames"].data.shape == (int(roi.sum()),)

@@ -113,6 +113,16 @@ class RunPlan:
         ]
 
 
+def _set_planning_meta(udfs: Sequence[UDF], dataset: DataSet, roi: np.ndarray | None, corrections: Any,
+                       dtype: Any, device_class: str) -> None:
+    """``self.meta`` for the calls made while planning (``get_backends``, ``get_tiling_preferences``,
+    ``get_preferred_input_dtype``, ``get_result_buffers``), as on LiberTEM's main node: the data set's
+    shape and dtype, the ROI, the input dtype as far as it is known, no partition yet."""
+    for udf in udfs:
+        udf.set_meta(UDFMeta(None, dataset.shape, roi, dataset.dtype, dtype, None, corrections,
+                             device_class=device_class))
+
+
 def make_plan(
     dataset: DataSet,
     udfs: Any,
@@ -132,9 +142,13 @@ def make_plan(
         corrections.check(dataset.shape) if hasattr(corrections, "check") else None
         if hasattr(corrections, "have_corrections") and not corrections.have_corrections():
             corrections = None
+    device_classes = tuple(device_classes)
+    planning_on = "cpu" if "cpu" in device_classes else (device_classes[0] if device_classes else "cpu")
+    _set_planning_meta(udfs, dataset, roi, corrections, dataset.dtype, planning_on)
     backend_plan = backend_plans(udfs, dataset, device_classes, backends)
     all_backends = {b for p in backend_plan.values() for b in p.backends}
     dtype = input_dtype(udfs, dataset.dtype, corrections, all_backends)
+    _set_planning_meta(udfs, dataset, roi, corrections, dtype, planning_on)
     usable = {dc for dc in backend_plan if ":" not in dc}
     device_class = "cpu" if usable == {"cpu"} else ("cuda" if usable == {"cuda"} else "any")
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from raytile import masks as _lt
+from raytile.udf.applymasks import ApplyMasksUDF  # where LiberTEM keeps it: libertem.udf.masks
 
-__all__ = ["disk", "ring", "point"]
+__all__ = ["disk", "ring", "point", "ApplyMasksUDF"]
 
 
 def _check_2d(shape: tuple[int, ...]) -> tuple[int, int]:
