@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 
+from raytile.common.errors import ExecutorError
 from raytile.pipeline import Pipeline, StageActorDied, StageFailed
 
 pytestmark = pytest.mark.ray
@@ -117,3 +118,22 @@ def test_dead_actor_is_reported_and_restart_rebuilds(ray_context):
     finally:
         p.close()
         local.close()
+
+
+def test_a_hanging_stage_times_out_instead_of_hanging(ray_context):
+    import time
+
+    import _pipeline_test_stages  # noqa: F401  (registers test.sleep_at)
+
+    cfg = ao_with_log()
+    cfg["streams"]["copied"] = {"shape": [512], "dtype": "float32"}
+    cfg["stages"].append({"name": "slow", "kind": "test.sleep_at", "input": "slopes", "output": "copied",
+                          "placement": "control", "params": {"at": 2, "seconds": 4.0}})
+    p = Pipeline.from_dict(cfg, placement="ray", base_dir=EXAMPLES, step_timeout_s=1.0).build()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ExecutorError, match="did not answer within 1.0 s"):
+            p.step(5)
+        assert time.monotonic() - t0 < 4.0 and p.status()["state"] == "failed"
+    finally:
+        p.close()

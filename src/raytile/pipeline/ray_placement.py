@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from raytile.common.errors import ExecutorError, RaytileError
 from raytile.pipeline.config import PipelineConfig
 from raytile.pipeline.engine import GraphEngine
 from raytile.pipeline.errors import PipelineStateError, StageActorDied, StageFailed
@@ -45,6 +46,8 @@ __all__ = ["RayPlacement", "GroupHost", "STEP_TIMEOUT_S", "ensure_ray"]
 
 #: How long the driver waits for one step (or a control call) before reporting the actors.
 STEP_TIMEOUT_S = 60.0
+#: How long building a group's actor (process start, imports, stage setup) may take at least.
+BUILD_TIMEOUT_S = 120.0
 
 
 def ensure_ray() -> None:
@@ -200,8 +203,8 @@ class RayPlacement:
         for g in groups:
             self.actors[g] = remote_cls.options(**self._resources(g)).remote(
                 self.config, classes, self.members[g], self.levels, self.outbound[g], self._gpu_map(g))
-        for g in groups:
-            self._call(g, "build")
+        for g in groups:  # actor start-up (a new worker process, imports) may take far longer than a step
+            self._call(g, "build", timeout=max(self.step_timeout_s, BUILD_TIMEOUT_S))
 
     def _compile(self) -> None:
         from ray.dag import InputNode, MultiOutputNode
@@ -236,11 +239,17 @@ class RayPlacement:
             return e
         if isinstance(e, rex.RayTaskError) and isinstance(cause, StageFailed):
             return cause
+        if isinstance(e, RaytileError):
+            return e
         dead = self._dead_groups()
+        first_line = str(e).splitlines()[0][:200] if str(e) else ""
         if dead:
             g = dead[0]
-            return StageActorDied(g, self.members[g], f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
-        return e
+            return StageActorDied(g, self.members[g], f"{type(e).__name__}: {first_line}")
+        if isinstance(e, (rex.GetTimeoutError, rex.RayChannelTimeoutError)):
+            return ExecutorError(f"the Ray placement did not answer within {self.step_timeout_s} s (groups "
+                                 f"{', '.join(self.groups)}); a stage may hang: metrics() shows which ran last")
+        return ExecutorError(f"the Ray placement failed: {type(e).__name__}: {first_line}")
 
     def _call_all(self, method: str, *args: Any) -> list[Any]:
         import ray
@@ -251,11 +260,11 @@ class RayPlacement:
         except Exception as e:
             raise self._translate(e) from e
 
-    def _call(self, group: str, method: str, *args: Any) -> Any:
+    def _call(self, group: str, method: str, *args: Any, timeout: float | None = None) -> Any:
         import ray
 
         try:
-            return ray.get(getattr(self.actors[group], method).remote(*args), timeout=self.step_timeout_s)
+            return ray.get(getattr(self.actors[group], method).remote(*args), timeout=timeout or self.step_timeout_s)
         except Exception as e:
             raise self._translate(e) from e
 

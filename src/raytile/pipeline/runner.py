@@ -42,13 +42,17 @@ Until = Callable[["Pipeline"], bool] | float | None
 class Pipeline:
     """A validated stage graph and its run. Make one with :meth:`from_dict` or :meth:`from_yaml`."""
 
-    def __init__(self, config: PipelineConfig, placement: str = "in-process"):
+    def __init__(self, config: PipelineConfig, placement: str = "in-process", step_timeout_s: float = 60.0):
         if placement not in PLACEMENTS:
             raise ConfigValidationError(f"placement: expected one of {PLACEMENTS}, got {placement!r}")
         self.config = config
         self.levels = validate_config(config)
         self.groups = group_order(config)
         self.placement_name = placement
+        if isinstance(step_timeout_s, bool) or not isinstance(step_timeout_s, (int, float)) or step_timeout_s <= 0:
+            raise ConfigValidationError(f"step_timeout_s: expected a positive number, got {step_timeout_s!r}")
+        #: Ray placements: how long one step (or a control call) may take before the pipeline fails
+        self.step_timeout_s = float(step_timeout_s)
         self.state = "created"
         self.t = 0
         self.error: BaseException | None = None
@@ -67,12 +71,13 @@ class Pipeline:
         self._spacing: list[int] = []
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], placement: str = "in-process", base_dir: str = ".") -> "Pipeline":
-        return cls(PipelineConfig.from_dict(raw, base_dir=base_dir), placement)
+    def from_dict(cls, raw: Mapping[str, Any], placement: str = "in-process", base_dir: str = ".",
+                  step_timeout_s: float = 60.0) -> "Pipeline":
+        return cls(PipelineConfig.from_dict(raw, base_dir=base_dir), placement, step_timeout_s)
 
     @classmethod
-    def from_yaml(cls, path: str, placement: str = "in-process") -> "Pipeline":
-        return cls(PipelineConfig.from_yaml(path), placement)
+    def from_yaml(cls, path: str, placement: str = "in-process", step_timeout_s: float = 60.0) -> "Pipeline":
+        return cls(PipelineConfig.from_yaml(path), placement, step_timeout_s)
 
     # -- describe --------------------------------------------------------------------
     def describe(self) -> str:
@@ -101,7 +106,7 @@ class Pipeline:
             from raytile.pipeline.ray_placement import RayPlacement
 
             self._placement = RayPlacement(self.config, self.levels, self.groups,
-                                           compiled=self.placement_name == "ray")
+                                           compiled=self.placement_name == "ray", step_timeout_s=self.step_timeout_s)
         try:
             self._placement.build()
         except BaseException as e:
@@ -267,13 +272,20 @@ class Pipeline:
         return self.state
 
     def close(self) -> None:
-        """Stop, finalize every stage, release actors. Safe to call twice."""
+        """Stop, finalize every stage, release actors. Safe to call twice.
+
+        After a failure, finalize errors (a dead or stuck actor) are not raised:
+        closing must always release what the pipeline holds.
+        """
         if self._placement is None:
             return
         self.stop()
         placement, self._placement = self._placement, None
         try:
             placement.finalize()
+        except Exception:
+            if self.state != "failed":
+                raise
         finally:
             placement.close()
             for r in list(self._readers):
