@@ -451,9 +451,13 @@ def test_websocket_stream_with_live_patch(server, client, data):
 def test_websocket_close_cancels_and_token_is_checked(server, client):
     ws_client = pytest.importorskip("websockets.sync.client")
     run_id = start(client, npy_body([{"name": SLOW, "params": {"delay": 0.2}}], num_partitions=32))
-    with pytest.raises(Exception):  # refused before the handshake completes
-        with ws_client.connect(_ws_url(server, run_id, token="wrong")) as ws:
-            ws.recv(timeout=10)
+    from websockets.exceptions import ConnectionClosed
+
+    for url, code in [(_ws_url(server, run_id, token="wrong"), 4401), (_ws_url(server, "feedbeef"), 4404)]:
+        with ws_client.connect(url) as ws:
+            with pytest.raises(ConnectionClosed) as e:
+                ws.recv(timeout=10)
+        assert e.value.rcvd.code == code
     with ws_client.connect(_ws_url(server, run_id), max_size=None) as ws:
         assert json.loads(ws.recv(timeout=30))["type"] == "message"
     st = wait_released(client, run_id)

@@ -170,7 +170,8 @@ async def run_socket(websocket: WebSocket, run_id: str, buffers: str = "inline",
     socket and gets ``{"type": "patched", ...}`` or ``{"type": "error", "status", "error", "detail"}`` back.
 
     Browsers cannot set headers on a WebSocket: the token may come as ``?token=``. Closing the
-    socket before the run ends cancels it. Refused sockets close with code 4401/4403/4404.
+    socket before the run ends cancels it. A refused socket is closed at once with code 4000 + the
+    HTTP status (4401 no token, 4404 no such run).
     """
     service = get_service(websocket)
     try:
@@ -178,8 +179,9 @@ async def run_socket(websocket: WebSocket, run_id: str, buffers: str = "inline",
         service.authorize(header)
         served = _run(service, run_id)
         messages = service.messages(served, buffers, f"/v1/runs/{served.id}")
-    except ServeError as e:
-        await websocket.close(code=4000 + e.status, reason=e.detail[:120])
+    except ServeError as e:  # accepted, then closed: a browser sees the code (a refused handshake shows nothing)
+        await websocket.accept()
+        await websocket.close(code=4000 + e.status, reason=f"{e.error}: {e.detail}"[:120])
         return
     await websocket.accept()
     complete = False
