@@ -211,3 +211,34 @@ class WideSingleUDF(UDF):
 
     def merge(self, dest, src):
         dest.acc[:] += src.acc
+
+
+class FrameSumsToFileUDF(UDF):
+    """Creates a .npy of per-frame sums in ``preprocess`` on the main node (once: it checks), and each
+    partition writes its frames' sums into it; also reports whether the instance carried ``extra``."""
+
+    def __init__(self, path="", **kwargs):
+        super().__init__(path=path, **kwargs)
+
+    def get_result_buffers(self):
+        return {"carried": self.buffer(kind="single", dtype="int64")}
+
+    def preprocess(self):
+        if not os.path.exists(self.params.path):
+            n = self.meta.dataset_shape.nav.size
+            np.lib.format.open_memmap(self.params.path, mode="w+", dtype=np.float64, shape=(n,)).flush()
+
+    def process_partition(self, partition):
+        out = np.load(self.params.path, mmap_mode="r+")
+        start = self.meta.slice.origin[0]
+        out[start:start + partition.shape[0]] = partition.reshape(partition.shape[0], -1).sum(axis=1)
+        out.flush()
+        self.results.carried[:] += int(hasattr(self, "extra"))
+
+    def merge(self, dest, src):
+        dest.carried[:] += src.carried
+
+
+class FailingPreprocessUDF(FrameSumsToFileUDF):
+    def preprocess(self):
+        raise OSError("cannot create the output file")

@@ -46,7 +46,8 @@ def test_patch_with_recompute_equals_fresh_run(ctx, data):
     run = ctx.run_udf_iter(dataset=ds, udf=[RingUDF(ri=1.0, ro=3.0, delay=0.05), ScaledSumUDF(scale=1.0)])
     final = None
     for i, part in enumerate(run):
-        if i == 3:
+        if i == 0:  # mid-run: partials are few when workers merge near the data
+            assert not part.finished
             run.update_parameters([{"ro": 6.0}, {"scale": 0.5}], recompute=True)
         final = part
     assert final.finished and set(final.param_versions.values()) == {1}

@@ -502,3 +502,18 @@ def test_meta_is_available_while_planning(ctx, data, roi):
     res = ctx.run_udf(dataset=ds, udf=MetaWhilePlanning(), roi=roi)
     assert int(res["seen"].data[0]) == int(roi.sum())
     assert res["frames"].data.shape == (int(roi.sum()),)
+
+
+def test_preprocess_runs_on_the_main_node_and_partitions_are_fresh_instances(ctx, data, tmp_path):
+    from _ray_udfs import FailingPreprocessUDF, FrameSumsToFileUDF
+
+    ds = ctx.load("memory", data=data, num_partitions=3)
+    path = tmp_path / "sums.npy"
+    udf = FrameSumsToFileUDF(path=str(path))
+    udf.extra = "state set on the main node's instance only"
+    res = ctx.run_udf(dataset=ds, udf=udf)
+    assert int(res["carried"].data[0]) == 0  # partitions are built from the constructor arguments
+    np.testing.assert_allclose(np.load(path), data.reshape(data.shape[0] * data.shape[1], -1).sum(axis=1))
+    with pytest.raises(UDFException, match=r"FailingPreprocessUDF\.preprocess raised OSError: cannot create "
+                                           r"the output file \(on the main node"):
+        ctx.run_udf(dataset=ds, udf=FailingPreprocessUDF(path=str(tmp_path / "never.npy")))

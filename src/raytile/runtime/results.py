@@ -137,6 +137,7 @@ class ResultAccumulator:
                 if buf.use is None:
                     buf.allocate(n, sig)
             udf.results = UDFData(buffers)
+            _preprocess_on_main_node(udf)
             self.udfs.append(udf)
             self._merge_all_parts.append({})
         self._damage = np.zeros(n, dtype=bool)
@@ -251,6 +252,25 @@ class ResultAccumulator:
         kind = decl.kind if decl is not None else "single"
         valid = np.full(arr.shape, bool(self._damage.any())) if mask is None else mask
         return ResultBuffer(kind, arr, arr, valid)
+
+
+def _preprocess_on_main_node(udf: UDF) -> None:
+    """Run ``preprocess`` once on the main node, with views over the whole data set's buffers, before
+    any task (as LiberTEM does: a UDF may, e.g., create an output file there that partitions write to)."""
+    if udf.preprocess is None:
+        return
+    udf.results.set_views({k: b.data for k, b in udf.results.buffers() if b.data is not None})
+    try:
+        udf.preprocess()
+    except UDFException:
+        raise
+    except Exception as e:
+        raise UDFException(
+            f"{type(udf).__name__}.preprocess raised {type(e).__name__}: {e} (on the main node, before any task)",
+            worker_traceback="".join(traceback.format_exception(type(e), e, e.__traceback__)),
+        ) from e
+    finally:
+        udf.results.clear_views()
 
 
 def _overrides(udf: UDF, name: str) -> bool:

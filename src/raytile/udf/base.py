@@ -228,18 +228,14 @@ class UDF:
         self.params = UDFData(self._kwargs)
 
     def copy_for_partition(self, start: int, stop: int, roi: np.ndarray | None) -> "UDF":
-        """A copy whose aux-data parameters hold only the frames ``[start, stop)`` in the ROI."""
+        """A fresh instance for one partition, built from the constructor arguments (LiberTEM's
+        ``new_for_partition``): aux-data parameters hold only the frames ``[start, stop)`` in the
+        ROI, and nothing else of this instance's state is carried over."""
         kwargs = {
             k: (v.for_partition(start, stop, roi) if isinstance(v, AuxBufferWrapper) else v)
             for k, v in self._kwargs.items()
         }
-        new = self.__class__.__new__(self.__class__)
-        new.__dict__.update(self.__dict__)
-        new._kwargs = kwargs
-        new.params = UDFData(kwargs)
-        new.results = UDFData({})
-        new.task_data = UDFData({})
-        return new
+        return self.__class__(**kwargs)
 
     # -- declaration ---------------------------------------------------------
     def get_result_buffers(self) -> dict[str, BufferWrapper]:
