@@ -20,6 +20,8 @@ import sys
 import threading
 from typing import Any
 
+from raytile.common.errors import ConfigValidationError
+
 __all__ = ["add_serve_parser", "cmd_serve"]
 
 
@@ -46,9 +48,13 @@ def add_serve_parser(sub: Any) -> argparse.ArgumentParser:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Start Ray (or join ``--address``), Serve on ``--host:--port``, the app; block until Ctrl-C."""
     import ray
-    from ray import serve
 
-    from raytile.serve import build_app
+    try:
+        from ray import serve
+
+        from raytile.serve import build_app
+    except ImportError as e:
+        raise ConfigValidationError(f"raytile serve needs the serve extra (pip install -e '.[serve]'): {e}") from None
 
     app = build_app(args.data_root, token=args.token, max_runs=args.max_runs, udf_modules=args.udf_module)
     started_ray = not ray.is_initialized()
