@@ -158,13 +158,18 @@ def test_yaml_round_trip(tmp_path):
         PipelineConfig.from_yaml(tmp_path / "missing.yaml")
 
 
-def test_delayed_input_across_placement_groups_is_rejected():
+def test_delayed_input_may_cross_placement_groups_backwards():
+    from raytile.pipeline.validation import group_order
+
     cfg = base()
     cfg["streams"]["fb"] = {"shape": [8, 8], "dtype": "float32"}
     stage(cfg, "scale")["input"] = "fb:-1"
-    stage(cfg, "scale")["placement"] = "a"
+    for name in ("src", "dark", "gain", "calib", "scale"):
+        stage(cfg, name)["placement"] = "a"
     cfg["stages"].append({"name": "back", "kind": "copy", "input": "out", "output": "fb", "placement": "b"})
-    check(cfg, "stage 'scale'", "field 'input'", "crosses placement groups")
+    parsed = PipelineConfig.from_dict(cfg)
+    validate_config(parsed)
+    assert group_order(parsed) == ["a", "b"]  # the delayed edge b -> a does not order the groups
 
 
 def test_placement_groups_must_form_a_chain():

@@ -137,3 +137,35 @@ def test_a_hanging_stage_times_out_instead_of_hanging(ray_context):
         assert time.monotonic() - t0 < 4.0 and p.status()["state"] == "failed"
     finally:
         p.close()
+
+
+@pytest.mark.parametrize("placement", ["ray", "ray-classic"])
+def test_closed_loop_across_actors_equals_in_process(ray_context, placement):
+    # residual = (frame - cmd[t-1]) * g on the sensor actor; cmd = cmd + 0.5 * residual on the control actor:
+    # cmd:-1 goes back from control to sensor through the driver between steps
+    cfg = {
+        "streams": {"frame": {"shape": [8, 8], "dtype": "uint16"}, "g": {"shape": [8, 8], "dtype": "float32"},
+                    "res": {"shape": [8, 8], "dtype": "float32"}, "cmd": {"shape": [8, 8], "dtype": "float32"}},
+        "stages": [
+            {"name": "camera", "kind": "sh_frames", "output": "frame", "placement": "sensor",
+             "params": {"n_sub": 2, "frames": 5, "seed": 7, "photons": 500.0}},
+            {"name": "g", "kind": "constant", "output": "g", "placement": "sensor", "params": {"value": 0.8}},
+            {"name": "residual", "kind": "calibrate", "input": "frame", "auxiliary": ["cmd:-1", "g"],
+             "output": "res", "placement": "sensor"},
+            {"name": "control", "kind": "leaky_integrator", "input": "res", "output": "cmd", "placement": "control",
+             "params": {"gain": 0.5, "leak": 1.0}},
+            {"name": "log", "kind": "sink", "input": "res", "placement": "control", "params": {"keep": 10}},
+        ],
+    }
+    local = Pipeline.from_dict(cfg).build()
+    p = Pipeline.from_dict(cfg, placement=placement).build()
+    try:
+        assert p._placement.relayed == {"sensor": ["cmd"], "control": []} and p._placement.depth == 1
+        local.step(10)
+        p.step(10)
+        np.testing.assert_allclose(p.read("cmd"), local.read("cmd"), rtol=1e-6)
+        np.testing.assert_allclose(p.sink("log"), local.sink("log"), rtol=1e-6)
+        assert p.generation("cmd") == 9
+    finally:
+        p.close()
+        local.close()

@@ -51,7 +51,7 @@ class GraphEngine:
     """The stages of ``config`` (all, or those named in ``stage_names``) wired and stepped in one thread."""
 
     def __init__(self, config: PipelineConfig, stage_names: Iterable[str] | None = None,
-                 levels: list[tuple[str, ...]] | None = None):
+                 levels: list[tuple[str, ...]] | None = None, relayed: Iterable[str] = ()):
         self.config = config
         names = [s.name for s in config.stages] if stage_names is None else list(stage_names)
         self.stage_names = names
@@ -65,6 +65,8 @@ class GraphEngine:
         self.external: dict[str, StreamValue] = {}
         self.metrics: dict[str, StageMetrics] = {n: StageMetrics() for n in names}
         self._delays: list[_DelayLine] = []
+        #: external streams set with their previous step's value (delayed inputs from another group)
+        self.relayed = set(relayed)
         self.built = False
 
     # -- build -----------------------------------------------------------------------
@@ -95,7 +97,9 @@ class GraphEngine:
                     if src is None:
                         src = StreamValue(ref.stream, np.zeros(spec.shape, spec.dtype))
                         self.external[ref.stream] = src
-                if ref.delay:
+                if ref.delay and ref.stream in self.relayed:
+                    pass  # set_external already holds the previous step's value
+                elif ref.delay:
                     line = delays.get(ref.stream)
                     if line is None:
                         line = delays[ref.stream] = _DelayLine(src)

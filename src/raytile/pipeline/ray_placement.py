@@ -63,7 +63,8 @@ class GroupHost:
     """The stages of one placement group, stepped inside a Ray actor (made remote by :class:`RayPlacement`)."""
 
     def __init__(self, config: PipelineConfig, classes: dict[str, type], stage_names: list[str],
-                 levels: list[tuple[str, ...]], outbound: list[str], gpu_map: dict[int, int] | None = None):
+                 levels: list[tuple[str, ...]], outbound: list[str], gpu_map: dict[int, int] | None = None,
+                 relayed: list[str] | None = None):
         for cls in classes.values():
             register_stage(cls)  # custom stage classes travel with the config
         if gpu_map:  # Ray shows the actor only its own GPUs, numbered from 0
@@ -76,7 +77,7 @@ class GroupHost:
         # one BLAS thread an actor: a loop actor shares its node (measured in-process on 2 cores:
         # p99 0.98 ms with the default BLAS threads, 0.42 ms with one)
         self._blas = threadpool_limits(1)
-        self.engine = GraphEngine(config, stage_names, levels)
+        self.engine = GraphEngine(config, stage_names, levels, relayed=relayed or ())
         self.outbound = outbound
         self._sent: dict[str, int] = {n: -2 for n in outbound}
         self._lock = threading.Lock()
@@ -85,10 +86,14 @@ class GroupHost:
         self.engine.build()
         return sorted(self.engine.external)
 
-    def step(self, t: int, *upstream: dict[str, tuple[Any, int]]) -> dict[str, tuple[Any, int]]:
+    def step(self, inp: tuple[int, dict[str, tuple[Any, int]]],
+             *upstream: dict[str, tuple[Any, int]]) -> dict[str, tuple[Any, int]]:
+        """One step: ``inp`` is (step, values of delayed inputs from other groups, as of the previous step);
+        ``upstream`` the outputs of the groups before this one in this step."""
+        t, relayed = inp
         with self._lock:
             eng = self.engine
-            for values in upstream:
+            for values in (relayed, *upstream):
                 for name, (value, gen) in values.items():
                     if name in eng.external:
                         eng.set_external(name, value, gen)
@@ -159,20 +164,39 @@ class RayPlacement:
         self.writer_group = writer_group
         self.upstream: dict[str, list[str]] = {g: [] for g in groups}
         self.outbound: dict[str, list[str]] = {g: [] for g in groups}
+        same_step: dict[str, set[str]] = {g: set() for g in groups}
         for st in config.stages:
             g = self.group_of[st.name]
             for _, ref in st.all_input_refs():
                 w = writer_group[ref.stream]
-                if w != g:
+                if w != g and not ref.delay:
+                    same_step[g].add(ref.stream)
                     if w not in self.upstream[g]:
                         self.upstream[g].append(w)
                     if ref.stream not in self.outbound[w]:
                         self.outbound[w].append(ref.stream)
+        #: group -> streams of other groups it reads only delayed: the driver relays them between steps
+        self.relayed: dict[str, list[str]] = {g: [] for g in groups}
+        for st in config.stages:
+            g = self.group_of[st.name]
+            for _, ref in st.all_input_refs():
+                w = writer_group[ref.stream]
+                if w != g and ref.delay and ref.stream not in same_step[g] and ref.stream not in self.relayed[g]:
+                    self.relayed[g].append(ref.stream)
+                    if ref.stream not in self.outbound[w]:
+                        self.outbound[w].append(ref.stream)
+        self.relay_streams = sorted({s for names in self.relayed.values() for s in names})
+        #: the latest (value, generation) of each relayed stream, handed to the next step
+        self._relay_values: dict[str, tuple[Any, int]] = {}
         self.upstream = {g: sorted(u, key=groups.index) for g, u in self.upstream.items()}
+        consumed = {u for g in groups for u in self.upstream[g]}
+        relay_writers = {writer_group[s] for s in self.relay_streams}
+        #: groups whose results come back to the driver: the last of each chain and the writers of relays
+        self.output_groups = [g for g in groups if g not in consumed or g in relay_writers]
         self.actors: dict[str, Any] = {}
         self._dag: Any = None
         #: compiled steps in flight at most (2: one actor works on step t+1 while the next finishes t)
-        self.depth = depth if compiled else 1
+        self.depth = depth if compiled and not self.relay_streams else 1  # a relay needs the previous step
         self._pending: deque[tuple[int, Any]] = deque()
         #: the last step completed on every actor (the pipeline's step counter resumes after it on failure)
         self.last_done: int | None = None
@@ -202,7 +226,8 @@ class RayPlacement:
         remote_cls = ray.remote(GroupHost)
         for g in groups:
             self.actors[g] = remote_cls.options(**self._resources(g)).remote(
-                self.config, classes, self.members[g], self.levels, self.outbound[g], self._gpu_map(g))
+                self.config, classes, self.members[g], self.levels, self.outbound[g], self._gpu_map(g),
+                self.relayed[g])
         for g in groups:  # actor start-up (a new worker process, imports) may take far longer than a step
             self._call(g, "build", timeout=max(self.step_timeout_s, BUILD_TIMEOUT_S))
 
@@ -210,12 +235,11 @@ class RayPlacement:
         from ray.dag import InputNode, MultiOutputNode
 
         nodes: dict[str, Any] = {}
-        with InputNode() as step_index:
+        with InputNode() as step_input:
             for g in self.groups:
-                nodes[g] = self.actors[g].step.bind(step_index, *[nodes[u] for u in self.upstream[g]])
-            consumed = {u for g in self.groups for u in self.upstream[g]}
-            leaves = [nodes[g] for g in self.groups if g not in consumed]
-            out = leaves[0] if len(leaves) == 1 else MultiOutputNode(leaves)
+                nodes[g] = self.actors[g].step.bind(step_input, *[nodes[u] for u in self.upstream[g]])
+            outputs = [nodes[g] for g in self.output_groups]
+            out = outputs[0] if len(outputs) == 1 else MultiOutputNode(outputs)
         crossing = sum(self.config.streams[s].nbytes for g in self.groups for s in self.outbound[g])
         self._dag = out.experimental_compile(_buffer_size_bytes=max(1 << 20, 2 * crossing + (64 << 10)))
 
@@ -277,21 +301,37 @@ class RayPlacement:
         if not self.actors:
             raise PipelineStateError("step(): the Ray placement is closed; call restart()")
         try:
+            inp = (t, self._relay_values)
             if self._dag is not None:
-                self._pending.append((t, self._dag.execute(t)))
+                self._pending.append((t, self._dag.execute(inp)))
                 while len(self._pending) >= self.depth:
                     done_t, ref = self._pending.popleft()
-                    ray.get(ref, timeout=self.step_timeout_s)
+                    self._take_results(ray.get(ref, timeout=self.step_timeout_s))
                     self.last_done = done_t
             else:
                 refs: dict[str, Any] = {}
                 for g in self.groups:
-                    refs[g] = self.actors[g].step.remote(t, *[refs[u] for u in self.upstream[g]])
-                consumed = {u for g in self.groups for u in self.upstream[g]}
-                ray.get([refs[g] for g in self.groups if g not in consumed], timeout=self.step_timeout_s)
+                    refs[g] = self.actors[g].step.remote(inp, *[refs[u] for u in self.upstream[g]])
+                self._take_results(ray.get([refs[g] for g in self.output_groups], timeout=self.step_timeout_s))
                 self.last_done = t
         except Exception as e:
             raise self._translate(e) from e
+
+    def _take_results(self, results: Any) -> None:
+        """Keep the relayed streams' values (copies: compiled-graph results are views of channel buffers)."""
+        if not self.relay_streams:
+            return
+        if isinstance(results, dict):  # a compiled graph with one output node
+            results = [results]
+        for values in results:
+            for name in self.relay_streams:
+                if name in values:
+                    value, gen = values[name]
+                    if value is None:  # unchanged since it was last sent
+                        value = self._relay_values[name][0]
+                    else:
+                        value = np.array(value, copy=True)
+                    self._relay_values[name] = (value, gen)
 
     def drain(self) -> None:
         """Wait for every submitted step."""
@@ -300,7 +340,7 @@ class RayPlacement:
         try:
             while self._pending:
                 done_t, ref = self._pending.popleft()
-                ray.get(ref, timeout=self.step_timeout_s)
+                self._take_results(ray.get(ref, timeout=self.step_timeout_s))
                 self.last_done = done_t
         except Exception as e:
             self._pending.clear()

@@ -5,8 +5,8 @@ the field): the kind is known; every stream a stage names is declared;
 no stream has two writers; every input is written by some stage; each
 stage class accepts its ports, their arity, storage, parameters and the
 shapes/dtypes of the streams connected to it; same-step inputs form no
-cycle (a ``name:-1`` input breaks one); placement groups exchange values
-in one direction only.
+cycle (a ``name:-1`` input breaks one); placement groups exchange same-step
+values in one direction only.
 
 >>> validate_config(PipelineConfig.from_yaml("examples/ao_loop.yaml"))
 """
@@ -65,8 +65,9 @@ def validate_config(config: PipelineConfig) -> list[tuple[str, ...]]:
 def group_order(config: PipelineConfig) -> list[str]:
     """Placement groups in data-flow order (stages without ``placement`` form the group ``"main"``).
 
-    Values may cross groups only in the same step and in one direction, so
-    that groups chain over compiled-graph channels.
+    Same-step values may cross groups in one direction only, so that groups
+    chain over compiled-graph channels; delayed inputs (``name:-1``) may
+    cross in any direction (the driver hands them over between steps).
     """
     group = {st.name: st.placement or "main" for st in config.stages}
     writers = config.writers()
@@ -76,11 +77,8 @@ def group_order(config: PipelineConfig) -> list[str]:
             w = writers[ref.stream]
             if group[w] == group[st.name]:
                 continue
-            if ref.delay:
-                raise ConfigValidationError(f"{st.where()}: field {_fld(port)!r}: delayed input {str(ref)!r} "
-                                            f"crosses placement groups ({group[w]!r} -> {group[st.name]!r}); "
-                                            f"put the feedback loop in one group")
-            deps[group[st.name]].add(group[w])
+            if not ref.delay:
+                deps[group[st.name]].add(group[w])
     order: list[str] = []
     while len(order) < len(deps):
         ready = [g for g in deps if g not in order and deps[g] <= set(order)]
