@@ -4,15 +4,18 @@ Ray Compiled Graph channels (or, as a baseline, one classic actor call per group
 Each actor holds a :class:`GraphEngine` for its group's stages. A step is one
 execution of a compiled graph::
 
-    with InputNode() as t:
-        sensor = sensor_actor.step.bind(t)
-        control = control_actor.step.bind(t, sensor)
+    with InputNode() as inp:                       # inp = (step, relayed values)
+        sensor = sensor_actor.step.bind(inp)
+        control = control_actor.step.bind(inp, sensor)
     dag = control.experimental_compile()
-    ray.get(dag.execute(step))
+    ray.get(dag.execute((step, {})))
 
 Each actor's ``step`` returns the values of the streams that later groups
 read (``None`` for a value not refreshed since it was last sent, with its
-generation time), over shared-memory channels on one node. Stream reads,
+generation time), over shared-memory channels on one node. A delayed input
+(``name:-1``) read from another group is relayed by the driver: the writer's
+value after step t-1 travels in the graph input of step t (such pipelines
+keep one step in flight; others two). Stream reads,
 metrics and parameter updates are classic actor calls made between steps.
 
 Actors ask for one GPU per distinct ``target_device_idx >= 0`` among their
