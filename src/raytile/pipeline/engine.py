@@ -138,10 +138,20 @@ class GraphEngine:
         try:
             for level in self.levels:
                 method = "check_ready"
-                if len(level) == 1:  # the common case: no lists to build
+                if len(level) == 1:
                     stage = level[0]
                     if not stage.check_ready(t):
                         continue
+                    ready = level
+                else:
+                    ready = []
+                    for stage in level:
+                        if stage.check_ready(t):
+                            ready.append(stage)
+                    if not ready:
+                        continue
+                if len(ready) == 1:  # the common case (constants beside a camera are idle): no lists to build
+                    stage = ready[0]
                     t0 = clock()
                     method = "prepare_trigger"
                     stage.prepare_trigger(t)
@@ -150,12 +160,6 @@ class GraphEngine:
                     method = "post_trigger"
                     stage.post_trigger()
                     metrics[stage.name].record(t0, clock() - t0)
-                    continue
-                ready = []
-                for stage in level:
-                    if stage.check_ready(t):
-                        ready.append(stage)
-                if not ready:
                     continue
                 spent = [0] * len(ready)
                 starts = [0] * len(ready)
