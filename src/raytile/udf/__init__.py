@@ -15,10 +15,14 @@ from raytile.udf.applymasks import ApplyMasksUDF
 from raytile.udf.com import CoMUDF
 from raytile.udf.pick import PickUDF
 from raytile.udf.auto import AutoUDF
+from raytile.udf.signalmax import SignalMaxUDF
+from raytile.udf.record import RecordUDF
+from raytile.udf.fem import FEMUDF
+from raytile.udf.crystallinity import CrystallinityUDF
 from raytile.udf import masks
 
 __all__ = [
     "UDF", "UDFMeta", "UDFData", "MergeAttrMapping", "ArrayWithMask", "BufferWrapper",
     "AuxBufferWrapper", "NoOpUDF", "SumUDF", "SumSigUDF", "StdDevUDF", "LogsumUDF", "ApplyMasksUDF",
-    "CoMUDF", "PickUDF", "AutoUDF", "masks",
+    "CoMUDF", "PickUDF", "AutoUDF", "SignalMaxUDF", "RecordUDF", "FEMUDF", "CrystallinityUDF", "masks",
 ]
