@@ -6,11 +6,11 @@ a local Ray of ``--workers`` CPUs (default the CPU count), the Serve app on
 
 * throughput: SumUDF + SumSigUDF + a ring (ApplyMasksUDF) in one pass,
   ``ctx.run_udf`` in-process vs ``POST /v1/runs`` + the NDJSON stream read
-  to its final message (buffers inline, base64 .npy), best of ``--repeat``;
-  both results are checked equal;
+  to its final message (buffers inline, base64 .npy), and vs one request
+  (``POST /v1/runs?stream=true``), best of ``--repeat``; results checked equal;
 * time to the first partial result: ``run_udf_iter`` to its first result
   in-process vs sending ``POST /v1/runs`` to the first stream message
-  received, median of ``--latency-runs``;
+  received (two requests, and one), median of ``--latency-runs``;
 * request overhead for a tiny run (a 4x4 scan of 16x16 frames, SumSigUDF):
   ``ctx.run_udf`` vs POST + stream, and ``GET /v1/healthz`` alone (Serve's
   HTTP path), medians.
@@ -51,21 +51,31 @@ def _free_port() -> int:
 POST_TIMES: list[float] = []
 
 
-def _stream(client, body: dict) -> tuple[float, float, dict]:
-    """POST a run and read its stream: (seconds to the first message, to the final one, the final message)."""
+def _stream(client, body: dict, one_request: bool = False) -> tuple[float, float, dict]:
+    """POST a run and read its stream (``one_request``: ``POST ?stream=true``): (seconds to the first
+    message, to the final one, the final message)."""
     t0 = time.perf_counter()
-    r = client.post("/v1/runs", json=body)
-    r.raise_for_status()
-    POST_TIMES.append(time.perf_counter() - t0)
+    if one_request:
+        request = client.build_request("POST", "/v1/runs", params={"stream": "true"}, json=body)
+    else:
+        r = client.post("/v1/runs", json=body)
+        r.raise_for_status()
+        POST_TIMES.append(time.perf_counter() - t0)
+        request = client.build_request("GET", f"/v1/runs/{r.json()['run_id']}/stream")
     first = None
     last: dict = {}
-    with client.stream("GET", f"/v1/runs/{r.json()['run_id']}/stream") as resp:
+    resp = client.send(request, stream=True)
+    try:
         for line in resp.iter_lines():
             if not line:
                 continue
             if first is None:
                 first = time.perf_counter() - t0
             last = json.loads(line)
+    finally:
+        resp.close()
+    if not resp.is_success:
+        raise RuntimeError(f"{resp.status_code}: {last}")
     return first or 0.0, time.perf_counter() - t0, last
 
 
@@ -114,20 +124,23 @@ def main(argv=None) -> int:
     ref = ctx.run_udf(dataset=ds, udf=udfs)
     _stream(client, body)
 
-    t_local, t_http, last = [], [], {}
-    for _ in range(args.repeat):  # alternate, so drift in the machine's speed hits both alike
+    t_local, t_http, t_one, last = [], [], [], {}
+    for _ in range(args.repeat):  # alternate, so drift in the machine's speed hits all alike
         t0 = time.perf_counter()
         ref = ctx.run_udf(dataset=ds, udf=udfs)
         t_local.append(time.perf_counter() - t0)
         _, t, last = _stream(client, body)
         t_http.append(t)
-    assert last["status"] == "finished", last
+        _, t, last1 = _stream(client, body, one_request=True)
+        t_one.append(t)
+    assert last["status"] == "finished" and last1["status"] == "finished", (last, last1)
     for i, name in enumerate(["intensity", "intensity", "intensity"]):
         got = decode_npy(last["buffers"][i]["buffers"][name]["npy"])
         np.testing.assert_allclose(got, ref[i][name].data, rtol=1e-5)
     gbs_local, gbs_http = nbytes / min(t_local) / 1e9, nbytes / min(t_http) / 1e9
+    gbs_one = nbytes / min(t_one) / 1e9
 
-    first_local, first_http = [], []
+    first_local, first_http, first_one = [], [], []
     POST_TIMES.clear()
     for _ in range(args.latency_runs):
         t0 = time.perf_counter()
@@ -137,6 +150,8 @@ def main(argv=None) -> int:
             break  # leaving the loop cancels the run
         f, _, _ = _stream(client, dict(body, udfs=body["udfs"][1:2]))  # sumsig: small messages
         first_http.append(f)
+        f, _, _ = _stream(client, dict(body, udfs=body["udfs"][1:2]), one_request=True)
+        first_one.append(f)
 
     post_first = list(POST_TIMES)
     tiny_ds = ctx.load("npy", path=os.path.join(tiny_root, "tiny.npy"))
@@ -156,9 +171,12 @@ def main(argv=None) -> int:
     print(f"\n{'':44} {'in-process':>12} {'HTTP':>12} {'HTTP/in-process':>16}")
     print(f"{'throughput, sum+sumsig+ring (best)':44} {gbs_local:>9.2f} GB/s {gbs_http:>7.2f} GB/s "
           f"{gbs_http / gbs_local:>15.2f}x   (target >= 0.9x)")
+    print(f"{'  one request (POST ?stream=true)':44} {'':>12} {gbs_one:>7.2f} GB/s {gbs_one / gbs_local:>15.2f}x")
     print(f"{'  time of the 1 GiB run (best)':44} {min(t_local):>10.3f} s {min(t_http):>10.3f} s")
     print(f"{'first partial result (median)':44} {med(first_local) * ms:>9.1f} ms {med(first_http) * ms:>9.1f} ms "
           f"{(med(first_http) - med(first_local)) * ms:>+13.1f} ms   (target within 15 ms)")
+    print(f"{'  one request (POST ?stream=true)':44} {'':>12} {med(first_one) * ms:>9.1f} ms "
+          f"{(med(first_one) - med(first_local)) * ms:>+13.1f} ms")
     print(f"{'  of which POST /v1/runs returning (median)':44} {'':>12} {med(post_first) * ms:>9.1f} ms")
     print(f"{'tiny run, 4x4x16x16 sumsig (median)':44} {med(tiny_local) * ms:>9.1f} ms {med(tiny_http) * ms:>9.1f} ms "
           f"{(med(tiny_http) - med(tiny_local)) * ms:>+13.1f} ms   (request overhead)")

@@ -537,3 +537,17 @@ def test_viewer_in_headless_chromium(server, data, tmp_path_factory):
         finally:
             browser.close()
     assert os.path.getsize(os.path.join(shots, "viewer-after.png")) > 1000
+
+
+def test_post_with_stream_is_one_request(client, data):
+    body = npy_body([{"name": "sumsig"}])
+    with client.stream("POST", "/v1/runs", params={"stream": "true"}, json=body) as resp:
+        assert resp.status_code == 201 and resp.headers["content-type"].startswith("application/x-ndjson")
+        run_id = resp.headers["x-raytile-run-id"]
+        msgs = [json.loads(line) for line in resp.iter_lines() if line]
+    assert msgs[-1]["final"] and msgs[-1]["status"] == "finished" and msgs[-1]["run_id"] == run_id
+    np.testing.assert_allclose(arrays(msgs[-1])[0]["intensity"], data["scan"].sum(axis=(2, 3)), rtol=1e-5)
+    active = client.get("/v1/healthz").json()["active_runs"]
+    r = client.post("/v1/runs", params={"stream": "true", "buffers": "pickle"}, json=body)
+    assert r.status_code == 400 and r.json()["field"] == "buffers"
+    assert client.get("/v1/healthz").json()["active_runs"] == active  # refused before a run started

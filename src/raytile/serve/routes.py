@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from importlib import resources
 from typing import Any, AsyncIterator
 
@@ -22,7 +23,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 from starlette.requests import HTTPConnection
 
 from raytile.common.errors import RaytileError
-from raytile.serve.encoding import ndjson, npy_bytes, sse
+from raytile.serve.encoding import BUFFER_MODES, ndjson, npy_bytes, sse
 from raytile.serve.errors import BadRequest, ServeError
 from raytile.serve.registry import ServedRun
 from raytile.serve.service import Service
@@ -92,10 +93,18 @@ async def datasets(service: Service = Depends(authorized)) -> dict[str, Any]:
 
 
 @router.post("/runs", status_code=201)
-async def create_run(request: Request, service: Service = Depends(authorized)) -> dict[str, Any]:
+async def create_run(request: Request, stream: bool = False, buffers: str = "inline",
+                     service: Service = Depends(authorized)) -> Any:
+    """201 ``{run_id, ...}``; with ``?stream=true`` the 201's body is the run's stream at once (as
+    ``GET .../stream`` gives it; the id in the ``X-Raytile-Run-Id`` header): one request instead of two."""
+    if buffers not in BUFFER_MODES:
+        raise BadRequest("buffers", f"must be one of {list(BUFFER_MODES)}, got {buffers!r}")
     served = await service.create_run(await _json(request))
     base = f"/v1/runs/{served.id}"
-    return {"run_id": served.id, "stream": f"{base}/stream", "status": base, "max_rate_hz": served.rate_hz}
+    if stream:
+        return await _stream_response(service, served, request, buffers, None, status_code=201)
+    return JSONResponse({"run_id": served.id, "stream": f"{base}/stream", "status": base,
+                         "max_rate_hz": served.rate_hz}, status_code=201)
 
 
 @router.get("/runs")
@@ -136,12 +145,20 @@ async def stream(run_id: str, request: Request, buffers: str = "inline", max_rat
 
     A client that goes away cancels the run.
     """
-    served = _run(service, run_id)
+    return await _stream_response(service, _run(service, run_id), request, buffers, max_rate_hz)
+
+
+async def _stream_response(service: Service, served: ServedRun, request: Request, buffers: str,
+                           max_rate_hz: float | None, status_code: int = 200) -> StreamingResponse:
+    if buffers not in BUFFER_MODES:
+        raise BadRequest("buffers", f"must be one of {list(BUFFER_MODES)}, got {buffers!r}")
+    if max_rate_hz is not None and not (0 < max_rate_hz < math.inf):
+        raise BadRequest("max_rate_hz", f"must be a number > 0, got {max_rate_hz!r}")
     use_sse = "text/event-stream" in request.headers.get("accept", "")
     encode = sse if use_sse else ndjson
     messages = service.messages(served, buffers, f"/v1/runs/{served.id}", max_rate_hz)
     try:
-        first = await messages.__anext__()  # bad query values fail here, as a 400 before the stream starts
+        first = await messages.__anext__()
     except asyncio.CancelledError:  # the client left before the first message
         served.cancel("the client disconnected")
         raise
@@ -160,7 +177,8 @@ async def stream(run_id: str, request: Request, buffers: str = "inline", max_rat
             await messages.aclose()
 
     media = "text/event-stream" if use_sse else "application/x-ndjson"
-    return StreamingResponse(body(), media_type=media, headers={"Cache-Control": "no-store"})
+    return StreamingResponse(body(), status_code=status_code, media_type=media,
+                             headers={"Cache-Control": "no-store", "X-Raytile-Run-Id": served.id})
 
 
 @router.websocket("/runs/{run_id}/ws")
