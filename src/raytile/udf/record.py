@@ -119,7 +119,9 @@ class RecordUDF(UDF):
         return {"memmap": memmap.reshape((frames,) + shape[len(shape) - len(self.meta.dataset_shape.sig):])}
 
     def process_tile(self, tile) -> None:
-        self.meta.slice.get(self.task_data.memmap)[...] = tile
+        where = self.meta.slice
+        assert where is not None  # always set while tiles are processed
+        where.get(self.task_data.memmap)[...] = tile
 
     def postprocess(self) -> None:
         self.task_data.memmap.flush()
