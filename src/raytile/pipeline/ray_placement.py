@@ -377,10 +377,8 @@ class RayPlacement:
         if self.actors and not self._dead_groups():
             self._call_all("finalize")
 
-    def close(self) -> None:
-        """Tear the compiled graph down and kill the actors."""
-        import ray
-
+    def _teardown_graph(self) -> None:
+        """Forget steps in flight and tear the compiled graph down (living actors are free again)."""
         self._pending.clear()
         dag, self._dag = self._dag, None
         if dag is not None:
@@ -388,35 +386,31 @@ class RayPlacement:
                 dag.teardown()
             except Exception:
                 pass  # an actor already dead: the graph is torn down as far as it can be
-        for a in self.actors.values():
+
+    def _kill(self, groups: list[str]) -> None:
+        import ray
+
+        for g in groups:
             try:
-                ray.kill(a)
+                ray.kill(self.actors.pop(g))
             except Exception:
-                pass
-        self.actors = {}
+                pass  # dead already
+
+    def close(self) -> None:
+        """Tear the compiled graph down and kill the actors."""
+        self._teardown_graph()
+        self._kill(list(self.actors))
 
     def restart(self) -> None:
         """Replace dead actors (their stages start over; living groups keep their state), or, when none
         died (a stage raised), rebuild every group from the config. The compiled graph is made again."""
-        import ray
-
         dead = self._dead_groups() if self.actors else list(self.groups)
         if not dead or len(dead) == len(self.groups):
             self.close()
             self.build()
             return
-        self._pending.clear()
-        dag, self._dag = self._dag, None
-        if dag is not None:
-            try:
-                dag.teardown()
-            except Exception:
-                pass  # the dead actor's part cannot be cancelled; the living actors are released
-        for g in dead:
-            try:
-                ray.kill(self.actors[g])
-            except Exception:
-                pass
+        self._teardown_graph()
+        self._kill(dead)
         self._start_actors(dead)
         for g in self.groups:
             if g not in dead:
