@@ -13,7 +13,8 @@ import pytest
 
 import raytile as rt
 from raytile.common.errors import UDFException
-from raytile.udf import UDF, CrystallinityUDF, FEMUDF, RecordUDF, SignalMaxUDF
+from raytile.udf import UDF, CoMUDF, CrystallinityUDF, FEMUDF, RecordUDF, SignalMaxUDF
+from raytile.udf.com import CoMParams, RegressionOptions
 
 NAV = (5, 6)
 SIG = (16, 12)
@@ -231,6 +232,151 @@ def test_record_partition_copies_keep_the_parameters(tmp_path):
     assert type(part) is RecordUDF and part.params.filename == udf.params.filename
 
 
+# -- CoMUDF: LiberTEM's parameters and results ------------------------------------------------
+
+def com_reference(data, roi=None, cy=None, cx=None, r=np.inf, ri=0.0, scan_rotation=0.0, flip_y=False,
+                  regression=-1):
+    """LiberTEM's CoM results on the full nav grid, written out with plain numpy (2D nav, 2D sig)."""
+    nav, sig = data.shape[:2], data.shape[2:]
+    cy = sig[0] // 2 if cy is None else cy
+    cx = sig[1] // 2 if cx is None else cx
+    frames = data.astype(np.float64)
+    y, x = np.mgrid[: sig[0], : sig[1]]
+    region = np.hypot(y - cy, x - cx)
+    region = (region <= r) & (region >= ri)
+    tot = (frames * region).sum(axis=(2, 3))
+    with np.errstate(invalid="ignore", divide="ignore"):  # empty frames: NaN
+        com_y = (frames * region * y).sum(axis=(2, 3)) / tot
+        com_x = (frames * region * x).sum(axis=(2, 3)) / tot
+    sy, sx = com_y - cy, com_x - cx
+    fy0 = -sy if flip_y else sy
+    a = np.deg2rad(scan_rotation)
+    fy = np.cos(a) * fy0 + np.sin(a) * sx
+    fx = -np.sin(a) * fy0 + np.cos(a) * sx
+    sel = np.ones(nav, dtype=bool) if roi is None else roi
+    iy, ix = np.nonzero(sel)
+    reg = np.zeros((3, 2))
+    if isinstance(regression, np.ndarray):
+        reg = regression
+    elif regression == 0:
+        reg[0] = [fy[sel].mean(), fx[sel].mean()]
+    elif regression == 1:
+        design = np.stack([np.ones(len(iy)), iy, ix], axis=1)
+        reg = np.linalg.lstsq(design, np.stack([fy[sel], fx[sel]], axis=1), rcond=None)[0]
+    gy, gx = np.mgrid[: nav[0], : nav[1]]
+    fy = fy - (reg[0, 0] + gy * reg[1, 0] + gx * reg[2, 0])
+    fx = fx - (reg[0, 1] + gy * reg[1, 1] + gx * reg[2, 1])
+    Fy, Fx = np.where(sel, fy, 0.0), np.where(sel, fx, 0.0)  # no field outside the ROI
+    return {
+        "raw_com": np.stack([com_y, com_x], -1), "raw_shifts": np.stack([sy, sx], -1),
+        "field": np.stack([fy, fx], -1), "field_y": fy, "field_x": fx, "magnitude": np.hypot(fy, fx),
+        "divergence": np.gradient(Fy, axis=0) + np.gradient(Fx, axis=1),
+        "curl": np.gradient(Fy, axis=1) - np.gradient(Fx, axis=0), "regression": reg,
+    }
+
+
+def check_com(res, ref, roi):
+    sel = np.ones(NAV, dtype=bool) if roi is None else roi
+    for name in ("raw_com", "raw_shifts", "field", "field_y", "field_x", "magnitude", "divergence", "curl"):
+        got = res[name].data
+        assert got.shape == ref[name].shape, name
+        np.testing.assert_allclose(got[sel], ref[name][sel], rtol=1e-7, atol=1e-9, err_msg=name)
+        if roi is not None:
+            assert np.isnan(got[~roi]).all(), name
+    assert res["regression"].data.shape == (3, 2)
+    np.testing.assert_allclose(res["regression"].data, ref["regression"], rtol=1e-7, atol=1e-9)
+
+
+COM_CASES = [
+    dict(),
+    dict(cy=7.0, cx=5.5, r=6.0, ri=1.5),
+    dict(scan_rotation=30.0),
+    dict(cy=8.5, cx=5.0, r=7.0, flip_y=True, scan_rotation=-75.0, regression=0),
+    dict(flip_y=True, regression=1),
+    dict(r=6.0, scan_rotation=190.0, regression=RegressionOptions.SUBTRACT_LINEAR),
+]
+
+
+@pytest.mark.parametrize("use_roi", [False, True], ids=["noroi", "roi"])
+@pytest.mark.parametrize("params", COM_CASES, ids=[",".join(f"{k}={v}" for k, v in c.items()) or "default"
+                                                   for c in COM_CASES])
+def test_com_libertem_params_match_numpy(inline_ctx, rng, params, use_roi):
+    data = make_data(rng, "uint16") + 1  # every frame has intensity
+    roi = make_roi(rng) if use_roi else None
+    (res,) = run(inline_ctx, data, [CoMUDF.with_params(**params)], roi=roi)
+    check_com(res, com_reference(data, roi, **params), roi)
+
+
+def test_com_small_tiles_and_regression_array(inline_ctx, rng):
+    data = make_data(rng, "float32", offset=100)
+    reg = np.array([[0.3, -0.2], [0.05, 0.01], [-0.02, 0.04]])
+    params = dict(cy=7.0, cx=6.0, r=8.0, scan_rotation=12.0, regression=reg)
+    (res,) = run(inline_ctx, data, [CoMUDF.with_params(**params)], small=True)
+    check_com(res, com_reference(data, **params), None)
+
+
+def test_com_rotation_and_flip_directions(inline_ctx, rng):
+    data = make_data(rng, "float32", offset=100)
+    quarter, flipped = run(inline_ctx, data, [CoMUDF.with_params(scan_rotation=90.0),
+                                               CoMUDF.with_params(flip_y=True)])
+    shifts = quarter["raw_shifts"].data
+    np.testing.assert_allclose(quarter["field_y"].data, shifts[..., 1], atol=1e-12)
+    np.testing.assert_allclose(quarter["field_x"].data, -shifts[..., 0], atol=1e-12)
+    np.testing.assert_allclose(flipped["field"].data, shifts * [-1, 1], atol=1e-12)
+    np.testing.assert_allclose(quarter["magnitude"].data, np.hypot(shifts[..., 0], shifts[..., 1]), rtol=1e-12)
+
+
+def test_com_params_object_copies_and_patches(inline_ctx, rng):
+    data = make_data(rng, "uint16") + 1
+    cp = CoMParams(cy=7.0, cx=5.0, r=6.0, scan_rotation=20.0, flip_y=True, regression=0)
+    a, b = CoMUDF(cp), CoMUDF(com_params=cp)
+    ra, rb, rc = run(inline_ctx, data, [a, b, CoMUDF.with_params(**cp._asdict())])
+    for name in ("field", "divergence", "curl", "regression"):
+        np.testing.assert_array_equal(ra[name].data, rc[name].data)
+        np.testing.assert_array_equal(rb[name].data, rc[name].data)
+    part = a.copy_for_partition(0, 3, None)
+    assert part.params.scan_rotation == 20.0 and part.params.flip_y is True and part.params.regression == 0
+    a.update_parameters({"com_params": CoMParams(r=3.0)})
+    assert a.params.r == 3.0 and a.params.scan_rotation == 0.0
+    a.update_parameters({"r": 4.0})
+    assert a.params.r == 4.0
+    with pytest.raises(UDFException, match="com_params must be a CoMParams"):
+        CoMUDF(7.0)
+
+
+def test_com_parameter_errors(inline_ctx, rng):
+    with pytest.raises(ValueError, match="Inner radius must be less than outer radius"):
+        CoMUDF.with_params(r=2.0, ri=2.0)
+    data = make_data(rng, "uint16") + 1
+    ds = inline_ctx.load("memory", data=data)
+    with pytest.raises(UDFException, match="unrecognized regression option 2"):
+        inline_ctx.run_udf(dataset=ds, udf=CoMUDF.with_params(regression=2))
+    with pytest.raises(UDFException, match="not shaped"):
+        inline_ctx.run_udf(dataset=ds, udf=CoMUDF.with_params(regression=np.zeros((2, 2))))
+
+
+def test_com_empty_frames_and_1d_scans(inline_ctx, rng):
+    data = make_data(rng, "float32", offset=100)
+    data[2, 3] = 0  # no intensity: no field here, zero field for the neighbours' differences
+    (res,) = run(inline_ctx, data, [CoMUDF.with_params(regression=1)])
+    assert np.isnan(res["raw_com"].data[2, 3]).all() and np.isnan(res["field"].data[2, 3]).all()
+    assert np.isnan(res["divergence"].data[2, 3]) and np.isnan(res["curl"].data[2, 3])
+    roi = np.ones(NAV, dtype=bool)
+    roi[2, 3] = False  # the same as leaving the empty frame out with an ROI
+    ref = com_reference(data, roi, regression=1)
+    for name in ("field", "divergence", "curl", "magnitude"):
+        np.testing.assert_allclose(res[name].data[roi], ref[name][roi], rtol=1e-7, atol=1e-9, err_msg=name)
+    np.testing.assert_allclose(res["regression"].data, ref["regression"], rtol=1e-7, atol=1e-9)
+
+    line = data.reshape(30, *SIG)
+    (res1,) = run(inline_ctx, line, [CoMUDF.with_params(regression=0, scan_rotation=45.0)])
+    assert res1["field"].data.shape == (30, 2) and np.isnan(res1["divergence"].data).all()
+    ok = np.isfinite(res1["field"].data).all(axis=1)
+    np.testing.assert_allclose(res1["field"].data[ok].mean(axis=0), 0.0, atol=1e-9)
+    with pytest.raises(UDFException, match="linear regression needs a 2D scan"):
+        run(inline_ctx, line, [CoMUDF.with_params(regression=1)])
+
+
 # -- all of them on Ray ------------------------------------------------------------------------
 
 def test_compat_builtins_on_ray(ray_context, rng, tmp_path):
@@ -238,9 +384,11 @@ def test_compat_builtins_on_ray(ray_context, rng, tmp_path):
     roi = make_roi(rng)
     path = tmp_path / "ray.npy"
     ds = ray_context.load("memory", data=data, num_partitions=3)
-    mx, fem, cr, _ = ray_context.run_udf(dataset=ds, roi=roi, udf=[
+    com_params = dict(cy=7.0, cx=5.5, r=7.0, scan_rotation=-30.0, flip_y=True, regression=1)
+    mx, fem, cr, _, com = ray_context.run_udf(dataset=ds, roi=roi, udf=[
         SignalMaxUDF(), FEMUDF(center=(5, 7.5), rad_in=2, rad_out=5.5),
         CrystallinityUDF(rad_in=1.5, rad_out=4, real_center=(6, 4.5), real_rad=3), RecordUDF(path),
+        CoMUDF.with_params(**com_params),
     ])
     frames = data[roi]
     np.testing.assert_array_equal(mx["intensity"].data, frames.max(axis=0))
@@ -248,9 +396,10 @@ def test_compat_builtins_on_ray(ray_context, rng, tmp_path):
     np.testing.assert_allclose(cr["intensity"].data[roi],
                                crystallinity_reference(frames, 1.5, 4, (6, 4.5), 3), rtol=1e-5)
     np.testing.assert_array_equal(np.load(path), frames)
+    check_com(com, com_reference(data, roi, **com_params), roi)
 
 
 def test_exported():
-    for name in ("SignalMaxUDF", "RecordUDF", "FEMUDF", "CrystallinityUDF"):
+    for name in ("SignalMaxUDF", "RecordUDF", "FEMUDF", "CrystallinityUDF", "CoMUDF"):
         assert issubclass(getattr(rt.udf, name), UDF)
         assert name in rt.udf.__all__

@@ -1,9 +1,16 @@
-"""`CoMUDF`: centre of mass of every frame inside a disk or ring."""
+"""`CoMUDF`: centre of mass of every frame inside a disk or ring, with LiberTEM's corrections and field results.
+
+Besides the UDF, the helpers LiberTEM's ``libertem.udf.com`` offers under the
+same names: :class:`RegressionOptions`, :class:`CoMParams`,
+:func:`apply_correction`, :func:`divergence`, :func:`curl_2d`,
+:func:`magnitude`.
+"""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from enum import IntEnum
+from typing import Any, Literal, Mapping, NamedTuple, Union
 
 import numpy as np
 
@@ -11,45 +18,188 @@ from raytile.common.errors import UDFException
 from raytile.udf._tiles import TILE_BACKENDS, dense, flat2d
 from raytile.udf.base import UDF
 
-__all__ = ["CoMUDF"]
+__all__ = [
+    "CoMUDF", "CoMParams", "RegressionOptions", "RegressionOptionsT", "apply_correction", "curl_2d",
+    "divergence", "magnitude", "correction_matrix",
+]
+
+
+class RegressionOptions(IntEnum):
+    """The ``regression`` choices of :class:`CoMUDF` (LiberTEM's values)."""
+
+    NO_REGRESSION = -1
+    SUBTRACT_MEAN = 0
+    SUBTRACT_LINEAR = 1
+
+
+#: A ``RegressionOptions`` value, -1/0/1, or a ``(3, 2)`` array ``[[y, x], [dy/dy, dx/dy], [dy/dx, dx/dx]]``.
+RegressionOptionsT = Union[np.ndarray, Literal[-1, 0, 1], RegressionOptions]
+
+
+class CoMParams(NamedTuple):
+    """The parameters of :class:`CoMUDF` in one value, as in LiberTEM (``CoMUDF(CoMParams(r=5.0))``).
+
+    >>> CoMParams(cy=7.0, cx=5.0, r=4.0).flip_y
+    False
+    """
+
+    cy: float | None = None
+    cx: float | None = None
+    r: float = float("inf")
+    ri: float | None = 0.0
+    scan_rotation: float = 0.0
+    flip_y: bool = False
+    regression: RegressionOptionsT = RegressionOptions.NO_REGRESSION
+
+
+def correction_matrix(scan_rotation: float, flip_y: bool) -> np.ndarray:
+    """The 2x2 matrix acting on ``(y, x)`` shift vectors: rotation by ``scan_rotation`` degrees after the flip.
+
+    A positive angle turns a vector clockwise in the usual image display (y
+    down); ``flip_y`` negates y first.
+
+    >>> np.round(correction_matrix(90, False) @ [0.0, 1.0], 6)  # (dy, dx) = (0, 1) -> (1, 0)
+    array([1., 0.])
+    """
+    a = math.radians(float(scan_rotation))
+    rot = np.array([[math.cos(a), math.sin(a)], [-math.sin(a), math.cos(a)]])
+    flip = np.diag([-1.0, 1.0]) if flip_y else np.eye(2)
+    return rot @ flip
+
+
+def apply_correction(y_centers: np.ndarray, x_centers: np.ndarray, scan_rotation: float, flip_y: bool,
+                     forward: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Rotate (and flip) shift components; ``forward=False`` undoes the correction.
+
+    >>> y, x = apply_correction(np.array([0.0]), np.array([1.0]), 90, False)
+    >>> np.round([y[0], x[0]], 6).tolist()
+    [1.0, 0.0]
+    """
+    mat = correction_matrix(scan_rotation, flip_y)
+    if not forward:
+        mat = np.linalg.inv(mat)
+    y = np.asarray(y_centers, dtype=np.float64)
+    x = np.asarray(x_centers, dtype=np.float64)
+    return mat[0, 0] * y + mat[0, 1] * x, mat[1, 0] * y + mat[1, 1] * x
+
+
+def divergence(y_centers: np.ndarray, x_centers: np.ndarray) -> np.ndarray:
+    """``d(field_y)/dy + d(field_x)/dx`` on a 2D nav grid (``np.gradient``, central differences)."""
+    return np.gradient(y_centers, axis=0) + np.gradient(x_centers, axis=1)
+
+
+def curl_2d(y_centers: np.ndarray, x_centers: np.ndarray) -> np.ndarray:
+    """The 2D curl ``d(field_y)/dx - d(field_x)/dy`` on a 2D nav grid."""
+    return np.gradient(y_centers, axis=1) - np.gradient(x_centers, axis=0)
+
+
+def magnitude(y_centers: np.ndarray, x_centers: np.ndarray) -> np.ndarray:
+    """The length of the ``(y, x)`` vectors."""
+    return np.sqrt(np.asarray(y_centers) ** 2 + np.asarray(x_centers) ** 2)
+
+
+_FLAT = ("cy", "cx", "r", "ri", "scan_rotation", "flip_y", "regression")
 
 
 class CoMUDF(UDF):
     """Centre of mass of every frame, optionally within a ring ``ri <= d <= r`` around ``(cy, cx)``.
 
-    Create it with :meth:`with_params`. ``(cy, cx)`` defaults to the signal
-    centre ``(sig_h / 2, sig_w / 2)``; ``r=inf`` and ``ri=0`` use the whole
-    frame. Needs a 2D signal.
+    Create it with :meth:`with_params`, with keywords (``CoMUDF(r=5.0)``) or
+    LiberTEM's way, ``CoMUDF(CoMParams(...))``; the parameters are kept
+    individually, so live patches name them (``{"r": 4.0}``; a
+    ``{"com_params": CoMParams(...)}`` patch sets them all). ``(cy, cx)``
+    defaults to ``(sig_h // 2, sig_w // 2)`` as in LiberTEM; ``r=inf`` and
+    ``ri=0`` use the whole frame. Needs a 2D signal.
 
-    Results (all nav):
+    Parameters (LiberTEM's): ``cy``, ``cx``, ``r``, ``ri``;
+    ``scan_rotation`` (degrees; rotates the shift vectors into the scan's
+    frame), ``flip_y`` (negate the y shift first, for detectors with the
+    origin at the bottom), ``regression`` (see :class:`RegressionOptions`:
+    -1 none, 0 subtract the mean field, 1 subtract a linear fit over the
+    scan, or a ``(3, 2)`` array to subtract ``[[y, x], [dy/dy, dx/dy],
+    [dy/dx, dx/dx]]``).
 
-    - ``raw_com`` ``(2,)``: ``(y, x)`` centre of mass in pixel coordinates,
-      NaN for frames with zero intensity in the region;
+    Results (nav unless noted; NaN outside the ROI):
+
+    - ``raw_com`` ``(2,)``: ``(y, x)`` centre of mass in pixels; NaN for
+      frames without intensity in the region (LiberTEM puts them at
+      ``(cy, cx)``);
     - ``raw_shifts`` ``(2,)``: ``raw_com - (cy, cx)``;
-    - ``magnitude``: the length of ``raw_shifts``.
+    - ``field`` ``(2,)``, ``field_y``, ``field_x``: the shifts after flip,
+      rotation and regression;
+    - ``magnitude``: the length of ``field``;
+    - ``divergence``, ``curl``: of ``field`` on a 2D scan (``np.gradient``);
+      positions without a field (outside the ROI, not merged yet, frames
+      without intensity) count as zero field in the differences, as in
+      LiberTEM, and are NaN themselves. NaN for scans that are not 2D;
+    - ``regression`` (single, ``(3, 2)``): the regression subtracted; fitted
+      over the merged positions with a field;
+    - ``moments`` ``(3,)``: the raw sums (intensity, y and x moments).
+
+    The ring includes ``d == ri`` (LiberTEM's excludes it for ``ri > 0``).
 
     Example::
 
-        >>> udf = CoMUDF.with_params(cy=64, cx=64, r=30)
+        >>> udf = CoMUDF.with_params(cy=64, cx=64, r=30, scan_rotation=-12, regression=1)
         >>> res = ctx.run_udf(dataset=ds, udf=udf)
-        >>> res["raw_shifts"].data.shape  # nav + (2,)
+        >>> res["field"].data.shape, res["regression"].data.shape  # nav + (2,), (3, 2)
     """
 
-    def __init__(self, cy: float | None = None, cx: float | None = None, r: float = math.inf,
-                 ri: float = 0.0, **kwargs: Any):
-        super().__init__(cy=cy, cx=cx, r=r, ri=ri, **kwargs)
+    def __init__(self, com_params: CoMParams | None = None, cy: float | None = None, cx: float | None = None,
+                 r: float = math.inf, ri: float | None = 0.0, scan_rotation: float = 0.0, flip_y: bool = False,
+                 regression: RegressionOptionsT = RegressionOptions.NO_REGRESSION, **kwargs: Any):
+        flat: dict[str, Any] = dict(cy=cy, cx=cx, r=r, ri=ri, scan_rotation=scan_rotation, flip_y=flip_y,
+                                    regression=regression)
+        if com_params is not None:
+            flat.update(self._unpack_com_params(com_params))
+        super().__init__(**flat, **kwargs)
+
+    @staticmethod
+    def _unpack_com_params(com_params: Any) -> dict[str, Any]:
+        asdict = getattr(com_params, "_asdict", None)
+        if asdict is None:
+            raise UDFException(
+                f"CoMUDF: com_params must be a CoMParams, got {com_params!r}; "
+                "pass cy, cx, r, ri, ... as keywords or use CoMUDF.with_params"
+            )
+        values = dict(asdict())
+        unknown = set(values) - set(_FLAT)
+        if unknown:
+            raise UDFException(f"CoMUDF: com_params has unknown fields {sorted(unknown)}")
+        return values
 
     @classmethod
     def with_params(cls, cy: float | None = None, cx: float | None = None, r: float = math.inf,
-                    ri: float = 0.0, **kwargs: Any) -> "CoMUDF":
-        """The CoM UDF for centre ``(cy, cx)`` (default: signal centre) and ring ``ri <= d <= r``."""
-        return cls(cy=cy, cx=cx, r=r, ri=ri, **kwargs)
+                    ri: float | None = 0.0, scan_rotation: float = 0.0, flip_y: bool = False,
+                    regression: RegressionOptionsT = RegressionOptions.NO_REGRESSION, **kwargs: Any) -> "CoMUDF":
+        """The CoM UDF for centre ``(cy, cx)`` (default: signal centre), ring ``ri <= d <= r`` and corrections.
+
+        Raises ``ValueError`` if ``ri >= r`` (as LiberTEM does).
+        """
+        if ri is not None and ri >= r:
+            raise ValueError("Inner radius must be less than outer radius for annular CoM")
+        return cls(cy=cy, cx=cx, r=r, ri=ri, scan_rotation=scan_rotation, flip_y=flip_y, regression=regression,
+                   **kwargs)
+
+    def update_parameters(self, patch: Mapping[str, Any]) -> None:
+        patch = dict(patch)
+        if "com_params" in patch:
+            patch.update(self._unpack_com_params(patch.pop("com_params")))
+        super().update_parameters(patch)
 
     def centre(self) -> tuple[float, float]:
+        """``(cy, cx)``: the parameters, or the signal centre ``(sig_h // 2, sig_w // 2)``."""
         sig = self.meta.dataset_shape.sig.to_tuple()
-        cy = sig[0] / 2 if self.params.cy is None else float(self.params.cy)
-        cx = sig[1] / 2 if self.params.cx is None else float(self.params.cx)
-        return cy, cx
+        cy = sig[0] // 2 if self.params.cy is None else float(self.params.cy)
+        cx = sig[1] // 2 if self.params.cx is None else float(self.params.cx)
+        return float(cy), float(cx)
+
+    def get_params(self) -> CoMParams:
+        """The parameters with the centre filled in (LiberTEM's ``CoMUDF.get_params``)."""
+        cy, cx = self.centre()
+        p = self.params
+        return CoMParams(cy=cy, cx=cx, r=p.r, ri=p.ri, scan_rotation=p.scan_rotation, flip_y=bool(p.flip_y),
+                         regression=p.regression)
 
     def get_backends(self) -> tuple[str, ...]:
         return TILE_BACKENDS
@@ -59,20 +209,28 @@ class CoMUDF(UDF):
             raise UDFException(
                 f"{type(self).__name__} needs a 2D signal, got sig shape {self.meta.dataset_shape.sig.to_tuple()}"
             )
+        f64 = "float64"
         return {
             # (intensity, y moment, x moment) per frame, merged like any nav buffer
-            "moments": self.buffer(kind="nav", extra_shape=(3,), dtype="float64", where="device"),
-            "raw_com": self.buffer(kind="nav", extra_shape=(2,), dtype="float64", use="result_only"),
-            "raw_shifts": self.buffer(kind="nav", extra_shape=(2,), dtype="float64", use="result_only"),
-            "magnitude": self.buffer(kind="nav", dtype="float64", use="result_only"),
+            "moments": self.buffer(kind="nav", extra_shape=(3,), dtype=f64, where="device"),
+            "raw_com": self.buffer(kind="nav", extra_shape=(2,), dtype=f64, use="result_only"),
+            "raw_shifts": self.buffer(kind="nav", extra_shape=(2,), dtype=f64, use="result_only"),
+            "field": self.buffer(kind="nav", extra_shape=(2,), dtype=f64, use="result_only"),
+            "field_y": self.buffer(kind="nav", dtype=f64, use="result_only"),
+            "field_x": self.buffer(kind="nav", dtype=f64, use="result_only"),
+            "magnitude": self.buffer(kind="nav", dtype=f64, use="result_only"),
+            "divergence": self.buffer(kind="nav", dtype=f64, use="result_only"),
+            "curl": self.buffer(kind="nav", dtype=f64, use="result_only"),
+            "regression": self.buffer(kind="single", extra_shape=(3, 2), dtype=f64, use="result_only"),
         }
 
     def get_task_data(self) -> dict[str, Any]:
         sig = self.meta.dataset_shape.sig.to_tuple()
         cy, cx = self.centre()
+        ri = 0.0 if self.params.ri is None else float(self.params.ri)
         y, x = np.mgrid[: sig[0], : sig[1]].astype(np.float64)
         d = np.sqrt((y - cy) ** 2 + (x - cx) ** 2)
-        region = ((d <= self.params.r) & (d >= self.params.ri)).astype(np.float64)
+        region = ((d <= self.params.r) & (d >= ri)).astype(np.float64)
         # (pixels, 3): region, y * region, x * region
         weights = np.stack([region, y * region, x * region], axis=-1)
         return {"weights": weights}
@@ -86,15 +244,100 @@ class CoMUDF(UDF):
         out = self.results.moments
         out += dense(res, out.shape, xp=self.xp)
 
+    # -- results -------------------------------------------------------------------------------
+    def _nav_coords(self) -> np.ndarray:
+        """Nav coordinates ``(positions, nav_dims)`` of the rows of the (ROI-compressed) nav buffers."""
+        nav = self.meta.dataset_shape.nav.to_tuple()
+        roi = self.meta.roi
+        flat = np.arange(math.prod(nav)) if roi is None else np.flatnonzero(np.asarray(roi).reshape(-1))
+        return np.stack(np.unravel_index(flat, nav), axis=1)
+
+    def get_regression(self, field: np.ndarray, usable: np.ndarray, coords: np.ndarray) -> np.ndarray:
+        """The ``(3, 2)`` regression to subtract, fitted on ``field[usable]`` (rows at nav ``coords``)."""
+        reg = self.params.regression
+        result = np.zeros((3, 2))
+        if isinstance(reg, (int, np.integer)) and not isinstance(reg, bool):
+            option = int(reg)
+            if option == RegressionOptions.NO_REGRESSION:
+                return result
+            if option not in (RegressionOptions.SUBTRACT_MEAN, RegressionOptions.SUBTRACT_LINEAR):
+                raise UDFException(f"CoMUDF: unrecognized regression option {reg!r}; use -1, 0, 1 or a (3, 2) array")
+            if not usable.any():
+                return result
+            if option == RegressionOptions.SUBTRACT_MEAN:
+                result[0] = field[usable].mean(axis=0)
+                return result
+            inp = self._regression_input(coords)
+            result[:] = np.linalg.lstsq(inp[usable], field[usable], rcond=None)[0]
+            return result
+        arr = np.asarray(reg, dtype=np.float64)
+        if arr.shape != (3, 2):
+            raise UDFException(f"CoMUDF: regression {reg!r} is not an option (-1, 0, 1) and not shaped (3, 2)")
+        result[:] = arr
+        return result
+
+    def _regression_input(self, coords: np.ndarray) -> np.ndarray:
+        """``[1, y, x]`` per position for a linear regression over a 2D scan."""
+        if coords.shape[1] != 2:
+            raise UDFException(
+                f"CoMUDF: a linear regression needs a 2D scan, got nav shape {self.meta.dataset_shape.nav.to_tuple()}"
+            )
+        return np.concatenate([np.ones((coords.shape[0], 1)), coords.astype(np.float64)], axis=1)
+
+    def get_field_results(self, field_y: np.ndarray, field_x: np.ndarray) -> dict[str, np.ndarray]:
+        """Results derived from the field on the full 2D nav grid (LiberTEM's hook for subclasses such as iCoM).
+
+        ``field_y``/``field_x`` are nav-shaped, zero where there is no field.
+        Return nav-shaped arrays; :meth:`get_results` keeps the ROI positions.
+        """
+        return {
+            "magnitude": magnitude(field_y, field_x),
+            "divergence": divergence(field_y, field_x),
+            "curl": curl_2d(field_y, field_x),
+        }
+
     def get_results(self) -> dict[str, Any]:
-        m = np.asarray(self.results.moments)
+        m = np.asarray(self.results.moments, dtype=np.float64).reshape(-1, 3)
         cy, cx = self.centre()
         with np.errstate(invalid="ignore", divide="ignore"):
             com = m[:, 1:] / m[:, :1]
         com[m[:, 0] == 0] = np.nan
         shifts = com - np.array([cy, cx])
-        return {
+        field_y, field_x = apply_correction(shifts[:, 0], shifts[:, 1], self.params.scan_rotation,
+                                            bool(self.params.flip_y))
+        field = np.stack([field_y, field_x], axis=1)
+
+        coords = self._nav_coords()
+        merged = self.meta.get_valid_nav_mask()
+        merged = np.ones(len(m), dtype=bool) if merged is None else np.asarray(merged, dtype=bool).reshape(-1)
+        usable = merged & np.isfinite(field).all(axis=1)
+        regression = self.get_regression(field, usable, coords)
+        if not np.allclose(regression, 0):
+            if np.allclose(regression[1:], 0):
+                field[usable] -= regression[0]
+            else:
+                field[usable] -= self._regression_input(coords[usable]) @ regression
+
+        results: dict[str, Any] = {
             "raw_com": com,
             "raw_shifts": shifts,
-            "magnitude": np.sqrt((shifts ** 2).sum(axis=1)),
+            "field": field,
+            "field_y": field[:, 0].copy(),
+            "field_x": field[:, 1].copy(),
+            "regression": regression,
         }
+        nav = self.meta.dataset_shape.nav.to_tuple()
+        if len(nav) == 2:
+            grid = np.zeros(nav + (2,))
+            grid[coords[usable, 0], coords[usable, 1]] = field[usable]
+            derived = self.get_field_results(field_y=grid[..., 0], field_x=grid[..., 1])
+            for name, arr in derived.items():
+                arr = np.asarray(arr)
+                values = arr[coords[:, 0], coords[:, 1]].astype(np.float64)
+                values[~usable] = np.nan
+                results[name] = values
+        else:
+            results["magnitude"] = magnitude(field[:, 0], field[:, 1])
+            results["divergence"] = np.full(len(m), np.nan)
+            results["curl"] = np.full(len(m), np.nan)
+        return results
