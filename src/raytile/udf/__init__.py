@@ -17,7 +17,7 @@ from raytile.udf.pick import PickUDF
 from raytile.udf.auto import AutoUDF
 from raytile.udf.signalmax import SignalMaxUDF
 from raytile.udf.record import RecordUDF
-from raytile.udf.fem import FEMUDF
+from raytile.udf.FEM import FEMUDF
 from raytile.udf.crystallinity import CrystallinityUDF
 from raytile.udf import masks
 
