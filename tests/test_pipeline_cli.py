@@ -17,7 +17,12 @@ def test_validate_and_describe(capsys):
     assert "ok: ao_loop: 9 stages, 9 streams, 6 trigger levels, placement groups sensor -> control" in out
     assert main(["pipeline", "describe", AO]) == 0
     out = capsys.readouterr().out
-    assert "level 3: matvec (matvec)" in out and "group control: reconstructor, matvec, integrator, clip" in out
+    assert "level 3: matvec (matvec)" in out and "  control: reconstructor, matvec, integrator, clip" in out
+    assert "placement in-process: all 9 stages in one thread" in out
+    assert main(["pipeline", "describe", AO, "--placement", "ray"]) == 0  # describes without starting Ray
+    out = capsys.readouterr().out
+    assert "placement ray: 2 actors over compiled-graph channels" in out
+    assert "control: reconstructor, matvec, integrator, clip (upstream: sensor; sends: -; {'num_cpus': 0})" in out
 
 
 def test_run_and_bench_in_process(capsys):

@@ -65,7 +65,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 
     if not os.path.isfile(args.file):
         raise ConfigValidationError(f"pipeline file {args.file!r}: no such file")
-    pipe = Pipeline.from_yaml(args.file)  # validates everything
+    pipe = Pipeline.from_yaml(args.file, placement=(args.placement or ["in-process"])[0])  # validates everything
     cfg = pipe.config
     if args.action == "validate":
         print(f"ok: {cfg.name}: {len(cfg.stages)} stages, {len(cfg.streams)} streams, {len(pipe.levels)} trigger "

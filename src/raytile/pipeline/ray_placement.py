@@ -424,5 +424,7 @@ class RayPlacement:
         for g in self.groups:
             res = self._resources(g)
             lines.append(f"  {g}: {', '.join(self.members[g])} (upstream: {', '.join(self.upstream[g]) or '-'}; "
-                         f"sends: {', '.join(self.outbound[g]) or '-'}; {res})")
+                         f"sends: {', '.join(self.outbound[g]) or '-'}; "
+                         + (f"relayed in: {', '.join(s + ':-1' for s in self.relayed[g])}; " if self.relayed[g] else "")
+                         + f"{res})")
         return lines

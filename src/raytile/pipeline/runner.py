@@ -89,24 +89,28 @@ class Pipeline:
         for i, lvl in enumerate(self.levels):
             lines.append(f"  level {i}: " + ", ".join(
                 f"{n} ({self.config.stage(n).kind})" for n in lvl))
-        lines.append(f"placement: {self.placement_name}")
+        lines.append("placement groups:")
         for g in self.groups:
             members = [s.name for s in self.config.stages if (s.placement or "main") == g]
-            lines.append(f"  group {g}: {', '.join(members)}")
+            lines.append(f"  {g}: {', '.join(members)}")
+        lines.append("placement " + "\n  ".join((self._placement or self._make_placement()).describe()))
         return "\n".join(lines)
+
+    def _make_placement(self) -> Any:
+        """The placement object for ``placement_name`` (nothing started until its ``build()``)."""
+        if self.placement_name == "in-process":
+            return LocalPlacement(self.config, self.levels)
+        from raytile.pipeline.ray_placement import RayPlacement
+
+        return RayPlacement(self.config, self.levels, self.groups, compiled=self.placement_name == "ray",
+                            step_timeout_s=self.step_timeout_s)
 
     # -- build -----------------------------------------------------------------------------
     def build(self) -> "Pipeline":
         """Construct and set up every stage (and the actors for Ray placements); returns self."""
         if self.state != "created":
             raise PipelineStateError(f"build(): pipeline is already {self.state}")
-        if self.placement_name == "in-process":
-            self._placement = LocalPlacement(self.config, self.levels)
-        else:
-            from raytile.pipeline.ray_placement import RayPlacement
-
-            self._placement = RayPlacement(self.config, self.levels, self.groups,
-                                           compiled=self.placement_name == "ray", step_timeout_s=self.step_timeout_s)
+        self._placement = self._make_placement()
         try:
             self._placement.build()
         except BaseException as e:
