@@ -527,6 +527,8 @@ def _init_ray(address: str | None, cpus: int | None, gpus: int | None, init_kwar
             kwargs.setdefault("num_gpus", gpus)
     if address is not None:
         kwargs["address"] = address
+    if address is not None and address.startswith("ray://"):
+        _enable_token_auth_for_client()
     try:
         ray.init(**kwargs)
     except ModuleNotFoundError as e:
@@ -541,7 +543,24 @@ def _init_ray(address: str | None, cpus: int | None, gpus: int | None, init_kwar
             "rt.Context.connect('auto') to join it"
         ) from None
     except ConnectionError as e:
-        raise ExecutorError(f"cannot connect to the Ray cluster at {address!r}: {e}") from None
+        raise ExecutorError(
+            f"cannot connect to the Ray cluster at {address!r}: {e}. If the cluster uses Ray's token "
+            "authentication, set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) to the "
+            "token `ray get-auth-token` prints on the head node"
+        ) from None
+
+
+def _enable_token_auth_for_client() -> None:
+    """Turn Ray's token authentication on in this process if a token is available, as a direct
+    driver's ``ray.init`` does (Ray >= 2.52); Ray Client does not, and a cluster with token
+    authentication then lets the connection time out (measured: 30 s, then "connection timeout")."""
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # a Ray without token authentication
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
 def _request_workers(n: int) -> None:
