@@ -229,6 +229,11 @@ def test_raising_setup_names_the_stage():
     with pytest.raises(ConfigValidationError, match="stage 'const': field 'params.value'.*\\[2\\]"):
         p.build()
     assert p.state == "failed"
+    with pytest.raises(ConfigValidationError, match="stage 'const'"):
+        p.restart()  # builds again from the config: the same error, nothing half-built left
+    assert p.state == "failed"
+    with pytest.raises(PipelineStateError, match="failed"):
+        p.step()
 
 
 def test_reads_during_a_background_run_see_whole_steps():

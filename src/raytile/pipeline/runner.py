@@ -108,14 +108,17 @@ class Pipeline:
     # -- build -----------------------------------------------------------------------------
     def build(self) -> "Pipeline":
         """Construct and set up every stage (and the actors for Ray placements); returns self."""
-        if self.state != "created":
+        if self._placement is not None:
             raise PipelineStateError(f"build(): pipeline is already {self.state}")
-        self._placement = self._make_placement()
+        placement = self._make_placement()
         try:
-            self._placement.build()
+            placement.build()
         except BaseException as e:
+            placement.close()  # actors started before the failure are not left behind
             self._fail(e)
             raise
+        self._placement = placement
+        self.error = None
         self.state = "built"
         return self
 
