@@ -14,7 +14,11 @@ import pytest
 import raytile as rt
 from raytile.common.errors import UDFException
 from raytile.udf import UDF, CoMUDF, CrystallinityUDF, FEMUDF, RecordUDF, SignalMaxUDF
-from raytile.udf.com import CoMParams, RegressionOptions
+from raytile.udf import ApplyMasksUDF
+from raytile.udf.com import (
+    CoMParams, RegressionOptions, apply_correction, center_shifts, com_masks_factory, coordinate_check,
+    guess_corrections,
+)
 
 NAV = (5, 6)
 SIG = (16, 12)
@@ -375,6 +379,46 @@ def test_com_empty_frames_and_1d_scans(inline_ctx, rng):
     np.testing.assert_allclose(res1["field"].data[ok].mean(axis=0), 0.0, atol=1e-9)
     with pytest.raises(UDFException, match="linear regression needs a 2D scan"):
         run(inline_ctx, line, [CoMUDF.with_params(regression=1)])
+
+
+def atomic_field(shape=(24, 26), spacing=6.0, width=1.5):
+    """A curl-free field pulling towards a lattice of 'atoms': the gradient of a sum of Gaussians."""
+    y, x = np.mgrid[: shape[0], : shape[1]].astype(np.float64)
+    phi = np.zeros(shape)
+    for ay in np.arange(3.0, shape[0], spacing):
+        for ax in np.arange(2.0, shape[1], spacing):
+            phi += np.exp(-((y - ay) ** 2 + (x - ax) ** 2) / (2 * width ** 2))
+    return np.gradient(phi, axis=0), np.gradient(phi, axis=1)
+
+
+@pytest.mark.parametrize("angle,flip", [(0, False), (37, True), (-120, False), (150, True), (180, False)])
+def test_guess_corrections_recovers_rotation_and_flip(angle, flip):
+    fy, fx = atomic_field()
+    # what a detector rotated (and flipped) against the scan would measure, around centre (7.5, 9.0)
+    my, mx = apply_correction(fy, fx, scan_rotation=angle, flip_y=flip, forward=False)
+    guess = guess_corrections(my + 7.5, mx + 9.0)
+    assert guess.flip_y == flip
+    assert guess.scan_rotation == angle
+    sel = (slice(0, -1), slice(0, -1))
+    assert guess.cy == pytest.approx(np.mean(my[sel] + 7.5)) and guess.cx == pytest.approx(np.mean(mx[sel] + 9.0))
+    straight, flipped = coordinate_check(my, mx)
+    best = flipped if flip else straight
+    # brute force: the RMS curl at the found angle, computed directly
+    cy_, cx_ = apply_correction(my, mx, scan_rotation=angle % 360, flip_y=flip)
+    curl = np.gradient(cy_, axis=1) - np.gradient(cx_, axis=0)
+    assert best[angle % 360] == pytest.approx(np.sqrt(np.mean(curl[sel] ** 2)), abs=1e-12)
+    assert best[angle % 360] < 1e-9 < best[(angle + 90) % 360]
+
+
+def test_center_shifts_and_com_masks_factory(inline_ctx, rng):
+    y, x = center_shifts(np.array([[2.0, 0.0]]), np.array([[6.0, 5.0]]), np.array([[2.0, 5.0]]), 1.0, 0.5)
+    np.testing.assert_array_equal(y, [[2.0, 0.0]])
+    np.testing.assert_array_equal(x, [[0.5, 0.0]])
+    data = make_data(rng, "uint16") + 1
+    factories = com_masks_factory(detector_y=SIG[0], detector_x=SIG[1], cy=7.0, cx=5.0, r=5.0)
+    am, com = run(inline_ctx, data, [ApplyMasksUDF(mask_factories=factories), CoMUDF.with_params(cy=7.0, cx=5.0, r=5.0)])
+    sums = am["intensity"].data
+    np.testing.assert_allclose(sums[..., 1:] / sums[..., :1], com["raw_com"].data, rtol=1e-6)
 
 
 # -- all of them on Ray ------------------------------------------------------------------------

@@ -3,24 +3,28 @@
 Besides the UDF, the helpers LiberTEM's ``libertem.udf.com`` offers under the
 same names: :class:`RegressionOptions`, :class:`CoMParams`,
 :func:`apply_correction`, :func:`divergence`, :func:`curl_2d`,
-:func:`magnitude`.
+:func:`magnitude`, :func:`center_shifts`, :func:`coordinate_check`,
+:func:`guess_corrections` (:class:`GuessResult`), :func:`com_masks_factory`
+and :func:`com_masks_generic`.
 """
 
 from __future__ import annotations
 
 import math
 from enum import IntEnum
-from typing import Any, Literal, Mapping, NamedTuple, Union
+from typing import Any, Callable, Literal, Mapping, NamedTuple, Union
 
 import numpy as np
 
+from raytile import masks as _masks
 from raytile.common.errors import UDFException
 from raytile.udf._tiles import TILE_BACKENDS, dense, flat2d
 from raytile.udf.base import UDF
 
 __all__ = [
     "CoMUDF", "CoMParams", "RegressionOptions", "RegressionOptionsT", "apply_correction", "curl_2d",
-    "divergence", "magnitude", "correction_matrix",
+    "divergence", "magnitude", "correction_matrix", "center_shifts", "coordinate_check", "guess_corrections",
+    "GuessResult", "com_masks_factory", "com_masks_generic",
 ]
 
 
@@ -96,6 +100,133 @@ def curl_2d(y_centers: np.ndarray, x_centers: np.ndarray) -> np.ndarray:
 def magnitude(y_centers: np.ndarray, x_centers: np.ndarray) -> np.ndarray:
     """The length of the ``(y, x)`` vectors."""
     return np.sqrt(np.asarray(y_centers) ** 2 + np.asarray(x_centers) ** 2)
+
+
+def center_shifts(img_sum: np.ndarray, img_y: np.ndarray, img_x: np.ndarray, ref_y: float,
+                  ref_x: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(y, x)`` shifts of the centres of mass ``img_y / img_sum``, ``img_x / img_sum`` from ``(ref_y, ref_x)``.
+
+    Positions with ``img_sum == 0`` get a zero shift (LiberTEM's convention;
+    :class:`CoMUDF` reports NaN there instead).
+
+    >>> center_shifts(np.array([2.0, 0.0]), np.array([6.0, 0.0]), np.array([2.0, 0.0]), 1.0, 1.0)
+    (array([2., 0.]), array([0., 0.]))
+    """
+    img_sum = np.asarray(img_sum, dtype=np.float64)
+    has = img_sum != 0
+    safe = np.where(has, img_sum, 1.0)
+    y = np.where(has, np.asarray(img_y) / safe - ref_y, 0.0)
+    x = np.where(has, np.asarray(img_x) / safe - ref_x, 0.0)
+    return y, x
+
+
+def _default_stats_roi(roi: Any) -> Any:
+    # the last scan row and column carry artefacts of the one-sided differences
+    return (slice(0, -1), slice(0, -1)) if roi is None else roi
+
+
+def coordinate_check(y_centers: np.ndarray, x_centers: np.ndarray,
+                     roi: np.ndarray | tuple[slice, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """RMS curl of the corrected field for every whole-degree ``scan_rotation`` 0..359: ``(straight, flipped)``.
+
+    ``straight`` is for ``flip_y=False``, ``flipped`` for ``flip_y=True``. A
+    purely electrostatic field has no curl, so the right correction minimises
+    it. ``roi`` selects the positions (a bool array or a tuple of slices);
+    by default all but the last row and column.
+
+    >>> straight, flipped = coordinate_check(np.zeros((4, 4)), np.zeros((4, 4)))
+    >>> straight.shape, float(flipped.max())
+    ((360,), 0.0)
+    """
+    sel = _default_stats_roi(roi)
+    y = np.asarray(y_centers, dtype=np.float64)
+    x = np.asarray(x_centers, dtype=np.float64)
+    angles = np.radians(np.arange(360))
+    c, s = np.cos(angles), np.sin(angles)
+    out = []
+    for sign in (1.0, -1.0):  # straight, flipped
+        fy = sign * y
+        # curl(R(a) (fy, x)) = cos(a) * p + sin(a) * q, with p and q independent of the angle
+        p = (np.gradient(fy, axis=1) - np.gradient(x, axis=0))[sel].reshape(-1)
+        q = (np.gradient(x, axis=1) + np.gradient(fy, axis=0))[sel].reshape(-1)
+        rms = np.empty(len(angles))
+        for i in range(len(angles)):  # (the quadratic form in cos and sin would lose the zero to rounding)
+            v = c[i] * p + s[i] * q
+            rms[i] = np.sqrt(np.mean(v * v)) if v.size else 0.0
+        out.append(rms)
+    return out[0], out[1]
+
+
+class GuessResult(NamedTuple):
+    """What :func:`guess_corrections` infers; pass it as ``CoMUDF.with_params(**guess._asdict())``."""
+
+    scan_rotation: int
+    flip_y: bool
+    cy: float
+    cx: float
+
+
+def guess_corrections(y_centers: np.ndarray, x_centers: np.ndarray,
+                      roi: np.ndarray | tuple[slice, ...] | None = None) -> GuessResult:
+    """Guess ``scan_rotation``, ``flip_y`` and the centre ``(cy, cx)`` from CoM data of atomic-resolution STEM.
+
+    Assumes a purely electrostatic field (the right correction has the least
+    RMS curl, see :func:`coordinate_check`), no net deflection over the field
+    of view (the centre is the mean of the inputs), and that the beam is
+    pulled towards the nuclei, so the divergence has its strong tail on the
+    negative side (this picks between the two angles 180 degrees apart).
+    Corrections already applied to the inputs are relative: the result adds
+    to them. ``y_centers``/``x_centers`` are 2D (scan) arrays, e.g.
+    ``res["raw_com"].data[..., 0]`` and ``[..., 1]``.
+
+    >>> guess = guess_corrections(res["raw_com"].data[..., 0], res["raw_com"].data[..., 1])
+    >>> udf = CoMUDF.with_params(**guess._asdict())
+    """
+    sel = _default_stats_roi(roi)
+    y = np.asarray(y_centers, dtype=np.float64)
+    x = np.asarray(x_centers, dtype=np.float64)
+    straight, flipped = coordinate_check(y, x, roi=sel)
+    flip_y = bool(flipped.min() < straight.min())
+    angle = int(np.argmin(flipped if flip_y else straight))
+    cy_, cx_ = apply_correction(y, x, scan_rotation=angle, flip_y=flip_y)
+    div = divergence(cy_, cx_)[sel].reshape(-1)
+    div = div[np.isfinite(div)]
+    if div.size:
+        extent = float(np.max(np.abs(div)))
+        if extent > 0:
+            counts, _ = np.histogram(div, bins=5, range=(-extent, extent))
+            if counts[0] < counts[-1]:  # the strong tail is on the positive side: turned by 180 degrees
+                angle += 180
+    if angle > 180:
+        angle -= 360
+    return GuessResult(scan_rotation=int(angle), flip_y=flip_y, cy=float(np.mean(y[sel])),
+                       cx=float(np.mean(x[sel])))
+
+
+def com_masks_generic(detector_y: int, detector_x: int,
+                      base_mask_factory: Callable[[], np.ndarray]) -> list[Callable[[], np.ndarray]]:
+    """Three mask factories for a CoM by :class:`~raytile.udf.ApplyMasksUDF`: the selection, y and x weighted.
+
+    >>> fs = com_masks_generic(4, 5, lambda: np.ones((4, 5)))
+    >>> [f().shape for f in fs], float(fs[1]()[3, 0])
+    ([(4, 5), (4, 5), (4, 5)], 3.0)
+    """
+    def y_weighted() -> np.ndarray:
+        return _masks.gradient_y(imageSizeX=detector_x, imageSizeY=detector_y) * base_mask_factory()
+
+    def x_weighted() -> np.ndarray:
+        return _masks.gradient_x(imageSizeX=detector_x, imageSizeY=detector_y) * base_mask_factory()
+
+    return [base_mask_factory, y_weighted, x_weighted]
+
+
+def com_masks_factory(detector_y: int, detector_x: int, cy: float, cx: float,
+                      r: float) -> list[Callable[[], np.ndarray]]:
+    """:func:`com_masks_generic` for a disk of radius ``r`` around ``(cy, cx)``."""
+    def disk() -> np.ndarray:
+        return _masks.circular(centerX=cx, centerY=cy, imageSizeX=detector_x, imageSizeY=detector_y, radius=r)
+
+    return com_masks_generic(detector_y, detector_x, disk)
 
 
 _FLAT = ("cy", "cx", "r", "ri", "scan_rotation", "flip_y", "regression")
