@@ -149,7 +149,7 @@ def main(argv=None) -> int:
     # -- raytile on Ray -----------------------------------------------------------------------------
     import ray
 
-    ray.init(num_cpus=n, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=n, include_dashboard=False, log_to_driver=False)  # never join another
     ctx1 = rt.Context(executor="ray", cpus=1)
     bench_ctx("raytile Ray, 1 worker", ctx1)
     ctx1.close()
