@@ -453,7 +453,8 @@ def test_websocket_close_cancels_and_token_is_checked(server, client):
     run_id = start(client, npy_body([{"name": SLOW, "params": {"delay": 0.2}}], num_partitions=32))
     from websockets.exceptions import ConnectionClosed
 
-    for url, code in [(_ws_url(server, run_id, token="wrong"), 4401), (_ws_url(server, "feedbeef"), 4404)]:
+    for url, code in [(_ws_url(server, run_id, token="wrong"), 4401), (_ws_url(server, "feedbeef"), 4404),
+                      (_ws_url(server, run_id) + "&buffers=pickle", 4400)]:
         with ws_client.connect(url) as ws:
             with pytest.raises(ConnectionClosed) as e:
                 ws.recv(timeout=10)

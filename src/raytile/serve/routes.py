@@ -189,13 +189,15 @@ async def run_socket(websocket: WebSocket, run_id: str, buffers: str = "inline",
 
     Browsers cannot set headers on a WebSocket: the token may come as ``?token=``. Closing the
     socket before the run ends cancels it. A refused socket is closed at once with code 4000 + the
-    HTTP status (4401 no token, 4404 no such run).
+    HTTP status (4400 a bad query value, 4401 no token, 4404 no such run).
     """
     service = get_service(websocket)
     try:
         header = websocket.headers.get("authorization") or (f"Bearer {token}" if token is not None else None)
         service.authorize(header)
         served = _run(service, run_id)
+        if buffers not in BUFFER_MODES:
+            raise BadRequest("buffers", f"must be one of {list(BUFFER_MODES)}, got {buffers!r}")
         messages = service.messages(served, buffers, f"/v1/runs/{served.id}")
     except ServeError as e:  # accepted, then closed: a browser sees the code (a refused handshake shows nothing)
         await websocket.accept()
