@@ -416,9 +416,27 @@ def test_center_shifts_and_com_masks_factory(inline_ctx, rng):
     np.testing.assert_array_equal(x, [[0.5, 0.0]])
     data = make_data(rng, "uint16") + 1
     factories = com_masks_factory(detector_y=SIG[0], detector_x=SIG[1], cy=7.0, cx=5.0, r=5.0)
-    am, com = run(inline_ctx, data, [ApplyMasksUDF(mask_factories=factories), CoMUDF.with_params(cy=7.0, cx=5.0, r=5.0)])
+    am, com = run(inline_ctx, data, [ApplyMasksUDF(mask_factories=factories),
+                                     CoMUDF.with_params(cy=7.0, cx=5.0, r=5.0)])
     sums = am["intensity"].data
     np.testing.assert_allclose(sums[..., 1:] / sums[..., :1], com["raw_com"].data, rtol=1e-6)
+
+
+def test_raw_file_data_set_with_roi(inline_ctx, rng, tmp_path):
+    data = make_data(rng, "uint16")
+    raw = tmp_path / "scan.raw"
+    data.tofile(raw)
+    ds = inline_ctx.load("raw", path=raw, nav_shape=NAV, sig_shape=SIG, dtype="uint16", num_partitions=4)
+    roi = make_roi(rng)
+    out = tmp_path / "rec.npy"
+    mx, fem, _, com = inline_ctx.run_udf(dataset=ds, roi=roi, udf=[
+        SignalMaxUDF(), FEMUDF(center=(8, 6), rad_in=1, rad_out=5), RecordUDF(out), CoMUDF.with_params(regression=0),
+    ])
+    frames = data[roi]
+    np.testing.assert_array_equal(mx["intensity"].data, frames.max(axis=0))
+    np.testing.assert_allclose(fem["intensity"].data[roi], fem_reference(frames, (8, 6), 1, 5), rtol=1e-5)
+    np.testing.assert_array_equal(np.load(out), frames)
+    check_com(com, com_reference(data, roi, regression=0), roi)
 
 
 # -- all of them on Ray ------------------------------------------------------------------------
