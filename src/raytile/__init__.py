@@ -19,14 +19,16 @@ from raytile.runtime.progress import ProgressReporter
 from raytile.runtime.results import ResultBuffer, UDFResults
 from raytile.runtime.run import UDFRun
 from raytile.udf import (
-    UDF, ApplyMasksUDF, AutoUDF, CoMUDF, LogsumUDF, NoOpUDF, PickUDF, StdDevUDF, SumSigUDF, SumUDF,
+    UDF, ApplyMasksUDF, AutoUDF, CoMUDF, CrystallinityUDF, FEMUDF, LogsumUDF, NoOpUDF, PickUDF, RecordUDF,
+    SignalMaxUDF, StdDevUDF, SumSigUDF, SumUDF,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Context", "UDF", "udf", "SumUDF", "SumSigUDF", "NoOpUDF", "StdDevUDF", "LogsumUDF", "ApplyMasksUDF",
-    "CoMUDF", "PickUDF", "AutoUDF", "UDFResults", "ResultBuffer", "UDFRun",
+    "CoMUDF", "PickUDF", "AutoUDF", "SignalMaxUDF", "RecordUDF", "FEMUDF", "CrystallinityUDF",
+    "UDFResults", "ResultBuffer", "UDFRun",
     "ProgressReporter", "RaytileError", "DataSetException", "UDFException", "UDFRunCancelled",
     "BackendError", "ExecutorError", "ConfigValidationError", "CorrectionSet",
 ]
