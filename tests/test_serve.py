@@ -506,6 +506,7 @@ def test_viewer_in_headless_chromium(server, data, tmp_path_factory):
             page.wait_for_function("document.getElementById('dataset').options.length > 0")
             page.select_option("#dataset", label="scan.npy")
             page.select_option("#analysis", "ring")
+            page.fill("#partitions", "4")
             page.click("#start")
             page.wait_for_function("""() => { const s = window.raytileViewer;
                 return s.last && s.last.final && document.getElementById('result').width > 1; }""", timeout=60_000)
@@ -534,6 +535,7 @@ def test_viewer_in_headless_chromium(server, data, tmp_path_factory):
             np.testing.assert_allclose(after, _expected_gray(data["scan"], ri2, ro2), atol=1)
             assert (after != before).any()
             assert page.evaluate("document.getElementById('progress').value") == 1
+            assert page.evaluate("window.raytileViewer.last.partitions_total") == 4
             page.screenshot(path=os.path.join(shots, "viewer-after.png"), full_page=True)
         finally:
             browser.close()
