@@ -82,17 +82,16 @@ class UDFRun:
 
     # -- consuming -------------------------------------------------------------
     def _take(self, item: Any) -> UDFResults:
-        """The next result from an outbox item; raises StopIteration at the end."""
+        """The next result from an outbox item; raises StopIteration at the end, and the run's
+        exception (or UDFRunCancelled) once its coordinator should be left to end (see callers)."""
         if self._cancel_requested:
             self._exhausted = True
-            self._coordinator.join(JOIN_TIMEOUT_S)
             raise UDFRunCancelled(f"run {self.run_id[:8]} was cancelled")
         if item is FINISHED:
             self._exhausted = True
             raise StopIteration
         if isinstance(item, BaseException):
             self._exhausted = True
-            self._coordinator.join(JOIN_TIMEOUT_S)
             raise item
         self.last = item
         return item
@@ -104,6 +103,9 @@ class UDFRun:
                     yield self._take(self._coordinator.outbox.take())
                 except StopIteration:
                     return
+                except BaseException:
+                    self._coordinator.join(JOIN_TIMEOUT_S)  # its tasks are told to stop before we raise
+                    raise
         finally:
             if not self._exhausted:
                 self.cancel()
@@ -126,6 +128,10 @@ class UDFRun:
                     yield self._take(item)
                 except StopIteration:
                     return
+                except BaseException:
+                    # wait for the coordinator in a thread: joining here would block the event loop
+                    await anyio.to_thread.run_sync(self._coordinator.join, JOIN_TIMEOUT_S)
+                    raise
         finally:
             if not self._exhausted:
                 self.cancel()
