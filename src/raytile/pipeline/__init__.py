@@ -12,7 +12,7 @@ See docs/pipelines.md for the model and the config reference.
 
 from raytile.pipeline.config import InputRef, PipelineConfig, StageSpec, StreamSpec
 from raytile.pipeline.connections import InputList, InputValue, StreamValue
-from raytile.pipeline.errors import PipelineStateError, StageActorDied, StageFailed
+from raytile.common.errors import PipelineStateError, StageActorDied, StageFailed
 from raytile.pipeline.kernel import Kernel
 from raytile.pipeline.order import trigger_levels
 from raytile.pipeline.registry import ENTRY_POINT_GROUP, get_stage_class, known_kinds, register_stage

@@ -22,7 +22,7 @@ import numpy as np
 from raytile.common.errors import ConfigValidationError
 from raytile.pipeline.config import PipelineConfig
 from raytile.pipeline.connections import StreamValue
-from raytile.pipeline.errors import StageFailed
+from raytile.common.errors import StageFailed
 from raytile.pipeline.metrics import StageMetrics
 from raytile.pipeline.order import trigger_levels
 from raytile.pipeline.registry import get_stage_class

@@ -42,7 +42,7 @@ import numpy as np
 from raytile.common.errors import ExecutorError, RaytileError
 from raytile.pipeline.config import PipelineConfig
 from raytile.pipeline.engine import GraphEngine
-from raytile.pipeline.errors import PipelineStateError, StageActorDied, StageFailed
+from raytile.common.errors import PipelineStateError, StageActorDied, StageFailed
 from raytile.pipeline.registry import get_stage_class, register_stage
 
 __all__ = ["RayPlacement", "GroupHost", "STEP_TIMEOUT_S", "ensure_ray"]

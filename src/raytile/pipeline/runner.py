@@ -25,7 +25,7 @@ import numpy as np
 
 from raytile.common.errors import ConfigValidationError, RaytileError
 from raytile.pipeline.config import PipelineConfig
-from raytile.pipeline.errors import PipelineStateError, StageFailed
+from raytile.common.errors import PipelineStateError, StageFailed
 from raytile.pipeline.local import LocalPlacement
 from raytile.pipeline.reader import StreamReader
 from raytile.pipeline.registry import get_stage_class

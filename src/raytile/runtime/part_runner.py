@@ -22,6 +22,7 @@ from raytile.runtime.execution_plan import ExecutionPlan, has_cupy
 from raytile.runtime.pinned_stager import PinnedStager
 from raytile.runtime.tile_converter import TileConverter
 from raytile.runtime.params import PartitionResult, PartitionTask, RunParams
+from raytile.runtime.udf_calls import udf_error
 from raytile.udf.base import UDF, UDFData
 from raytile.udf.buffers import AuxBufferWrapper
 from raytile.udf.meta import UDFMeta
@@ -30,15 +31,6 @@ __all__ = ["run_partition", "PartitionRun", "WorkerEnv", "plan_for_task", "TileP
 
 #: Called with the number of frames of each finished tile (per-tile progress).
 TileProgress = Callable[[int], None]
-
-
-def _udf_error(udf: UDF, task: PartitionTask, where: str, exc: BaseException) -> UDFException:
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return UDFException(
-        f"{type(udf).__name__}.{where} raised {type(exc).__name__}: {exc} "
-        f"while processing {task.describe()}",
-        worker_traceback=tb,
-    )
 
 
 def _views(udf: UDF, nav_start: int, count: int, sig_index: tuple, frame: int | None) -> dict:
@@ -324,9 +316,9 @@ def _udf_errors(udf: UDF, task: PartitionTask, method: str) -> Iterator[None]:
                 f"{task.describe()}; tiles are read-only (zero-copy), copy the tile first",
                 worker_traceback="".join(traceback.format_exception(type(e), e, e.__traceback__)),
             ) from None
-        raise _udf_error(udf, task, method, e) from None
+        raise udf_error(udf, method, e, f"while processing {task.describe()}") from None
     except Exception as e:
-        raise _udf_error(udf, task, method, e) from None
+        raise udf_error(udf, method, e, f"while processing {task.describe()}") from None
 
 
 def _to_numpy(arr):

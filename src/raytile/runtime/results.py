@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import traceback
 from typing import Any, Sequence
 
 import numpy as np
@@ -10,6 +9,7 @@ import numpy as np
 from raytile.common.errors import UDFException
 from raytile.common.shape import Shape
 from raytile.runtime.params import PartitionResult
+from raytile.runtime.udf_calls import calling_udf
 from raytile.udf.base import UDF, ArrayWithMask, MergeAttrMapping, UDFData, check_cast
 from raytile.udf.buffers import BufferWrapper
 
@@ -172,15 +172,8 @@ class ResultAccumulator:
             missing = set(dest) - set(part)
             if missing:
                 raise UDFException(f"{type(udf).__name__}: partition result lacks buffers {sorted(missing)}")
-            try:
+            with calling_udf(udf, "merge", f"while merging {where or 'a partition'}"):
                 udf.merge(MergeAttrMapping(dest), MergeAttrMapping(part))
-            except UDFException:
-                raise
-            except Exception as e:
-                raise UDFException(
-                    f"{type(udf).__name__}.merge raised {type(e).__name__}: {e} while merging {where or 'a partition'}",
-                    worker_traceback="".join(traceback.format_exception(type(e), e, e.__traceback__)),
-                ) from e
         self._damage[start:start + count] = True
         for idx in result.partitions:
             self.versions[idx] = result.version
@@ -261,14 +254,8 @@ def _preprocess_on_main_node(udf: UDF) -> None:
         return
     udf.results.set_views({k: b.data for k, b in udf.results.buffers() if b.data is not None})
     try:
-        udf.preprocess()
-    except UDFException:
-        raise
-    except Exception as e:
-        raise UDFException(
-            f"{type(udf).__name__}.preprocess raised {type(e).__name__}: {e} (on the main node, before any task)",
-            worker_traceback="".join(traceback.format_exception(type(e), e, e.__traceback__)),
-        ) from e
+        with calling_udf(udf, "preprocess", "(on the main node, before any task)"):
+            udf.preprocess()
     finally:
         udf.results.clear_views()
 

@@ -24,14 +24,13 @@ one of them keeps merging in the coordinator (:func:`merges_pairwise`).
 
 from __future__ import annotations
 
-import traceback
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
-from raytile.common.errors import UDFException
 from raytile.runtime.params import PartitionResult, RunParams
+from raytile.runtime.udf_calls import calling_udf
 from raytile.udf.base import UDF, MergeAttrMapping, UDFData
 from raytile.udf.meta import UDFMeta
 
@@ -109,15 +108,8 @@ class SegmentMerger:
                 if self._is_nav(i, name):
                     dest[name] = np.concatenate([dest[name], arr]) if name in dest else arr
             view = {n: (a[region] if self._is_nav(i, n) else a) for n, a in dest.items()}
-            try:
+            with calling_udf(udf, "merge", f"while merging {where or 'a partition'}"):
                 udf.merge(MergeAttrMapping(view), MergeAttrMapping(part))
-            except UDFException:
-                raise
-            except Exception as e:
-                raise UDFException(
-                    f"{type(udf).__name__}.merge raised {type(e).__name__}: {e} while merging {where or 'a partition'}",
-                    worker_traceback=traceback.format_exc(),
-                ) from None
         seg.nav_stop += count
         seg.covers.append(result.idx)
         seg.num_frames += count
