@@ -238,7 +238,7 @@ def test_get_results_with_mask_private_and_result_only(ctx, data, roi):
     ref = frames_of(data, roi).sum(axis=(1, 2)) + 7.0
     for p in parts:
         bufs = p.buffers[0]
-        assert set(bufs) == {"v", "twice"}  # private never leaves the worker
+        assert set(bufs) == {"v", "twice"}  # private buffers are merged but never returned
         # the mask passed through with_mask is the valid-nav mask: what was merged so far
         assert np.array_equal(bufs["twice"].valid_mask, p.damage.data)
         assert np.array_equal(bufs["v"].valid_mask, p.damage.data)
@@ -517,3 +517,30 @@ def test_preprocess_runs_on_the_main_node_and_partitions_are_fresh_instances(ctx
     with pytest.raises(UDFException, match=r"FailingPreprocessUDF\.preprocess raised OSError: cannot create "
                                            r"the output file \(on the main node"):
         ctx.run_udf(dataset=ds, udf=FailingPreprocessUDF(path=str(tmp_path / "never.npy")))
+
+
+class PrivateCounts(UDF):
+    """Sums frames into a private sig buffer and counts frames privately; get_results divides (a mean)."""
+
+    def get_result_buffers(self):
+        return {"acc": self.buffer(kind="sig", dtype="float64", use="private"),
+                "n": self.buffer(kind="single", dtype="int64", use="private"),
+                "mean": self.buffer(kind="sig", dtype="float64", use="result_only")}
+
+    def process_frame(self, frame):
+        self.results.acc[:] += frame
+        self.results.n[:] += 1
+
+    def merge(self, dest, src):
+        dest.acc[:] += src.acc
+        dest.n[:] += src.n
+
+    def get_results(self):
+        return {"mean": self.results.acc / max(int(self.results.n[0]), 1)}
+
+
+def test_private_buffers_are_merged_for_get_results_but_not_returned(ctx, data, roi):
+    ds = ctx.load("memory", data=data, num_partitions=3)
+    res = ctx.run_udf(dataset=ds, udf=PrivateCounts(), roi=roi)
+    assert set(res) == {"mean"}
+    np.testing.assert_allclose(res["mean"].data, data[roi].astype(np.float64).mean(axis=0))

@@ -290,7 +290,7 @@ class PartitionRun:
         if self.gpu is not None:
             self.gpu.stream.synchronize()
         out = [
-            {name: _to_numpy(buf.data) for name, buf in udf.results.buffers() if buf.use is None}
+            {name: _to_numpy(buf.data) for name, buf in udf.results.buffers() if buf.use != "result_only"}
             for udf in self.udfs
         ]
         result = PartitionResult(

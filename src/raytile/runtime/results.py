@@ -134,7 +134,7 @@ class ResultAccumulator:
                     f"{type(udf).__name__}.get_result_buffers raised {type(e).__name__}: {e}"
                 ) from e
             for buf in buffers.values():
-                if buf.use is None:
+                if buf.use != "result_only":  # results and private buffers are merged here
                     buf.allocate(n, sig)
             udf.results = UDFData(buffers)
             _preprocess_on_main_node(udf)
@@ -166,7 +166,7 @@ class ResultAccumulator:
                 continue
             dest = {}
             for name, buf in udf.results.buffers():
-                if buf.use is not None:
+                if buf.use == "result_only":
                     continue
                 dest[name] = buf.data[start:start + count] if buf.kind == "nav" else buf.data
             missing = set(dest) - set(part)
@@ -213,6 +213,10 @@ class ResultAccumulator:
             except Exception as e:
                 raise UDFException(f"{type(udf).__name__}.get_results raised {type(e).__name__}: {e}") from e
             declared = dict(udf.results.buffers())
+            private = sorted(n for n in results if n in declared and declared[n].use == "private")
+            if private:
+                raise UDFException(f"{type(udf).__name__}.get_results returned use='private' buffers {private}; "
+                                   "private buffers are merged for get_results but are not results")
             results = dict(results)
             for name, buf in declared.items():  # declared results get_results leaves out pass through
                 if name not in results and buf.use is None:

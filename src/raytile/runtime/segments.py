@@ -128,7 +128,7 @@ class SegmentMerger:
         for udf in self._udfs:
             bufs = {}
             for name, buf in udf.get_result_buffers().items():
-                if buf.use is None:
+                if buf.use != "result_only":
                     buf.allocate(count, self._sig)
                     bufs[name] = buf.data
             out.append(bufs)

@@ -339,7 +339,7 @@ class UDF:
 
     def requires_custom_merge(self) -> bool:
         return any(
-            buf.kind != "nav" and buf.use is None for buf in self.get_result_buffers().values()
+            buf.kind != "nav" and buf.use != "result_only" for buf in self.get_result_buffers().values()
         )
 
     def merge(self, dest: MergeAttrMapping, src: MergeAttrMapping) -> None:

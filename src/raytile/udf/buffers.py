@@ -21,8 +21,10 @@ class BufferWrapper:
     ``kind`` says what it is indexed by: ``nav`` (one entry per frame),
     ``sig`` (one entry per signal pixel) or ``single`` (one value per
     partition and for the run). ``extra_shape`` is appended to each entry.
-    ``use='private'`` buffers live only on the worker; ``use='result_only'``
-    buffers are not allocated on workers and are filled in ``get_results``.
+    ``use='private'`` buffers are merged like results and available to
+    ``merge`` and ``get_results``, but are not returned to the user (as in
+    LiberTEM); ``use='result_only'`` buffers are not allocated on workers and
+    are filled in ``get_results``.
     """
 
     def __init__(self, kind: BufferKind, extra_shape: tuple = (), dtype: Any = "float32",
