@@ -55,6 +55,8 @@ _RT_CACHE: dict[str, types.ModuleType] = {}
 
 
 def _lt_module(name: str) -> types.ModuleType:
+    if name.startswith("builtin:"):
+        return importlib.import_module(name.split(":")[1])
     if name.startswith("doc:"):
         if name not in _LT_CACHE:
             mod = types.ModuleType("lt_" + name[4:])
@@ -66,7 +68,11 @@ def _lt_module(name: str) -> types.ModuleType:
 
 def _rt_module(name: str) -> types.ModuleType:
     if name not in _RT_CACHE:
-        if name.startswith("doc:"):
+        if name.startswith("builtin:"):
+            # A user's script importing the built-in: ``from libertem.udf.sum import SumUDF``.
+            _, module, cls = name.split(":")
+            source, origin = f"from {module} import {cls}\n", name
+        elif name.startswith("doc:"):
             source, origin = DOC_EXAMPLES[name[4:]], name
         else:
             source, origin = _source(name)
@@ -180,6 +186,32 @@ class WeightedUDF(UDF):
     def process_frame(self, frame):
         self.results.weighted[:] = np.sum(frame * self.task_data.weights) * self.params.aux
 ''',
+    "private": '''
+import numpy as np
+from libertem.udf import UDF
+
+
+class PrivateMeanUDF(UDF):
+    """use="private" buffers merged and read in get_results (docs: buffer "use")."""
+
+    def get_result_buffers(self):
+        return {
+            "count": self.buffer(kind="single", dtype="int64", use="private"),
+            "total": self.buffer(kind="single", dtype="float64", use="private"),
+            "mean": self.buffer(kind="single", dtype="float64", use="result_only"),
+        }
+
+    def process_frame(self, frame):
+        self.results.count[:] += 1
+        self.results.total[:] += frame.sum()
+
+    def merge(self, dest, src):
+        dest.count[:] += src.count
+        dest.total[:] += src.total
+
+    def get_results(self):
+        return {"mean": self.results.total / self.results.count}
+''',
 }
 
 
@@ -239,7 +271,25 @@ CASES: dict[str, Case] = {
     "PartitionMeanUDF (docs)": Case("doc:partition", lambda m: m.PartitionMeanUDF()),
     "WeightedUDF (docs)": Case("doc:weighted", lambda m: m.WeightedUDF(
         weights=np.linspace(0, 1, SIG[0] * SIG[1]).reshape(SIG), aux=_aux(m))),
+    "PrivateMeanUDF (docs)": Case("doc:private", lambda m: m.PrivateMeanUDF()),
 }
+
+
+# The same UDFs as raytile's built-ins, imported the way a user's script imports LiberTEM's.
+_BUILTIN_XFAIL = {
+    "PickUDF": "LiberTEM's PickUDF lives in libertem.udf.raw; raytile has no raytile.udf.raw "
+               "(its PickUDF is raytile.udf.pick.PickUDF / raytile.udf.PickUDF)",
+    "SumSigUDF": "LiberTEM's SumSigUDF lives in libertem.udf.sumsigudf; raytile has no "
+                 "raytile.udf.sumsigudf (its SumSigUDF is raytile.udf.sumsig.SumSigUDF / raytile.udf.SumSigUDF)",
+}
+for _name, _case in list(CASES.items()):
+    _cls = _name.split("-")[0]
+    if _case.module.startswith("libertem.udf.") and _case.xfail is None and _name != "ApplyMasksUDF-sparse":
+        CASES[f"builtin {_name}"] = Case(
+            f"builtin:{_case.module}:{_cls}", _case.make, rtol=_case.rtol, atol=_case.atol,
+            xfail=_BUILTIN_XFAIL.get(_cls), xfail_raises=ModuleNotFoundError,
+            # raytile's StdDevUDF has no "varsum" result (test_builtin_stddev_has_varsum)
+            keys=("num_frames", "sum", "var", "std", "mean") if _cls == "StdDevUDF" else None)
 
 
 # -- data sets and LiberTEM's reference results ------------------------------------------------------
@@ -397,7 +447,7 @@ def test_builtin_comudf_against_libertem(executor, lt_ctx, tmp_path, request):
         for kind in ("memory", "raw"):
             ds = _load(ctx, kind, com_raw, data)
             for roi in (None, _ROI):
-                for reg in ("NO_REGRESSION", "SUBTRACT_LINEAR"):
+                for reg in ("NO_REGRESSION", "SUBTRACT_MEAN", "SUBTRACT_LINEAR"):
                     kw = dict(cy=7.5, cx=7.5, r=float("inf"), scan_rotation=10.0, flip_y=True)
                     want = lt_ctx.run_udf(dataset=_load(lt_ctx, kind, com_raw, data), roi=roi, udf=lt_mod.CoMUDF.with_params(
                         **kw, regression=getattr(lt_mod.RegressionOptions, reg)))
@@ -439,3 +489,20 @@ def test_every_libertem_udf_module_imports_map_or_are_known():
         if unmapped:
             found[fname] = [f"{u.module}" + ("" if u.name is None else f".{u.name}") for u in unmapped]
     assert found == {"com.py": ["raytile.corrections", "raytile.udf.masks.ApplyMasksEngine"]}, found
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="raytile.udf.stddev.StdDevUDF returns num_frames, sum, var, std, mean but not LiberTEM's "
+                          "'varsum' (the sum of squared deviations, which libertem.udf.stddev.consolidate_result "
+                          "and run_stddev read)")
+def test_builtin_stddev_has_varsum(lt_ctx):
+    ported = load_ported("from libertem.udf.stddev import StdDevUDF\n", "ported_stddev_import")
+    ctx = rt.Context(executor="inline")
+    try:
+        got = ctx.run_udf(dataset=ctx.load("memory", data=DATA, num_partitions=2), udf=ported.StdDevUDF())
+    finally:
+        ctx.close()
+    want = lt_ctx.run_udf(dataset=lt_ctx.load("memory", data=DATA, num_partitions=2),
+                          udf=_lt_module("libertem.udf.stddev").StdDevUDF())
+    assert "varsum" in got
+    np.testing.assert_allclose(got["varsum"].data, want["varsum"].data, rtol=1e-4)
