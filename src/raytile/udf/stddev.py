@@ -67,6 +67,8 @@ class StdDevUDF(UDF):
             "count": self.buffer(kind="sig", dtype="int64", where="device", use="private"),
             "std": self.buffer(kind="sig", dtype="float64", use="result_only"),
             "mean": self.buffer(kind="sig", dtype="float64", use="result_only"),
+            # LiberTEM's name for the sum of squared deviations (what consolidate_result reads)
+            "varsum": self.buffer(kind="sig", dtype="float64", use="result_only"),
         }
 
     def _tile_moments(self, tile) -> tuple[Any, Any, int]:
@@ -134,5 +136,6 @@ class StdDevUDF(UDF):
             "std": np.sqrt(np.maximum(var, 0.0)),
             "mean": mean,
             "sum": s.copy(),
+            "varsum": m2.copy(),
             "num_frames": np.asarray(self.results.num_frames).copy(),
         }
