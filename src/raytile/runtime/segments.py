@@ -54,12 +54,19 @@ class Segment:
     nav_start: int
     nav_stop: int
     covers: list[int] = field(default_factory=list)
+    #: Per UDF: its sig and single buffers, merged.
     buffers: list[dict[str, np.ndarray]] = field(default_factory=list)
+    #: Per UDF: its nav buffers, one array per partition in nav order (joined once, in ``as_result``).
+    nav_chunks: list[dict[str, list[np.ndarray]]] = field(default_factory=list)
     num_frames: int = 0
 
     def as_result(self, worker: str = "") -> PartitionResult:
         """The segment as a partition result the coordinator merges (``covers`` names its partitions)."""
-        return PartitionResult(idx=self.covers[0], buffers=self.buffers, version=self.version, worker=worker,
+        buffers = [
+            {**merged, **{name: np.concatenate(parts) for name, parts in chunks.items()}}
+            for merged, chunks in zip(self.buffers, self.nav_chunks)
+        ]
+        return PartitionResult(idx=self.covers[0], buffers=buffers, version=self.version, worker=worker,
                                num_frames=self.num_frames, covers=list(self.covers),
                                nav_range=(self.nav_start, self.nav_stop))
 
@@ -97,17 +104,15 @@ class SegmentMerger:
         seg = next((s for s in self._segments if s.nav_stop == nav_start), None)
         fresh = self._fresh(count)
         if seg is None:
-            seg = Segment(result.version, nav_start, nav_start, buffers=[
-                {n: a for n, a in f.items() if not self._is_nav(i, n)} for i, f in enumerate(fresh)
-            ])
+            seg = Segment(result.version, nav_start, nav_start,
+                          buffers=[{n: a for n, a in f.items() if not self._is_nav(i, n)} for i, f in enumerate(fresh)],
+                          nav_chunks=[{n: [] for n in f if self._is_nav(i, n)} for i, f in enumerate(fresh)])
             self._segments.append(seg)
-        region = slice(seg.nav_stop - seg.nav_start, seg.nav_stop - seg.nav_start + count)
         for i, (udf, part) in enumerate(zip(self._udfs, result.buffers)):
-            dest = seg.buffers[i]
-            for name, arr in fresh[i].items():
-                if self._is_nav(i, name):
-                    dest[name] = np.concatenate([dest[name], arr]) if name in dest else arr
-            view = {n: (a[region] if self._is_nav(i, n) else a) for n, a in dest.items()}
+            view = dict(seg.buffers[i])
+            for name, chunks in seg.nav_chunks[i].items():
+                chunks.append(fresh[i][name])  # this partition's nav region, merged into below
+                view[name] = fresh[i][name]
             with calling_udf(udf, "merge", f"while merging {where or 'a partition'}"):
                 udf.merge(MergeAttrMapping(view), MergeAttrMapping(part))
         seg.nav_stop += count
