@@ -98,9 +98,11 @@ def test_dead_actor_is_reported_and_restart_rebuilds(ray_context):
     try:
         p.step(3)
         local.step(3)
+        p.read("commands")  # drain: with two steps in flight, step 3 could otherwise finish after the kill
         ray.kill(p._placement.actors["control"])
-        with pytest.raises(StageActorDied) as ei:
-            p.step(1)
+        with pytest.raises(StageActorDied) as ei:  # noticed when a step that needs the dead actor is awaited
+            for _ in range(3):
+                p.step(1)
         assert ei.value.group == "control"
         assert set(ei.value.stages) == {"reconstructor", "matvec", "integrator", "clip", "log"}
         st = p.status()
@@ -114,7 +116,7 @@ def test_dead_actor_is_reported_and_restart_rebuilds(ray_context):
         np.testing.assert_allclose(p.read("commands"), local.read("commands"), rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(p.sink("log"), local.sink("log"), rtol=1e-6, atol=1e-7)
         assert len(p.sink("log")) == 4  # the replaced actor's stages started over
-        assert len(p.sink("sensor_log")) == 7  # the living actor kept its state
+        assert len(p.sink("sensor_log")) >= 7  # the living actor kept its state (and ran the failed step)
     finally:
         p.close()
         local.close()
