@@ -11,7 +11,6 @@ coordinator when it finishes (:meth:`RayExecutor.wait`), so nothing polls Ray.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import threading
@@ -33,7 +32,7 @@ from raytile.runtime.executor import Executor, NoWorkerReady, ProgressSink, Task
 from raytile.runtime.params import PartitionResult, PartitionTask
 from raytile.runtime import tracing
 
-__all__ = ["RayExecutor", "ParamsHandle"]
+__all__ = ["RayExecutor", "ParamsHandle", "join_ray"]
 
 log = logging.getLogger(__name__)
 
@@ -184,16 +183,7 @@ class RayExecutor(Executor):
         ``min_workers`` asks the cluster's autoscaler for that many CPUs.
         ``merge_interval_s``: see :class:`RayExecutor`.
         """
-        for name, value in (("cpus", cpus), ("gpus", gpus), ("max_workers", max_workers),
-                            ("min_workers", min_workers)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise ConfigValidationError(f"{name} must be a non-negative integer, got {value!r}")
-        if max_workers is not None and max_workers < 1:
-            raise ConfigValidationError(f"max_workers must be at least 1, got {max_workers!r}")
-        if not ray.is_initialized():
-            _init_ray(address, cpus, gpus, init_kwargs)
-        if min_workers:
-            _request_workers(min_workers)
+        join_ray(address, cpus, gpus, max_workers, min_workers, init_kwargs)
         total = ray.cluster_resources()
         n_cpu = int(total.get("CPU", 0)) if cpus is None else cpus
         if max_workers is not None:
@@ -244,15 +234,15 @@ class RayExecutor(Executor):
         from raytile.io.formats.memory import MemoryPartition
 
         part = task.partition
-        if isinstance(part, MemoryPartition) and isinstance(part.data, np.ndarray):
-            ref = self.shared.ref(task.dataset_id, part.idx)
-            if ref is None:
-                raise ExecutorError(f"{task.describe()}: its data set was not shared with the workers "
-                                    "(prepare_dataset was not called for it)")
-            light = copy.copy(part)
-            light.data = None
-            return dataclasses.replace(task, partition=light), ref
-        return task, None
+        if not isinstance(part, MemoryPartition):
+            return task, None
+        ref = self.shared.ref(task.dataset_id, part.idx)
+        if ref is not None:
+            return dataclasses.replace(task, partition=part.without_frames()), ref
+        if part.data is None or isinstance(part.data, np.ndarray):
+            raise ExecutorError(f"{task.describe()}: its data set was not shared with the workers "
+                                "(prepare_dataset was not called for it, or it was released)")
+        return task, None  # sparse frames travel with the task
 
     # -- tasks -----------------------------------------------------------------
     def submit(self, task: PartitionTask, params_handle: Any, version: int,
@@ -514,6 +504,22 @@ class RayExecutor(Executor):
     def __repr__(self) -> str:
         kinds = [s.kind for s in self.pool.slots]
         return f"<RayExecutor cpu={kinds.count('cpu')} cuda={kinds.count('cuda')}>"
+
+
+def join_ray(address: str | None, cpus: int | None, gpus: int | None, max_workers: int | None,
+             min_workers: int | None, init_kwargs: dict) -> None:
+    """Check the worker counts, join or start Ray (unless this process has already), and ask the
+    autoscaler for ``min_workers`` CPUs. See :meth:`RayExecutor.make` for the arguments."""
+    for name, value in (("cpus", cpus), ("gpus", gpus), ("max_workers", max_workers),
+                        ("min_workers", min_workers)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ConfigValidationError(f"{name} must be a non-negative integer, got {value!r}")
+    if max_workers is not None and max_workers < 1:
+        raise ConfigValidationError(f"max_workers must be at least 1, got {max_workers!r}")
+    if not ray.is_initialized():
+        _init_ray(address, cpus, gpus, init_kwargs)
+    if min_workers:
+        _request_workers(min_workers)
 
 
 def _init_ray(address: str | None, cpus: int | None, gpus: int | None, init_kwargs: dict) -> None:

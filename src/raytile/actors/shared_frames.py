@@ -31,30 +31,37 @@ class SharedFrames:
 
     def __init__(self, put: Callable[[np.ndarray], Any]):
         self._put = put
-        self._lock = threading.RLock()  # re-entered when the collector runs _release inside a locked call
+        self._lock = threading.RLock()  # re-entered when the collector runs release inside a locked call
         self._refs: dict[int, dict[int, Any]] = {}
         self._released: list[str] = []  # hex keys of refs workers may still hold
 
     def share(self, dataset: Any, partitions: dict[int, np.ndarray]) -> None:
-        """Put ``partitions`` (index -> frames) of ``dataset`` into the object store, once per data set."""
-        key = id(dataset)
+        """Put ``partitions`` (index -> frames) of ``dataset`` into the object store, once per data set;
+        released when ``dataset`` is garbage-collected."""
+        if self.share_as(id(dataset), partitions):
+            weakref.finalize(dataset, self.release, id(dataset))
+
+    def share_as(self, key: int, partitions: dict[int, np.ndarray]) -> bool:
+        """Put ``partitions`` into the object store under ``key`` (a data set's ``id`` in the process
+        that loaded it), until :meth:`release`. False if that key is shared already."""
         with self._lock:
             if key in self._refs:
-                return
+                return False
         refs = {idx: self._put(np.ascontiguousarray(frames)) for idx, frames in partitions.items()}
         with self._lock:
             if key in self._refs:  # another thread shared it meanwhile
-                return
+                return False
             self._refs[key] = refs
-        weakref.finalize(dataset, self._release, key)
+        return True
 
     def ref(self, dataset_id: int, idx: int) -> Any:
         """The object ref of one shared partition, or None if that data set shares none."""
         with self._lock:
             return self._refs.get(dataset_id, {}).get(idx)
 
-    def _release(self, key: int) -> None:
-        # called by the garbage collector, in whatever thread: only drop refs and note their keys
+    def release(self, key: int) -> None:
+        """Drop the refs shared under ``key``; workers forget them at :meth:`take_released`."""
+        # may be called by the garbage collector, in whatever thread: only drop refs and note their keys
         with self._lock:
             refs = self._refs.pop(key, {})
             self._released.extend(r.hex() for r in refs.values())

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from raytile.common.errors import ExecutorError
+from raytile.common.errors import ConfigValidationError, ExecutorError
 from raytile.io.dataset import DataSet
 from raytile.io.formats import get_format
 from raytile.runtime import tracing
-from raytile.runtime.coordinator import Coordinator
 from raytile.runtime.executor import Executor
+from raytile.runtime.host import DriverHost, RunHost, choose_placement
 from raytile.runtime.plan import make_plan
 from raytile.runtime.progress import ProgressReporter, TqdmProgressReporter
 from raytile.runtime.run import UDFRun
@@ -27,21 +27,56 @@ class Context:
     >>> ds = ctx.load("npy", path="scan.npy")
     >>> res = ctx.run_udf(dataset=ds, udf=SumUDF())
     >>> res["intensity"].data
+
+    ``coordinator`` says where runs are coordinated (their results merged):
+    ``"driver"``, a thread of this process, or ``"actor"``, an actor on the
+    Ray cluster, so that only snapshots travel to this process, other
+    processes can :meth:`attach` to a run, and a run may outlive this process
+    (``run_udf_iter(..., detached=True)``). ``"auto"`` (default) picks
+    ``"actor"`` for Ray Client (``ray://``) addresses, else ``"driver"``.
+    See docs/coordinator.md.
     """
 
-    def __init__(self, executor: str | Executor = "ray", **executor_kwargs: Any):
+    def __init__(self, executor: str | Executor = "ray", coordinator: str = "auto", **executor_kwargs: Any):
+        placement = choose_placement(coordinator, executor, executor_kwargs.get("address"))
+        self._host: RunHost
         if isinstance(executor, Executor):
-            self.executor = executor
+            self._host = DriverHost(executor)
         elif executor == "inline":
             from raytile.runtime.inline import InlineExecutor
 
-            self.executor = InlineExecutor()
-        elif executor == "ray":
+            self._host = DriverHost(InlineExecutor())
+        elif placement == "actor":
+            from raytile.actors.actor_host import ActorHost
+
+            self._host = ActorHost.make(**executor_kwargs)
+        else:
             from raytile.actors.executor import RayExecutor
 
-            self.executor = RayExecutor.make(**executor_kwargs)
-        else:
-            raise ExecutorError(f"unknown executor {executor!r}; use 'ray', 'inline' or an Executor instance")
+            self._host = DriverHost(RayExecutor.make(**executor_kwargs))
+
+    @property
+    def executor(self) -> Executor:
+        """The executor whose workers run this Context's tasks (``coordinator="driver"`` only)."""
+        if not isinstance(self._host, DriverHost):
+            raise ExecutorError("this Context's executor lives in its coordinator actor on the cluster "
+                                "(coordinator='actor'); use Context.num_workers or Context.workers")
+        return self._host.executor
+
+    @property
+    def coordinator(self) -> str:
+        """Where this Context coordinates its runs: ``"driver"`` or ``"actor"``."""
+        return self._host.placement
+
+    @property
+    def num_workers(self) -> int:
+        """Worker slots this Context runs tasks on."""
+        return self._host.num_workers
+
+    @property
+    def workers(self) -> list[dict]:
+        """What the workers said about themselves (name, kind, pid, host, node); empty inline."""
+        return self._host.workers
 
     @classmethod
     def make_local(cls, cpus: int | None = None, gpus: int | None = None, **kwargs: Any) -> "Context":
@@ -69,7 +104,8 @@ class Context:
         return cls(executor="ray", address=address, max_workers=max_workers, min_workers=min_workers, **kwargs)
 
     def close(self) -> None:
-        self.executor.close()
+        """Release the workers; runs in flight are cancelled, except detached ones."""
+        self._host.close()
 
     def __enter__(self) -> "Context":
         return self
@@ -81,8 +117,8 @@ class Context:
     def load(self, format: str, **kwargs: Any) -> DataSet:
         """Open a data set: ``format`` is "memory", "raw", "npy", ... and kwargs its parameters."""
         ds = get_format(format)(**kwargs)
-        ds.initialize(self.executor)
-        self.executor.prepare_dataset(ds)
+        ds.initialize(self._host)
+        self._host.prepare_dataset(ds)
         return ds
 
     # -- running -------------------------------------------------------------
@@ -95,28 +131,48 @@ class Context:
         backends: Iterable[str] | None = None,
         progress: bool | ProgressReporter = False,
         sync: bool = True,
+        detached: bool = False,
     ) -> UDFRun:
         """Start a run; iterate the returned :class:`UDFRun` for partial results.
 
         ``for part in ctx.run_udf_iter(...)`` or, in async code,
         ``async for part in ctx.run_udf_iter(..., sync=False)``.
+
+        With ``detached=True`` (``coordinator="actor"`` only) the run goes on
+        when this process leaves the loop or exits; any process on the
+        cluster can :meth:`attach` to ``run.run_id`` for its results.
         """
-        return self._start(dataset, udf, roi, corrections, backends, progress, final_only=False)
+        if not isinstance(detached, bool):
+            raise ConfigValidationError(f"detached must be True or False, got {detached!r}")
+        return self._start(dataset, udf, roi, corrections, backends, progress, final_only=False, detached=detached)
+
+    def attach(self, run_id: str) -> UDFRun:
+        """Another viewer of a live run started with ``coordinator="actor"``, here or in any process
+        connected to the same cluster: iterate it for the run's partial results (latest wins for
+        each viewer). Leaving the loop leaves the run going; ``cancel()`` stops it for everyone.
+
+        >>> run = ctx.attach(run_id)
+        >>> for part in run: show(part.buffers[0]["intensity"].data)
+        """
+        source, udfs = self._host.attach(run_id)
+        return UDFRun(source, udfs, cancel_on_leave=False)
 
     def _start(self, dataset: DataSet, udf: Any, roi: Any, corrections: Any, backends: Iterable[str] | None,
-               progress: bool | ProgressReporter, final_only: bool) -> UDFRun:
+               progress: bool | ProgressReporter, final_only: bool, detached: bool = False) -> UDFRun:
         span = tracing.start_span("raytile.run")
         try:
             with tracing.use_span(span), tracing.child_span("raytile.plan"):
                 plan = make_plan(dataset, udf, roi=roi, corrections=corrections, backends=backends,
-                                 device_classes=self.executor.device_classes)
+                                 device_classes=self._host.device_classes)
             span.set_attribute("raytile.udfs", ",".join(type(u).__name__ for u in plan.udfs))
+            source = self._host.start(plan, _reporter(progress), final_only, detached, span=span)
         except BaseException as e:
             tracing.record_error(span, e)
             span.end()
             raise
-        coordinator = Coordinator(self.executor, plan, _reporter(progress), span=span, final_only=final_only)
-        return UDFRun(coordinator, plan.udfs)
+        if self._host.placement == "actor":
+            span.end()  # the run itself is traced in the coordinator actor
+        return UDFRun(source, plan.udfs, cancel_on_leave=not detached)
 
     def run_udf(
         self,
@@ -146,7 +202,7 @@ class Context:
     def dry_run(self, dataset: DataSet, udf: Any, roi: Any = None):
         """Check a run without reading data: the result buffers as they would come back (empty)."""
         single = isinstance(udf, UDF)
-        plan = make_plan(dataset, udf, roi=roi, device_classes=self.executor.device_classes)
+        plan = make_plan(dataset, udf, roi=roi, device_classes=self._host.device_classes)
         from raytile.runtime.results import ResultAccumulator
 
         acc = ResultAccumulator([u.copy() for u in plan.udfs], plan.params.dataset_shape, plan.params.roi,

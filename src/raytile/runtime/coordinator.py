@@ -65,6 +65,8 @@ class Coordinator:
         self._frames_reported = 0
         self._frames_merged = 0
         self._coalesced = 0
+        self._received = {"bytes": 0, "results": 0}
+        self._cpu_s = 0.0
         self._acc: ResultAccumulator | None = ResultAccumulator(
             [u.copy() for u in plan.udfs], plan.params.dataset_shape, plan.params.roi, plan.metas(),
             plan.partition_offsets, plan.total_partitions,
@@ -109,12 +111,24 @@ class Coordinator:
         """True once the run's thread is over (its results and state released)."""
         return not self._thread.is_alive() and self._acc is None
 
+    @property
+    def running(self) -> bool:
+        """True from ``start`` until the run's thread ends."""
+        return self._thread.is_alive()
+
+    @property
+    def stats(self) -> dict:
+        """What this coordinator received, ``bytes`` of result buffers in ``results`` results, and its
+        thread's CPU seconds (``cpu_s``, complete once the run ended): the cost of coordinating."""
+        return {**self._received, "cpu_s": self._cpu_s}
+
     # -- the run ---------------------------------------------------------------
     def _main(self) -> None:
         span = self._span if self._span is not None else tracing.start_span("raytile.run")
         span.set_attribute("raytile.run_id", self.run_id)
         span.set_attribute("raytile.partitions", len(self._plan.tasks))
         terminal: Any = FINISHED
+        cpu0 = time.thread_time()
         try:
             with tracing.use_span(span):
                 self._begin()
@@ -136,11 +150,13 @@ class Coordinator:
         finally:
             span.end()
             self._end()
+            self._cpu_s = time.thread_time() - cpu0
             self.outbox.put_terminal(terminal)  # last: the consumer sees the run's end after progress is final
 
     def _begin(self) -> None:
         ex = self._executor
-        ex.prepare_dataset(self._plan.dataset)
+        if self._plan.dataset is not None:  # None: shared when it was loaded (see RunPlan.without_frames)
+            ex.prepare_dataset(self._plan.dataset)
         ex.start_run(self.run_id, self._wakeup)
         interval = ex.merge_interval_s
         if interval is not None and self._final_only:
@@ -205,6 +221,8 @@ class Coordinator:
             if not results and handle.task is not None:
                 self._state.hold(handle.task)  # merged on its worker, sent later
             for result in results:
+                self._received["results"] += 1
+                self._received["bytes"] += result.nbytes
                 if self._state.judge(result.partitions, result.version) is Outcome.MERGE:
                     self._merge(handle, result)
             if handle.task is None:  # a flush: what it did not return is not coming

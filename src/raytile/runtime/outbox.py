@@ -27,6 +27,9 @@ class _Finished:
     def __repr__(self) -> str:
         return "FINISHED"
 
+    def __reduce__(self) -> str:
+        return "FINISHED"  # unpickles as the module's one instance, in any process
+
 
 FINISHED = _Finished()
 

@@ -76,6 +76,11 @@ class PartitionResult:
     nav_range: tuple[int, int] | None = None
 
     @property
+    def nbytes(self) -> int:
+        """The size of its result buffers."""
+        return sum(getattr(a, "nbytes", 0) for bufs in self.buffers for a in bufs.values())
+
+    @property
     def partitions(self) -> list[int]:
         """The partitions this result holds."""
         return self.covers or [self.idx]

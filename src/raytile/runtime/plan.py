@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from raytile.common.errors import BackendError, DataSetException, UDFException
 from raytile.io.dataset import DataSet, validate_roi
+from raytile.io.formats.memory import MemoryPartition
 from raytile.io.negotiator import Negotiator
 from raytile.runtime.execution_plan import (
     ExecutionPlan, check_backends, device_classes_for, execution_plan, plan_dtype,
@@ -95,14 +96,26 @@ def check_udfs(udfs: Any) -> list[UDF]:
 
 @dataclass
 class RunPlan:
-    """A checked, negotiated run, ready for the coordinator."""
+    """A checked, negotiated run, ready for the coordinator.
 
-    dataset: DataSet
+    ``dataset`` is None in a plan sent to a coordinator elsewhere
+    (:meth:`without_frames`): its workers got the frames when it was loaded.
+    """
+
+    dataset: DataSet | None
     udfs: list[UDF]
     params: RunParams
     tasks: list[PartitionTask]
     partition_offsets: dict[int, tuple[int, int]]
     total_partitions: int
+
+    def without_frames(self) -> "RunPlan":
+        """This plan without the data set object and in-memory frames, to send to a coordinator in
+        another process; the frames must have been shared with the workers already (keyed by
+        ``PartitionTask.dataset_id``)."""
+        tasks = [replace(t, partition=t.partition.without_frames()) if isinstance(t.partition, MemoryPartition)
+                 and isinstance(t.partition.data, np.ndarray) else t for t in self.tasks]
+        return replace(self, dataset=None, tasks=tasks)
 
     def metas(self) -> list[UDFMeta]:
         """Metas for the coordinator's UDFs (merge and get_results)."""

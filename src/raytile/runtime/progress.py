@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, replace
 
-__all__ = ["ProgressReporter", "TqdmProgressReporter"]
+__all__ = ["ProgressReporter", "TqdmProgressReporter", "ProgressState", "ProgressTally", "replay_progress"]
 
 
 class ProgressReporter:
@@ -56,3 +57,57 @@ class TqdmProgressReporter(ProgressReporter):
             if self._bar is not None:
                 self._bar.close()
                 self._bar = None
+
+
+@dataclass(frozen=True)
+class ProgressState:
+    """A run's progress so far; ``total_frames`` is -1 before the run started."""
+
+    total_frames: int = -1
+    total_partitions: int = 0
+    frames: int = 0
+    partitions: int = 0
+    finished: bool = False
+
+
+class ProgressTally(ProgressReporter):
+    """Records a run's progress, for a reporter in another process (see :func:`replay_progress`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._state = ProgressState()
+
+    @property
+    def state(self) -> ProgressState:
+        with self._lock:
+            return self._state
+
+    def start(self, run_id: str, total_frames: int, total_partitions: int) -> None:
+        with self._lock:
+            self._state = ProgressState(total_frames, total_partitions)
+
+    def advance(self, run_id: str, frames: int) -> None:
+        with self._lock:
+            self._state = replace(self._state, frames=self._state.frames + frames)
+
+    def partition_done(self, run_id: str, partitions_done: int) -> None:
+        with self._lock:
+            self._state = replace(self._state, partitions=partitions_done)
+
+    def finish(self, run_id: str) -> None:
+        with self._lock:
+            self._state = replace(self._state, finished=True)
+
+
+def replay_progress(reporter: ProgressReporter, run_id: str, seen: ProgressState, now: ProgressState) -> None:
+    """Tell ``reporter`` what happened between two states of a :class:`ProgressTally`."""
+    if now.total_frames < 0:
+        return
+    if seen.total_frames < 0:
+        reporter.start(run_id, now.total_frames, now.total_partitions)
+    if now.frames > seen.frames:
+        reporter.advance(run_id, now.frames - seen.frames)
+    if now.partitions > seen.partitions:
+        reporter.partition_done(run_id, now.partitions)
+    if now.finished and not seen.finished:
+        reporter.finish(run_id)

@@ -2,7 +2,8 @@
 
 Iterate it (``for`` or ``async for``) for partial :class:`UDFResults`;
 ``update_parameters`` patches UDF parameters while it runs; ``cancel``
-stops it. Leaving the loop early cancels the run.
+stops it. Leaving the loop early cancels the run, unless it is a viewer's
+(``Context.attach``) or the run is detached.
 
 Partial results are cumulative and latest-wins: a consumer slower than the
 run skips intermediate ones (``UDFResults.partitions_done`` jumps) instead
@@ -17,7 +18,8 @@ import anyio
 import anyio.to_thread
 
 from raytile.common.errors import UDFException, UDFRunCancelled
-from raytile.runtime.coordinator import FINISHED, Coordinator
+from raytile.runtime.host import RunSource
+from raytile.runtime.outbox import FINISHED
 from raytile.runtime.results import UDFResults
 from raytile.udf.base import UDF
 
@@ -30,13 +32,15 @@ JOIN_TIMEOUT_S = 5.0
 class UDFRun:
     """A run in progress. Both a sync and an async iterator of :class:`UDFResults`."""
 
-    def __init__(self, coordinator: Coordinator, udfs: Sequence[UDF]):
-        self._coordinator = coordinator
+    def __init__(self, source: RunSource, udfs: Sequence[UDF], cancel_on_leave: bool = True):
+        """``source``: the run's coordinator (or a viewer's end of it, see runtime/host.py), started;
+        ``cancel_on_leave``: leaving the loop before the end cancels the run."""
+        self._coordinator = source
         self._udfs = [u.copy() for u in udfs]  # validates patches in the caller's thread
+        self._cancel_on_leave = cancel_on_leave
         self._exhausted = False
         self._cancel_requested = False
         self.last: UDFResults | None = None
-        coordinator.start()
 
     @property
     def run_id(self) -> str:
@@ -46,6 +50,12 @@ class UDFRun:
     def coalesced(self) -> int:
         """Partial results folded into a later one because the consumer was busy (latest wins)."""
         return self._coordinator.coalesced
+
+    @property
+    def stats(self) -> dict | None:
+        """What the run's coordinator received (``bytes``, ``results``) and its CPU seconds
+        (``cpu_s``), complete once the run ended."""
+        return self._coordinator.stats
 
     @property
     def done(self) -> bool:
@@ -107,7 +117,7 @@ class UDFRun:
                     self._coordinator.join(JOIN_TIMEOUT_S)  # its tasks are told to stop before we raise
                     raise
         finally:
-            if not self._exhausted:
+            if not self._exhausted and self._cancel_on_leave:
                 self.cancel()
 
     def __aiter__(self) -> AsyncIterator[UDFResults]:
@@ -122,7 +132,8 @@ class UDFRun:
                     try:
                         item = await anyio.to_thread.run_sync(box.take, abandon_on_cancel=True)
                     except BaseException:
-                        self.cancel()  # the consumer was cancelled; the run's end unblocks the thread
+                        if self._cancel_on_leave:
+                            self.cancel()  # the consumer was cancelled; the run's end unblocks the thread
                         raise
                 try:
                     yield self._take(item)
@@ -133,7 +144,7 @@ class UDFRun:
                     await anyio.to_thread.run_sync(self._coordinator.join, JOIN_TIMEOUT_S)
                     raise
         finally:
-            if not self._exhausted:
+            if not self._exhausted and self._cancel_on_leave:
                 self.cancel()
 
     def result(self) -> UDFResults:

@@ -86,7 +86,7 @@ class Service:
     # -- catalogue ---------------------------------------------------------------
     def health(self) -> dict[str, Any]:
         return {"status": "ok", "active_runs": len(self.registry.active()), "runs": len(self.registry.runs),
-                "max_runs": self.config.max_runs, "workers": getattr(self.ctx.executor, "num_workers", None)}
+                "max_runs": self.config.max_runs, "workers": self.ctx.num_workers}
 
     def formats(self) -> dict[str, Any]:
         return {"formats": [{"name": n, "params": s} for n, s in self._formats.items()]}

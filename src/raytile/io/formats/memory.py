@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,12 @@ class MemoryPartition(Partition):
 
     def _source(self):
         return self.data
+
+    def without_frames(self) -> "MemoryPartition":
+        """A copy without its frames, to send where they arrive another way (shared memory)."""
+        light = copy.copy(self)
+        light.data = None
+        return light
 
 
 class MemoryDataSet(DataSet):

@@ -1,0 +1,286 @@
+"""`ActorHost`: the driver's side of ``Context(coordinator="actor")``.
+
+It starts the Context's :class:`~raytile.actors.coordinator_actor.CoordinatorActor`
+on the cluster, sends it loaded memory data sets' frames once and each
+run's plan (without frames), and gives :class:`~raytile.runtime.run.UDFRun`
+a :class:`RemoteRun` that long-polls the actor for the run's newest
+snapshot. Only snapshots cross from the cluster to the driver, however many
+partitions the run merges.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+import weakref
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import ray
+from ray import exceptions as rex
+
+from raytile.actors.coordinator_actor import NAME_PREFIX, NAMESPACE, CoordinatorActor
+from raytile.actors.executor import MERGE_INTERVAL_S, join_ray
+from raytile.common.errors import ExecutorError
+from raytile.runtime.channel import is_terminal
+from raytile.runtime.host import RunHost, RunSource
+from raytile.runtime.plan import RunPlan
+from raytile.runtime.progress import ProgressReporter, ProgressState, replay_progress
+
+__all__ = ["ActorHost", "RemoteRun", "find_run", "POLL_S"]
+
+log = logging.getLogger(__name__)
+
+#: The longest one poll of the actor waits for a newer result (then it polls again).
+POLL_S = 1.0
+#: With a progress reporter, polls return at least this often so that the bar moves.
+PROGRESS_POLL_S = 0.25
+#: How long creating the actor and starting its workers may take.
+START_TIMEOUT_S = 180.0
+
+_RemoteCoordinator: Any = ray.remote(num_cpus=0, max_restarts=0)(CoordinatorActor)
+
+
+class ActorHost(RunHost):
+    """Runs coordinated by a :class:`CoordinatorActor` this process starts (see module doc).
+
+    ``executor_kwargs`` are :meth:`RayExecutor.make`'s (``cpus``, ``gpus``,
+    ``max_workers``, ``min_workers``, ``merge_interval_s``); Ray must be
+    initialised already.
+    """
+
+    placement = "actor"
+
+    def __init__(self, executor_kwargs: dict):
+        self.name = NAME_PREFIX + uuid.uuid4().hex[:12]
+        owner = ray.get_runtime_context().get_job_id()
+        self.actor = _RemoteCoordinator.options(name=self.name, namespace=NAMESPACE, lifetime="detached").remote(
+            executor_kwargs, owner)
+        self._description: dict | None = None
+        self._closed = False
+
+    @classmethod
+    def make(cls, cpus: int | None = None, gpus: int | None = None, address: str | None = None,
+             max_workers: int | None = None, min_workers: int | None = None,
+             merge_interval_s: float | None = MERGE_INTERVAL_S, **init_kwargs: Any) -> "ActorHost":
+        """Join or start Ray as :meth:`RayExecutor.make` does, then start the coordinator actor
+        (its workers start with the first data set)."""
+        join_ray(address, cpus, gpus, max_workers, min_workers, init_kwargs)
+        return cls({"cpus": cpus, "gpus": gpus, "max_workers": max_workers, "min_workers": min_workers,
+                    "merge_interval_s": merge_interval_s})
+
+    def _describe(self) -> dict:
+        if self._description is None:
+            self._description = _call(self.actor.describe.remote(), START_TIMEOUT_S, "start its workers")
+        return self._description
+
+    @property
+    def num_workers(self) -> int:
+        return int(self._describe()["num_workers"])
+
+    @property
+    def device_classes(self) -> frozenset:
+        return frozenset(self._describe()["device_classes"])
+
+    @property
+    def workers(self) -> list[dict]:
+        """What the workers said about themselves when they started (name, kind, pid, node)."""
+        return list(self._describe()["workers"])
+
+    def run_function(self, fn: Callable, *args: Any) -> Any:
+        status, value = _call(self.actor.run_function.remote(fn, args), START_TIMEOUT_S,
+                              f"run {getattr(fn, '__name__', fn)}")
+        if status == "error":
+            raise value
+        return value
+
+    def prepare_dataset(self, dataset: Any) -> None:
+        """Send a memory data set's frames to the actor once; it owns their object-store copy (so a
+        detached run keeps them when this process exits), released when ``dataset`` goes."""
+        from raytile.io.formats.memory import MemoryPartition
+
+        frames = {p.idx: p.data for p in dataset.get_partitions()
+                  if isinstance(p, MemoryPartition) and isinstance(p.data, np.ndarray)}
+        if not frames:
+            return
+        _call(self.actor.share_dataset.remote(id(dataset), frames), START_TIMEOUT_S, "share a data set")
+        weakref.finalize(dataset, _release, self.actor, id(dataset))
+
+    def start(self, plan: RunPlan, progress: ProgressReporter | None, final_only: bool,
+              detached: bool, span: Any = None) -> RunSource:
+        status, value = _call(self.actor.start.remote(plan.without_frames(), final_only, detached),
+                              START_TIMEOUT_S, "start a run")
+        if status == "error":
+            raise value
+        return RemoteRun(self.actor, value, progress, owner=True)
+
+    def attach(self, run_id: str) -> tuple[RunSource, Sequence[Any]]:
+        return attach_run(run_id, self.actor)
+
+    def close(self) -> None:
+        """Cancel this Context's runs (not the detached ones) and let the actor end."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            ray.get(self.actor.close.remote(), timeout=30)
+        except rex.RayActorError:  # it exited already
+            pass
+        except Exception as e:  # noqa: BLE001
+            log.debug("closing coordinator actor %s: %s", self.name, e)
+
+
+def attach_run(run_id: str, actor: Any = None) -> tuple["RemoteRun", Sequence[Any]]:
+    """A viewer of run ``run_id``: on ``actor`` if it has it, else on whichever coordinator actor
+    of the cluster does."""
+    if not isinstance(run_id, str) or not run_id:
+        raise ExecutorError(f"run_id must be a run's id (UDFRun.run_id), got {run_id!r}")
+    host = actor if actor is not None and ray.get(actor.has_run.remote(run_id)) else find_run(run_id)
+    status, value = ray.get(host.attach.remote(run_id))
+    if status == "error":
+        raise value
+    return RemoteRun(host, run_id, None, owner=False), value
+
+
+def find_run(run_id: str) -> Any:
+    """The coordinator actor of the cluster that has run ``run_id``; ExecutorError if none has."""
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry.get("namespace") != NAMESPACE or not entry.get("name", "").startswith(NAME_PREFIX):
+            continue
+        try:
+            actor = ray.get_actor(entry["name"], namespace=NAMESPACE)
+            if ray.get(actor.has_run.remote(run_id), timeout=10):
+                return actor
+        except Exception as e:  # noqa: BLE001  (an actor that is exiting)
+            log.debug("asking %s for run %s: %s", entry["name"], run_id, e)
+    raise ExecutorError(
+        f"no run {run_id!r} on this cluster: it ended and its result was dropped, or it was not started "
+        "with coordinator='actor' (runs coordinated in a driver cannot be attached)")
+
+
+def _call(ref: Any, timeout: float, what: str) -> Any:
+    try:
+        return ray.get(ref, timeout=timeout)
+    except rex.GetTimeoutError:
+        raise ExecutorError(f"the coordinator actor did not {what} within {timeout:.0f} s") from None
+    except rex.RayActorError as e:
+        raise ExecutorError(f"the coordinator actor died ({type(e).__name__}); create a new Context") from None
+
+
+def _release(actor: Any, key: int) -> None:
+    try:
+        actor.release_dataset.remote(key)
+    except Exception:  # noqa: BLE001  (the actor or this process is shutting down)
+        pass
+
+
+class RemoteRun:
+    """One viewer's end of a run coordinated by a :class:`CoordinatorActor` (a ``RunSource``)."""
+
+    def __init__(self, actor: Any, run_id: str, progress: ProgressReporter | None, owner: bool):
+        self._actor = actor
+        self._run_id = run_id
+        self._progress = progress
+        self._seen = ProgressState()
+        self._seq = 0
+        self._left = False
+        self.owner = owner
+        self.outbox = _RemoteQueue(self)
+        weakref.finalize(self, _leave, actor, run_id, self.outbox.left)
+
+    @property
+    def run_id(self) -> str:
+        return self._run_id
+
+    def _status(self) -> dict:
+        return ray.get(self._actor.status.remote(self._run_id))
+
+    @property
+    def coalesced(self) -> int:
+        return int(self._status()["coalesced"])
+
+    @property
+    def finished(self) -> bool:
+        return bool(self._status()["finished"])
+
+    @property
+    def stats(self) -> dict | None:
+        """What the run's coordinator received and its CPU seconds (see ``Coordinator.stats``)."""
+        return ray.get(self._actor.run_stats.remote(self._run_id))
+
+    def join(self, timeout: float | None = None) -> None:
+        try:
+            ray.get(self._actor.join.remote(self._run_id, 5.0 if timeout is None else timeout))
+        except rex.RayActorError:
+            pass
+
+    def patch(self, patches: list[dict], recompute: bool) -> None:
+        ray.get(self._actor.patch.remote(self._run_id, patches, recompute))
+
+    def cancel(self) -> None:
+        try:
+            ray.get(self._actor.cancel.remote(self._run_id))
+        except rex.RayActorError:
+            pass
+
+    def only_final_result(self) -> None:
+        self._actor.only_final_result.remote(self._run_id)
+
+    def _poll(self, timeout: float) -> Any:
+        """The run's next item (None if none came within ``timeout``); moves the progress bar."""
+        wait = min(timeout, PROGRESS_POLL_S) if self._progress is not None else timeout
+        try:
+            status, seq, item, progress = ray.get(self._actor.next.remote(self._run_id, self._seq, wait))
+        except rex.RayActorError as e:
+            status, seq, item, progress = "error", 0, ExecutorError(
+                f"the coordinator actor of run {self._run_id[:8]} died ({type(e).__name__})"), self._seen
+        if self._progress is not None:
+            replay_progress(self._progress, self._run_id, self._seen, progress)
+            self._seen = progress
+        if status == "wait":
+            return None
+        self._seq = seq
+        return item
+
+
+def _leave(actor: Any, run_id: str, left: list) -> None:
+    if left:
+        return
+    left.append(True)
+    try:
+        actor.leave.remote(run_id)
+    except Exception:  # noqa: BLE001  (the actor or this process is shutting down)
+        pass
+
+
+class _RemoteQueue:
+    """``take``/``take_nowait`` over :meth:`RemoteRun._poll` (a ``ResultQueue``)."""
+
+    def __init__(self, run: RemoteRun):
+        self._run = weakref.ref(run)
+        self._actor = run._actor
+        self._run_id = run.run_id
+        self.left: list = []
+
+    def take(self, timeout: float | None = None) -> Any:
+        run = self._run()
+        if run is None:
+            raise ExecutorError("the run handle is gone")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = POLL_S if deadline is None else min(POLL_S, deadline - time.monotonic())
+            item = run._poll(max(0.0, remaining))
+            if item is not None:
+                if is_terminal(item):
+                    _leave(self._actor, self._run_id, self.left)
+                return item
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError("no result arrived in time")
+
+    def take_nowait(self) -> Any:
+        try:
+            return self.take(timeout=0)
+        except TimeoutError:
+            return None
+

@@ -1,0 +1,329 @@
+"""`CoordinatorActor`: a Context's workers and its runs' coordinators, as an async Ray actor.
+
+With ``Context(coordinator="actor")`` (the default for Ray Client, ``ray://``,
+drivers) the Context starts one of these on the cluster. It owns the
+Context's :class:`~raytile.actors.executor.RayExecutor` (the worker pool and
+the shared in-memory frames) and runs each run's
+:class:`~raytile.runtime.coordinator.Coordinator` in a thread of its own, so
+partial results are merged inside the cluster and only snapshots travel to
+the viewers, through a :class:`~raytile.runtime.channel.SnapshotChannel`
+per run (latest wins for each viewer).
+
+It is a named, detached actor (namespace ``raytile``), so that
+
+- another process can find a run by its id and view it too
+  (``Context.attach``), and
+- a run started with ``detached=True`` goes on when the driver that started
+  it exits; its result is kept ``DETACHED_KEEP_S`` for viewers to attach.
+
+It ends itself: a reaper looks at the cluster's job table every
+``REAP_S``; once the driver that made it is gone, that driver's other runs
+are cancelled, the workers are released when no detached run is running
+any more, and the actor exits when no kept result is left either.
+
+The driver side is :class:`raytile.actors.actor_host.ActorHost`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import ray
+
+from raytile.common.errors import ExecutorError
+from raytile.runtime.channel import SnapshotChannel
+from raytile.runtime.coordinator import Coordinator
+from raytile.runtime.plan import RunPlan
+from raytile.runtime.progress import ProgressState, ProgressTally
+
+__all__ = ["CoordinatorActor", "HostedRun", "runs_to_drop", "NAMESPACE", "NAME_PREFIX", "REAP_S",
+           "DETACHED_KEEP_S", "MAX_KEPT"]
+
+log = logging.getLogger(__name__)
+
+#: The Ray namespace of coordinator actors, and the prefix of their names.
+NAMESPACE = "raytile"
+NAME_PREFIX = "raytile-coordinator-"
+#: How often the reaper looks at the job table and the runs.
+REAP_S = 2.0
+#: How long a detached run's result is kept after it ended, for viewers to attach.
+DETACHED_KEEP_S = 3600.0
+#: At most this many ended runs are kept (the oldest are dropped first).
+MAX_KEPT = 16
+
+
+@dataclass
+class HostedRun:
+    """One run in the actor: its coordinator, its channel to the viewers, who views it."""
+
+    coordinator: Coordinator
+    channel: SnapshotChannel
+    tally: ProgressTally
+    udfs: list
+    detached: bool
+    viewers: int = 1  #: the driver that started it, plus attached viewers still iterating
+    ended_at: float | None = None
+    #: asyncio futures of viewers waiting for something newer (set by the channel's pump)
+    waiters: list = field(default_factory=list)
+
+    @property
+    def over(self) -> bool:
+        return self.channel.terminal is not None
+
+
+def runs_to_drop(runs: dict[str, HostedRun], now: float, keep_s: float = DETACHED_KEEP_S,
+                 max_kept: int = MAX_KEPT) -> list[str]:
+    """Ended runs to forget: a run no viewer iterates any more (unless detached and younger than
+    ``keep_s``), and the oldest beyond ``max_kept`` ended runs."""
+    ended = {rid: r for rid, r in runs.items() if r.over and r.ended_at is not None}
+    drop = [rid for rid, r in ended.items()
+            if (not r.detached and r.viewers <= 0) or (r.detached and now - r.ended_at > keep_s)]  # type: ignore[operator]
+    rest = sorted((r.ended_at, rid) for rid, r in ended.items() if rid not in drop)  # type: ignore[type-var]
+    drop += [rid for _, rid in rest[:max(0, len(rest) - max_kept)]]
+    return drop
+
+
+class CoordinatorActor:
+    """The actor; every method is a coroutine, blocking work runs in threads.
+
+    Made by :class:`~raytile.actors.actor_host.ActorHost`; ``executor_kwargs``
+    go to :meth:`RayExecutor.make` when the first data set is loaded or run
+    (a Context that only attaches to runs starts no workers).
+    """
+
+    def __init__(self, executor_kwargs: dict, owner_job: str):
+        # blocking ray.get happens only in this actor's threads (the executor's), never in its event loop
+        os.environ["RAY_WARN_BLOCKING_GET_INSIDE_ASYNC"] = "0"
+        self._executor_kwargs = executor_kwargs
+        self._owner_job = owner_job
+        self._owner_gone = False
+        self._closing = False
+        self._executor: Any = None
+        self._runs: dict[str, HostedRun] = {}
+        self._reaper: asyncio.Task | None = None
+        self._start_lock: asyncio.Lock | None = None
+        #: bytes of results this actor's coordinators received, and their CPU seconds, per run (benchmarks)
+        self.stats: dict[str, dict] = {}
+
+    # -- workers -----------------------------------------------------------------
+    async def _ensure_executor(self) -> Any:
+        self._ensure_reaper()
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if self._executor is None:
+                if self._closing:
+                    raise ExecutorError("this Context is closed")
+                from raytile.actors.executor import RayExecutor
+
+                self._executor = await asyncio.to_thread(RayExecutor.make, **self._executor_kwargs)
+        return self._executor
+
+    async def describe(self) -> dict:
+        """Start the workers if need be; what a Context needs to plan runs."""
+        ex = await self._ensure_executor()
+        return {"num_workers": ex.num_workers, "device_classes": ex.device_classes, "workers": ex.workers}
+
+    async def run_function(self, fn: Callable, args: tuple) -> tuple[str, Any]:
+        try:
+            ex = await self._ensure_executor()
+            return "ok", await asyncio.to_thread(ex.run_function, fn, *args)
+        except Exception as e:  # noqa: BLE001  (raised again in the driver as it is)
+            return "error", e
+
+    async def share_dataset(self, key: int, frames: dict) -> None:
+        """Put a loaded memory data set's frames into the object store (this actor owns the copy)."""
+        ex = await self._ensure_executor()
+        await asyncio.to_thread(ex.shared.share_as, key, frames)
+
+    async def release_dataset(self, key: int) -> None:
+        if self._executor is not None:
+            self._executor.shared.release(key)
+
+    # -- runs ----------------------------------------------------------------------
+    async def start(self, plan: RunPlan, final_only: bool, detached: bool) -> tuple[str, Any]:
+        """Start coordinating a run planned by the driver (``RunPlan.without_frames``)."""
+        try:
+            ex = await self._ensure_executor()
+            loop = asyncio.get_running_loop()
+            tally = ProgressTally()
+            coordinator = Coordinator(ex, plan, tally, final_only=final_only)
+            run_id = coordinator.run_id
+            coordinator.start()
+
+            def on_change() -> None:  # from the channel's pump thread
+                loop.call_soon_threadsafe(self._changed, run_id)
+
+            channel = SnapshotChannel(coordinator.outbox, lambda: not coordinator.running, on_change=on_change)
+            self._runs[run_id] = HostedRun(coordinator, channel, tally, list(plan.udfs), detached)
+            return "ok", run_id
+        except Exception as e:  # noqa: BLE001
+            return "error", e
+
+    def _changed(self, run_id: str) -> None:
+        """The run's channel has something new (called in the event loop)."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        if run.over and run.ended_at is None:
+            run.ended_at = time.monotonic()
+            self.stats[run_id] = run.coordinator.stats
+            while len(self.stats) > 4 * MAX_KEPT:
+                self.stats.pop(next(iter(self.stats)))
+        waiters, run.waiters = run.waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    def _run(self, run_id: str) -> HostedRun:
+        run = self._runs.get(run_id)
+        if run is None:
+            raise ExecutorError(f"no run {run_id!r} here (it ended and its result was dropped, or it never "
+                                "started on this Context's coordinator)")
+        return run
+
+    async def next(self, run_id: str, after: int, timeout: float) -> tuple[str, int, Any, ProgressState]:
+        """The run's newest item after sequence number ``after``: ``("ok", seq, snapshot or end,
+        progress)``, ``("wait", after, None, progress)`` if nothing came within ``timeout``,
+        ``("error", 0, exc, progress)`` for an unknown run."""
+        try:
+            run = self._run(run_id)
+        except ExecutorError as e:
+            return "error", 0, e, ProgressState()
+        deadline = time.monotonic() + timeout
+        while True:
+            got = run.channel.peek(after)
+            if got is not None:
+                return "ok", got[0], got[1], run.tally.state
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return "wait", after, None, run.tally.state
+            waiter = asyncio.get_running_loop().create_future()
+            run.waiters.append(waiter)
+            try:
+                await asyncio.wait_for(waiter, remaining)
+            except asyncio.TimeoutError:
+                pass
+
+    async def attach(self, run_id: str) -> tuple[str, Any]:
+        """A new viewer of the run: ``("ok", its UDFs)``."""
+        try:
+            run = self._run(run_id)
+        except ExecutorError as e:
+            return "error", e
+        run.viewers += 1
+        return "ok", run.udfs
+
+    async def leave(self, run_id: str) -> None:
+        """A viewer stopped iterating the run."""
+        run = self._runs.get(run_id)
+        if run is not None:
+            run.viewers -= 1
+            self._drop_ended()
+
+    async def has_run(self, run_id: str) -> bool:
+        return run_id in self._runs
+
+    async def runs(self) -> list[dict]:
+        """The runs here: id, UDF names, whether detached, over, viewers."""
+        return [{"run_id": rid, "udfs": [type(u).__name__ for u in r.udfs], "detached": r.detached,
+                 "over": r.over, "viewers": r.viewers} for rid, r in self._runs.items()]
+
+    async def patch(self, run_id: str, patches: list[dict], recompute: bool) -> None:
+        run = self._runs.get(run_id)
+        if run is not None:
+            run.coordinator.patch(patches, recompute)
+
+    async def cancel(self, run_id: str) -> None:
+        run = self._runs.get(run_id)
+        if run is not None:
+            run.coordinator.cancel()
+
+    async def only_final_result(self, run_id: str) -> None:
+        run = self._runs.get(run_id)
+        if run is not None and run.viewers <= 1:
+            run.coordinator.only_final_result()
+
+    async def join(self, run_id: str, timeout: float) -> None:
+        run = self._runs.get(run_id)
+        if run is not None:
+            await asyncio.to_thread(run.coordinator.join, timeout)
+
+    async def status(self, run_id: str) -> dict:
+        run = self._runs.get(run_id)
+        if run is None:
+            return {"finished": True, "coalesced": 0}
+        return {"finished": run.coordinator.finished, "coalesced": run.coordinator.coalesced}
+
+    async def run_stats(self, run_id: str) -> dict | None:
+        """Bytes of results the run's coordinator received and its CPU seconds (once it ended)."""
+        return self.stats.get(run_id)
+
+    # -- the end ---------------------------------------------------------------------
+    async def close(self) -> None:
+        """The driver closed its Context: cancel its runs but the detached ones; release the workers
+        once no detached run is running; exit once nothing is kept."""
+        self._closing = True
+        await self._wind_down()
+
+    async def _wind_down(self) -> None:
+        for run in self._runs.values():
+            if not run.detached and not run.over:
+                run.coordinator.cancel()
+        if any(r.detached and not r.over for r in self._runs.values()):
+            return
+        if self._executor is not None:
+            ex, self._executor = self._executor, None
+            await asyncio.to_thread(ex.close)
+        self._drop_ended()
+        if not any(r.detached for r in self._runs.values()):
+            for run in self._runs.values():
+                await asyncio.to_thread(run.coordinator.join, 5.0)
+            self._exit()
+
+    def _exit(self) -> None:
+        log.info("raytile coordinator actor exits")
+        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+
+    def _ensure_reaper(self) -> None:
+        if self._reaper is None:
+            self._reaper = asyncio.get_running_loop().create_task(self._reap())
+
+    async def _reap(self) -> None:
+        while True:
+            await asyncio.sleep(REAP_S)
+            try:
+                self._drop_ended()
+                if not self._owner_gone:
+                    self._owner_gone = not await asyncio.to_thread(_job_alive, self._owner_job)
+                if self._owner_gone or self._closing:
+                    await self._wind_down()
+            except Exception as e:  # noqa: BLE001  (try again at the next turn)
+                log.warning("coordinator actor reaper: %s", e)
+
+    def _drop_ended(self) -> None:
+        for rid in runs_to_drop(self._runs, time.monotonic()):
+            run = self._runs.pop(rid)
+            for w in run.waiters:
+                if not w.done():
+                    w.set_result(None)
+
+
+def _job_alive(job_id: str) -> bool:
+    """Whether the driver job ``job_id`` is alive (Ray's job table; True if it cannot be read)."""
+    try:
+        from ray._private import state
+
+        for job in state.jobs():
+            if job["JobID"] == job_id:
+                return not job["IsDead"]
+    except Exception as e:  # noqa: BLE001  (an internal API: keep the actor rather than lose runs)
+        log.debug("job table unavailable: %s", e)
+        return True
+    return False
+
