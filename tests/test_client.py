@@ -22,6 +22,7 @@ pytestmark = pytest.mark.ray
 CLIENT = """
 import numpy as np, raytile as rt
 ctx = rt.Context.connect("ray://127.0.0.1:{port}")
+assert ctx.coordinator == "actor", ctx.coordinator  # Ray Client drivers merge on the cluster
 d = np.arange(4 * 4 * 8 * 8, dtype=np.float32).reshape(4, 4, 8, 8)
 ds = ctx.load("memory", data=d, num_partitions=4)
 res = ctx.run_udf(dataset=ds, udf=rt.SumUDF())

@@ -57,7 +57,6 @@ class ActorHost(RunHost):
         owner = ray.get_runtime_context().get_job_id()
         self.actor = _RemoteCoordinator.options(name=self.name, namespace=NAMESPACE, lifetime="detached").remote(
             executor_kwargs, owner)
-        self._description: dict | None = None
         self._closed = False
 
     @classmethod
@@ -71,9 +70,8 @@ class ActorHost(RunHost):
                     "merge_interval_s": merge_interval_s})
 
     def _describe(self) -> dict:
-        if self._description is None:
-            self._description = _call(self.actor.describe.remote(), START_TIMEOUT_S, "start its workers")
-        return self._description
+        """The workers as they are now (started with the first call)."""
+        return _call(self.actor.describe.remote(), START_TIMEOUT_S, "start its workers")
 
     @property
     def num_workers(self) -> int:

@@ -127,7 +127,8 @@ class CoordinatorActor:
     async def describe(self) -> dict:
         """Start the workers if need be; what a Context needs to plan runs."""
         ex = await self._ensure_executor()
-        return {"num_workers": ex.num_workers, "device_classes": ex.device_classes, "workers": ex.workers}
+        return {"num_workers": ex.num_workers, "device_classes": ex.device_classes, "workers": ex.workers,
+                "shared_datasets": len(ex.shared)}
 
     async def run_function(self, fn: Callable, args: tuple) -> tuple[str, Any]:
         try:
