@@ -9,16 +9,18 @@
 99
 
 The buffer classes themselves live in :mod:`raytile.udf.buffers` and
-:mod:`raytile.udf.base`; ``BufferWrapper``, ``AuxBufferWrapper`` and
-``ArrayWithMask`` are also importable from here (resolved on first access,
-so this module does not import the UDF layer).
+:mod:`raytile.udf.base`; ``BufferWrapper``, ``AuxBufferWrapper``,
+``PlaceholderBufferWrapper`` and ``ArrayWithMask`` are also importable from
+here (resolved on first access, so this module does not import the UDF
+layer). The type aliases of a buffer declaration, ``BufferKind``,
+``BufferLocation`` and ``BufferUse``, are defined here and used there.
 """
 
 from __future__ import annotations
 
 import math
 import mmap
-from typing import TYPE_CHECKING, Any, Iterable, Union
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Union
 
 import numpy as np
 
@@ -29,15 +31,22 @@ if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
     from raytile.udf.base import ArrayWithMask
-    from raytile.udf.buffers import AuxBufferWrapper, BufferWrapper
+    from raytile.udf.buffers import AuxBufferWrapper, BufferWrapper, PlaceholderBufferWrapper
 
 __all__ = [
-    "BufferSize", "reshaped_view", "to_numpy", "bytes_aligned", "empty_aligned", "zeros_aligned",
-    "disjoint", "BufferWrapper", "AuxBufferWrapper", "ArrayWithMask",
+    "BufferSize", "BufferKind", "BufferLocation", "BufferUse", "reshaped_view", "to_numpy", "bytes_aligned",
+    "empty_aligned", "zeros_aligned", "disjoint", "BufferWrapper", "AuxBufferWrapper", "PlaceholderBufferWrapper",
+    "ArrayWithMask",
 ]
 
 #: A buffer size: a number of items or a shape.
 BufferSize = Union[int, tuple[int, ...]]
+#: What a result buffer is indexed by: one entry per frame, per signal pixel, or one for all.
+BufferKind = Literal["nav", "sig", "single"]
+#: Where a buffer lives while ``process_*`` runs: with the array backend (``'device'``) or in numpy.
+BufferLocation = Literal["device", None]
+#: ``'private'``: merged but not returned; ``'result_only'``: made in ``get_results``; None: a result.
+BufferUse = Literal["private", "result_only", None]
 
 _BLOCK = 4096
 
@@ -128,6 +137,7 @@ def disjoint(sl: Slice, slices: Iterable[Slice]) -> bool:
 _FROM_UDF = {
     "BufferWrapper": "raytile.udf.buffers",
     "AuxBufferWrapper": "raytile.udf.buffers",
+    "PlaceholderBufferWrapper": "raytile.udf.buffers",
     "ArrayWithMask": "raytile.udf.base",
 }
 

@@ -7,8 +7,8 @@ parameter that was wrong, so a user can act on the message alone.
 from __future__ import annotations
 
 __all__ = [
-    "RaytileError", "DataSetException", "UDFException", "UDFRunCancelled", "BackendError", "ExecutorError",
-    "ConfigValidationError", "StageFailed", "PipelineStateError", "StageActorDied",
+    "RaytileError", "DataSetException", "UDFException", "UnsafeCastError", "UDFRunCancelled", "BackendError",
+    "ExecutorError", "ConfigValidationError", "StageFailed", "PipelineStateError", "StageActorDied",
 ]
 
 
@@ -36,6 +36,14 @@ class UDFException(RaytileError):
         if self.worker_traceback:
             return f"{base}\n\nWorker traceback:\n{self.worker_traceback}"
         return base
+
+
+class UnsafeCastError(UDFException, TypeError):
+    """A partial result would lose precision in its result buffer (``check_cast``).
+
+    Also a ``TypeError``, the exception LiberTEM's ``check_cast`` raises, so
+    ported code that catches that keeps working.
+    """
 
 
 class UDFRunCancelled(RaytileError):

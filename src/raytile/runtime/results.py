@@ -11,7 +11,7 @@ from raytile.common.shape import Shape
 from raytile.runtime.params import PartitionResult
 from raytile.runtime.udf_calls import calling_udf
 from raytile.udf.base import UDF, ArrayWithMask, MergeAttrMapping, UDFData, check_cast
-from raytile.udf.buffers import BufferWrapper
+from raytile.udf.buffers import BufferWrapper, expand_nav
 
 __all__ = ["ResultBuffer", "Damage", "UDFResults", "ResultAccumulator", "expand_nav"]
 
@@ -87,23 +87,6 @@ class UDFResults:
                 f"finished={self.finished}>")
 
 
-def expand_nav(arr: np.ndarray, nav_shape: tuple[int, ...], roi: np.ndarray | None,
-               extra_shape: tuple[int, ...]) -> np.ndarray:
-    """Place ROI-compressed nav values ``(n_roi, *extra)`` into a full nav-shaped array.
-
-    Positions outside the ROI are NaN for float and complex results (as in
-    LiberTEM), zero (False) for others.
-    """
-    arr = np.asarray(arr)
-    full_shape = tuple(nav_shape) + tuple(extra_shape)
-    if roi is None:
-        return arr.reshape(full_shape)
-    fill = np.nan if arr.dtype.kind in "fc" else 0
-    out = np.full((roi.size,) + tuple(extra_shape), fill, dtype=arr.dtype)
-    out[roi] = arr
-    return out.reshape(full_shape)
-
-
 class ResultAccumulator:
     """Holds the run's full result buffers on the coordinator and merges partitions into them."""
 
@@ -174,8 +157,9 @@ class ResultAccumulator:
                 raise UDFException(f"{type(udf).__name__}: partition result lacks buffers {sorted(missing)}")
             with calling_udf(udf, "merge", f"while merging {where or 'a partition'}"):
                 udf.merge(MergeAttrMapping(dest), MergeAttrMapping(part))
-        self._damage[start:start + count] = True
-        for idx in result.partitions:
+        for idx in result.partitions:  # not the nav range: a segment without nav buffers may have gaps
+            first, frames = self._offsets[idx]
+            self._damage[first:first + frames] = True
             self.versions[idx] = result.version
 
     def _apply_merge_all(self, i: int, udf: UDF) -> None:
@@ -191,11 +175,11 @@ class ResultAccumulator:
                 pos = 0
                 for s in starts:
                     n = parts[s][name].shape[0]
-                    buf.data[s:s + n] = arr[pos:pos + n]
+                    buf.raw_data[s:s + n] = arr[pos:pos + n]
                     pos += n
             else:
-                check_cast(np.asarray(arr), buf.data, f"{type(udf).__name__}.{name}")
-                buf.data[...] = arr
+                check_cast(np.asarray(arr), buf.raw_data, f"{type(udf).__name__}.{name}")
+                buf.raw_data[...] = arr
 
     def snapshot(self, finished: bool) -> UDFResults:
         """Run every UDF's ``get_results`` on copies of what is merged so far."""

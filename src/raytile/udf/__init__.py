@@ -3,7 +3,10 @@
 >>> from raytile.udf import UDF, SumUDF, SumSigUDF
 """
 
-from raytile.udf.base import UDF, ArrayWithMask, MergeAttrMapping, UDFData
+from raytile.udf.base import UDF, ArrayWithMask, MergeAttrMapping, UDFData, UDFRunCancelled, check_cast
+from raytile.udf.protocols import (
+    UDFFrameMixin, UDFPartitionMixin, UDFPostprocessMixin, UDFPreprocessMixin, UDFTileMixin,
+)
 from raytile.udf.buffers import AuxBufferWrapper, BufferWrapper
 from raytile.udf.meta import UDFMeta
 from raytile.udf.noop import NoOpUDF
@@ -22,7 +25,9 @@ from raytile.udf.crystallinity import CrystallinityUDF
 from raytile.udf import masks
 
 __all__ = [
-    "UDF", "UDFMeta", "UDFData", "MergeAttrMapping", "ArrayWithMask", "BufferWrapper",
+    "UDF", "UDFMeta", "UDFData", "MergeAttrMapping", "ArrayWithMask", "BufferWrapper", "check_cast",
+    "UDFRunCancelled", "UDFFrameMixin", "UDFTileMixin", "UDFPartitionMixin", "UDFPreprocessMixin",
+    "UDFPostprocessMixin",
     "AuxBufferWrapper", "NoOpUDF", "SumUDF", "SumSigUDF", "StdDevUDF", "LogsumUDF", "ApplyMasksUDF",
     "CoMUDF", "PickUDF", "AutoUDF", "SignalMaxUDF", "RecordUDF", "FEMUDF", "CrystallinityUDF", "masks",
 ]

@@ -2,22 +2,67 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Sequence, Union
 
 import numpy as np
+import sparse
+from sparseconverter import CUPY_BACKENDS
 
+from raytile.common.container import MaskContainer
 from raytile.common.errors import UDFException
-from raytile.udf._tiles import TILE_BACKENDS, dense, flat2d, is_pydata_sparse, is_scipy_like
-from raytile.udf.base import UDF
+from raytile.common.math import prod
+from raytile.common.sparse import is_sparse, to_dense, to_sparse
+from raytile.udf._tiles import TILE_BACKENDS
+from raytile.udf.base import BACKEND_CUPY, BACKEND_NUMPY, UDF
+from raytile.udf.maskengine import ApplyMasksEngine
 
-__all__ = ["ApplyMasksUDF", "MaskFactory"]
+__all__ = ["ApplyMasksUDF", "MaskFactory", "MaskStack"]
 
 MaskFactory = Callable[[], Any]
 
 
-def _is_sparse(m: Any) -> bool:
-    return is_scipy_like(m) or is_pydata_sparse(m)
+class MaskStack:
+    """A mask factory for :class:`MaskContainer`: the user's factories' masks as one ``(n, *sig)`` stack.
+
+    ``ApplyMasksUDF`` takes more forms than the container does: a callable
+    returning one sig-shaped mask, a stack ``(n, *sig)``, a 2D scipy matrix
+    ``(n, prod(sig))``, or a list of callables each returning one mask. This
+    checks each against the signal shape (an error names the factory and
+    both shapes) and stacks them: sparse (``sparse.COO``) when every mask is
+    sparse, dense otherwise. Called where the masks are needed: on the
+    workers, and on the main node only if the count or dtype is asked for.
+    """
+
+    def __init__(self, factories: Union[MaskFactory, Sequence[MaskFactory]], sig: tuple[int, ...], owner: str):
+        self.factories = [factories] if callable(factories) else list(factories)
+        self.sig = tuple(sig)
+        self.owner = owner
+
+    def _one(self, factory: Any) -> Any:
+        if not callable(factory):
+            raise UDFException(f"{self.owner}: mask_factories must be callables, got {factory!r}")
+        m = factory()
+        shape, sig = tuple(m.shape), self.sig
+        if shape == sig:
+            n = 1
+        elif len(shape) == len(sig) + 1 and shape[1:] == sig:
+            n = shape[0]
+        elif len(shape) == 2 and shape[1] == prod(sig):
+            n = shape[0]
+        else:
+            raise UDFException(
+                f"{self.owner}: mask factory {getattr(factory, '__name__', factory)!r} returned shape "
+                f"{shape}, expected the signal shape {sig} or a stack (n, *{sig})"
+            )
+        if is_sparse(m):
+            return to_sparse(m).reshape((n,) + sig)
+        return np.asarray(m).reshape((n,) + sig)
+
+    def __call__(self) -> Any:
+        parts = [self._one(f) for f in self.factories]
+        if all(is_sparse(p) for p in parts):
+            return sparse.concatenate(parts, axis=0)
+        return np.concatenate([to_dense(p) for p in parts], axis=0)
 
 
 class ApplyMasksUDF(UDF):
@@ -31,17 +76,24 @@ class ApplyMasksUDF(UDF):
         Masks may be dense numpy arrays, ``sparse.COO``/``GCXS`` or scipy
         sparse matrices (2D, shaped ``sig`` or ``(n, prod(sig))``).
     use_sparse
-        ``None``: sparse if any factory returns a sparse mask; ``True``/``False``
-        forces a scipy CSC (sparse) or a dense numpy mask stack.
+        ``None``: sparse if every factory returns a sparse mask (as in
+        LiberTEM); ``True``/``False`` forces sparse or dense masks; or a
+        format, ``'scipy.sparse'``, ``'scipy.sparse.csc'``, ``'sparse.pydata'``
+        (see :class:`~raytile.common.container.MaskContainer`).
     mask_count
         Number of masks when one callable returns a stack (found by calling
         it if left out).
     mask_dtype
         dtype the masks are converted to (default: the factories' dtype).
     shifts
-        Optional per-frame ``(dy, dx)`` integer shifts of the masks, as
-        ``ApplyMasksUDF.aux_data(shifts, kind="nav", extra_shape=(2,))``;
-        pixels shifted out of the signal are ignored.
+        Optional integer ``(dy, dx)`` shifts of the masks relative to the
+        frames: one for all frames, or one per frame as
+        ``ApplyMasksUDF.aux_data(shifts, kind="nav", extra_shape=(2,))``.
+        A positive shift moves the mask down (right); pixels where mask and
+        frame do not overlap are ignored. Frames are then processed one by
+        one, dense.
+
+    The masks are applied by :class:`~raytile.udf.maskengine.ApplyMasksEngine`.
 
     Result: ``intensity`` (nav, ``extra_shape=(n_masks,)``).
 
@@ -55,143 +107,49 @@ class ApplyMasksUDF(UDF):
         >>> ctx.run_udf(dataset=ds, udf=udf)["intensity"].data.shape  # nav + (2,)
     """
 
-    def __init__(self, mask_factories: Union[MaskFactory, Sequence[MaskFactory]], use_sparse: bool | None = None,
-                 mask_count: int | None = None, mask_dtype: Any = None, shifts: Any = None, **kwargs: Any):
+    def __init__(self, mask_factories: Union[MaskFactory, Sequence[MaskFactory]],
+                 use_sparse: bool | str | None = None, mask_count: int | None = None, mask_dtype: Any = None,
+                 shifts: Any = None, **kwargs: Any):
         super().__init__(mask_factories=mask_factories, use_sparse=use_sparse, mask_count=mask_count,
                          mask_dtype=mask_dtype, shifts=shifts, **kwargs)
 
-    # -- masks ---------------------------------------------------------------
-    def _raw_masks(self) -> list[Any]:
-        """Every factory's output, each a list of single masks (flattened to (1 or n, pixels))."""
-        factories = self.params.mask_factories
-        sig = tuple(self.meta.dataset_shape.sig.to_tuple())
-        pixels = math.prod(sig)
-        if callable(factories):
-            factories = [factories]
-        out = []
-        for f in factories:
-            if not callable(f):
-                raise UDFException(f"{type(self).__name__}: mask_factories must be callables, got {f!r}")
-            m = f()
-            shape = tuple(m.shape)
-            if shape == sig:
-                n = 1
-            elif shape[-len(sig):] == sig and len(shape) == len(sig) + 1:
-                n = shape[0]
-            elif len(shape) == 2 and shape[1] == pixels:
-                n = shape[0]
-            else:
-                raise UDFException(
-                    f"{type(self).__name__}: mask factory {getattr(f, '__name__', f)!r} returned shape "
-                    f"{shape}, expected the signal shape {sig} or a stack (n, *{sig})"
-                )
-            if is_scipy_like(m):
-                m = m.reshape((n, pixels)) if tuple(m.shape) != (n, pixels) else m
-            else:
-                m = m.reshape((n, pixels))
-            out.append(m)
-        return out
-
-    def _mask_info(self) -> tuple[int, np.dtype]:
-        count = self.params.mask_count
-        dtype = self.params.mask_dtype
-        if count is not None and dtype is not None:
-            return int(count), np.dtype(dtype)
-        raw = self._raw_masks()
-        n = sum(m.shape[0] for m in raw)
-        if count is not None and int(count) != n:
-            raise UDFException(f"{type(self).__name__}: mask_count={count} but the factories make {n} masks")
-        dt = np.dtype(dtype) if dtype is not None else np.result_type(*[m.dtype for m in raw])
-        return n, dt
-
-    def _mask_matrix(self):
-        """All masks as a ``(pixels, n_masks)`` matrix: dense numpy or scipy CSC."""
-        import scipy.sparse as sp
-
-        raw = self._raw_masks()
-        _, dtype = self._mask_info()
-        use_sparse = self.params.use_sparse
-        if use_sparse is None:
-            use_sparse = any(_is_sparse(m) for m in raw)
-        if use_sparse:
-            parts = []
-            for m in raw:
-                if is_pydata_sparse(m):
-                    m = m.tocsr() if hasattr(m, "tocsr") else sp.csr_matrix(m.to_scipy_sparse())
-                elif not is_scipy_like(m):
-                    m = sp.csr_matrix(np.asarray(m))
-                parts.append(sp.csr_matrix(m))
-            mat = sp.vstack(parts).T.tocsc().astype(dtype)
-        else:
-            mat = np.concatenate([dense(m) for m in raw], axis=0).T.astype(dtype)
-            mat = np.ascontiguousarray(mat)
-        return mat
+    def _masks(self, backend: str = BACKEND_NUMPY) -> MaskContainer:
+        """The masks as a container for array backend ``backend`` (nothing computed yet)."""
+        p = self.params
+        stack = MaskStack(p.mask_factories, tuple(self.meta.dataset_shape.sig.to_tuple()), type(self).__name__)
+        return MaskContainer(stack, dtype=p.mask_dtype, use_sparse=p.use_sparse, count=p.mask_count,
+                             backend=backend)
 
     # -- UDF interface -------------------------------------------------------
     def get_backends(self) -> tuple[str, ...]:
+        if self.params.shifts is not None:
+            return (BACKEND_NUMPY, BACKEND_CUPY)  # shifted frames are multiplied dense
         return TILE_BACKENDS
 
+    def get_method(self) -> Any:
+        """Whole tiles, or frame by frame with ``shifts`` (each frame has its own shift)."""
+        return "tile" if self.params.shifts is None else "frame"
+
     def get_result_buffers(self):
-        n, mask_dtype = self._mask_info()
-        dtype = np.result_type(self.meta.input_dtype, mask_dtype)
-        return {"intensity": self.buffer(kind="nav", extra_shape=(n,), dtype=dtype, where="device")}
+        masks = self._masks()
+        p = self.params
+        if p.mask_count is not None and p.mask_dtype is None:  # the masks are made anyway (for their dtype)
+            made = masks.computed_masks.shape[0]
+            if made != int(p.mask_count):
+                raise UDFException(f"{type(self).__name__}: mask_count={p.mask_count} but the factories make "
+                                   f"{made} masks")
+        dtype = np.result_type(self.meta.input_dtype, masks.dtype)
+        return {"intensity": self.buffer(kind="nav", extra_shape=(len(masks),), dtype=dtype, where="device")}
 
     def get_task_data(self) -> dict[str, Any]:
-        sig = tuple(self.meta.dataset_shape.sig.to_tuple())
-        return {"masks": self._mask_matrix(), "pixel_index": np.arange(math.prod(sig)).reshape(sig)}
-
-    def _masks_for_tile(self):
-        """Rows of the mask matrix for the current tile's signal slice (cached per scheme index)."""
-        cache = self.__dict__.setdefault("_tile_mask_cache", {})
-        idx = self.meta.tiling_scheme_idx
-        key = (id(self.task_data.masks), idx)
-        m = cache.get(key)
-        if m is None:
-            masks = self.task_data.masks
-            sig_slice = self.meta.sig_slice
-            if len(self.meta.tiling_scheme) == 1:
-                m = masks
-            else:
-                rows = self.task_data.pixel_index[sig_slice.get()].reshape(-1)
-                m = masks[rows]
-            if self.xp is not np and not _is_sparse(m):
-                m = self.xp.asarray(m)
-            cache[key] = m
-        return m
-
-    def _shifted_rows(self, frame_rows: np.ndarray, dy: int, dx: int) -> np.ndarray:
-        """For each tile pixel, the mask pixel it sees under shift (dy, dx), or -1 if outside."""
-        sig = self.meta.dataset_shape.sig.to_tuple()
-        ys, xs = np.unravel_index(frame_rows, sig)
-        ys, xs = ys - dy, xs - dx
-        inside = (ys >= 0) & (ys < sig[0]) & (xs >= 0) & (xs < sig[1])
-        out = np.full(frame_rows.shape, -1)
-        out[inside] = np.ravel_multi_index((ys[inside], xs[inside]), sig)
-        return out
+        backend = BACKEND_CUPY if self.meta.array_backend in CUPY_BACKENDS else BACKEND_NUMPY
+        return {"engine": ApplyMasksEngine(self._masks(backend), self.meta)}
 
     def process_tile(self, tile) -> None:
-        flat = flat2d(tile)
         out = self.results.intensity
-        if self.params.shifts is not None:
-            self._process_shifted(flat, out)
-            return
-        masks = self._masks_for_tile()
-        if _is_sparse(masks) and not is_scipy_like(flat):
-            res = (masks.T @ flat.T).T  # scipy @ dense: ndarray
-        else:
-            res = flat @ masks
-        out += dense(res, out.shape, xp=self.xp).astype(out.dtype, copy=False)
+        out += self.task_data.engine.process_tile(tile).astype(out.dtype, copy=False)
 
-    def _process_shifted(self, flat, out) -> None:
-        if len(self.meta.dataset_shape.sig) != 2:
-            raise UDFException(f"{type(self).__name__}: shifts need a 2D signal")
-        masks = self.task_data.masks
-        rows = self.task_data.pixel_index[self.meta.sig_slice.get()].reshape(-1)
-        shifts = np.asarray(self.params.shifts).reshape(-1, 2).astype(np.int64)
-        for i in range(flat.shape[0]):
-            src_rows = self._shifted_rows(rows, int(shifts[i, 0]), int(shifts[i, 1]))
-            ok = src_rows >= 0
-            frame = dense(flat[i], (-1,))
-            m = masks[src_rows[ok]]
-            v = frame[ok] @ m if not _is_sparse(m) else (m.T @ frame[ok])
-            out[i] += dense(v, out.shape[1:], xp=self.xp).astype(out.dtype, copy=False)
+    def process_frame(self, frame) -> None:
+        out = self.results.intensity
+        res = self.task_data.engine.process_frame_shifted(frame, self.params.shifts)
+        out += res.astype(out.dtype, copy=False)

@@ -20,18 +20,24 @@ result with :meth:`UDF.merge`. Example::
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 import sparseconverter as _sc
 
-from raytile.common.errors import UDFException
+from raytile.common.errors import UDFException, UDFRunCancelled, UnsafeCastError
 from raytile.common.udf import UDFMethod as _UDFMethodEnum
-from raytile.udf.buffers import AuxBufferWrapper, BufferWrapper
+from raytile.udf.buffers import AuxBufferWrapper, BufferWrapper, NavBufferView, PlaceholderBufferWrapper
 from raytile.udf.meta import UDFMeta
+from raytile.udf.protocols import (
+    UDFFrameMixin, UDFPartitionMixin, UDFPostprocessMixin, UDFPreprocessMixin, UDFTileMixin,
+)
 
 __all__ = [
-    "UDF", "UDFData", "MergeAttrMapping", "ArrayWithMask", "UDFMethod", "check_cast", "BACKEND_NUMPY",
+    "UDF", "UDFData", "MergeAttrMapping", "ArrayWithMask", "UDFMethod", "check_cast", "UDFRunCancelled",
+    "UDFFrameMixin", "UDFTileMixin", "UDFPartitionMixin", "UDFPreprocessMixin", "UDFPostprocessMixin",
+    "BACKEND_NUMPY",
     "BACKEND_CUPY", "BACKEND_SPARSE_COO", "BACKEND_SPARSE_GCXS", "BACKEND_SCIPY_CSR", "BACKEND_SCIPY_CSC",
     "BACKEND_CUPY_SCIPY_CSR", "BACKEND_CUPY_SCIPY_CSC", "BACKEND_CUDA",
 ]
@@ -97,6 +103,12 @@ class UDFData:
     def __init__(self, data: Mapping[str, Any]):
         object.__setattr__(self, "_data", dict(data))
         object.__setattr__(self, "_views", {})
+        object.__setattr__(self, "_meta", None)
+
+    def bind_meta(self, meta: UDFMeta | None) -> None:
+        """The owning UDF's meta (``UDF.results`` keeps it current): :meth:`get_buffer` reads the data
+        set's nav shape and ROI from it."""
+        object.__setattr__(self, "_meta", meta)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -127,8 +139,21 @@ class UDFData:
         except AttributeError:
             return default
 
-    def get_buffer(self, name: str) -> BufferWrapper:
-        return self._data[name]
+    def get_buffer(self, name: str) -> BufferWrapper | NavBufferView:
+        """The declared buffer ``name`` itself, not the current view.
+
+        On the main node (``merge``, ``get_results``) an allocated ``nav``
+        buffer comes as a :class:`~raytile.udf.buffers.NavBufferView`: its
+        ``data`` is shaped like the data set's nav (+ extra shape), NaN or 0
+        outside the ROI, and ``raw_data`` is the stored ROI-compressed array,
+        as LiberTEM's ``BufferWrapper.data`` / ``raw_data``.
+        """
+        buf = self._data[name]
+        meta = self._meta
+        if (isinstance(buf, BufferWrapper) and buf.kind == "nav" and buf.data is not None and meta is not None
+                and meta.on_main_node):
+            return NavBufferView(buf, meta.dataset_shape.nav.to_tuple(), meta.roi)
+        return buf
 
     def items(self):
         return self._data.items()
@@ -206,16 +231,41 @@ class UDF:
 
     def __init__(self, **kwargs: Any):
         self._kwargs = dict(kwargs)
+        self._meta: UDFMeta | None = None
         self.params = UDFData(self._kwargs)
         self.results = UDFData({})
         self.task_data = UDFData({})
-        self._meta: UDFMeta | None = None
         self._backend: str = BACKEND_NUMPY
+
+    @property
+    def results(self) -> UDFData:
+        """The result buffers, read through the view of the unit being processed."""
+        return self._results
+
+    @results.setter
+    def results(self, value: UDFData) -> None:
+        value.bind_meta(self._meta)
+        self._results = value
 
     # -- parameters and copies --------------------------------------------
     def copy(self) -> "UDF":
-        """A new instance of the same class with the same parameters."""
-        return self.__class__(**self._kwargs)
+        """This instance for another run or the main node: its own attributes, its own parameters.
+
+        As LiberTEM uses the user's own instance on the main node, attributes
+        a subclass sets in ``__init__`` (besides the parameters) are kept,
+        e.g. LiberTEM's ``RecordUDF``, whose ``_is_master`` flag is not a
+        parameter. The copy is shallow, with a parameter dict of its own (a
+        patch to it leaves this instance alone) and no results, task data or
+        meta. Per partition, :meth:`copy_for_partition` builds a fresh
+        instance from the parameters instead.
+        """
+        new = copy.copy(self)
+        new._kwargs = dict(self._kwargs)
+        new._meta = None
+        new.params = UDFData(new._kwargs)
+        new.results = UDFData({})
+        new.task_data = UDFData({})
+        return new
 
     def update_parameters(self, patch: Mapping[str, Any]) -> None:
         """Change parameters (a live patch); unknown names are an error."""
@@ -274,8 +324,10 @@ class UDF:
     @staticmethod
     def buffer(kind: str, extra_shape: tuple = (), dtype: Any = "float32", where: str | None = None,
                use: str | None = None) -> BufferWrapper:
-        """Declare a result buffer (see :class:`~raytile.udf.buffers.BufferWrapper`)."""
-        return BufferWrapper(kind, extra_shape, dtype, where, use)  # type: ignore[arg-type]
+        """Declare a result buffer (see :class:`~raytile.udf.buffers.BufferWrapper`); a ``result_only``
+        one is a :class:`~raytile.udf.buffers.PlaceholderBufferWrapper` (never allocated)."""
+        cls = PlaceholderBufferWrapper if use == "result_only" else BufferWrapper
+        return cls(kind, extra_shape, dtype, where, use)  # type: ignore[arg-type]
 
     @classmethod
     def aux_data(cls, data: np.ndarray, kind: str = "nav", extra_shape: tuple = (),
@@ -300,6 +352,7 @@ class UDF:
 
     def set_meta(self, meta: UDFMeta) -> None:
         self._meta = meta
+        self._results.bind_meta(meta)
 
     def set_backend(self, backend: str) -> None:
         self._backend = backend
@@ -406,11 +459,19 @@ class UDF:
     postprocess: Callable[[], Any] | None = None
 
 
-def check_cast(src, dest, name: str) -> None:
-    """Refuse to merge a partial result that would lose precision in the result buffer."""
+def check_cast(src: Any, dest: Any, name: str | None = None) -> None:
+    """Refuse to merge a partial result ``src`` that would lose precision in the result buffer ``dest``.
+
+    LiberTEM's ``check_cast(fromvar, tovar)``; ``name`` (the UDF and buffer)
+    goes into the message. Raises :class:`~raytile.common.errors.UnsafeCastError`,
+    a ``UDFException`` and, as LiberTEM's, a ``TypeError``.
+
+    >>> check_cast(np.zeros(2, np.float32), np.zeros(2, np.float64))  # widening is fine
+    """
     src_dtype = getattr(src, "dtype", None)
     dest_dtype = getattr(dest, "dtype", None)
     if src_dtype is None or dest_dtype is None:
         return
     if not np.can_cast(src_dtype, dest_dtype, casting="safe"):
-        raise UDFException(f"cannot merge {name}: {src_dtype} does not fit safely into {dest_dtype}")
+        what = "" if name is None else f" {name}"
+        raise UnsafeCastError(f"cannot merge{what}: {src_dtype} does not fit safely into {dest_dtype}")

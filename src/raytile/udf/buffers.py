@@ -2,17 +2,39 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
+from raytile.common.buffers import BufferKind, BufferLocation, BufferUse
 from raytile.common.errors import UDFException
 
-__all__ = ["BufferWrapper", "AuxBufferWrapper", "BufferKind", "BufferUse", "BufferLocation"]
+__all__ = [
+    "BufferWrapper", "AuxBufferWrapper", "PlaceholderBufferWrapper", "NavBufferView", "BufferKind", "BufferUse",
+    "BufferLocation", "expand_nav",
+]
 
-BufferKind = Literal["nav", "sig", "single"]
-BufferUse = Literal["private", "result_only", None]
-BufferLocation = Literal["device", None]
+
+def expand_nav(arr: np.ndarray, nav_shape: tuple[int, ...], roi: np.ndarray | None,
+               extra_shape: tuple[int, ...]) -> np.ndarray:
+    """Place ROI-compressed nav values ``(n_roi, *extra)`` into a full nav-shaped array.
+
+    Positions outside the ROI are NaN for float and complex results (as in
+    LiberTEM), zero (False) for others. Without an ROI the result is a
+    reshaped view of ``arr``.
+
+    >>> expand_nav(np.array([1.0, 2.0]), (2, 2), np.array([[True, False], [False, True]]), ()).tolist()
+    [[1.0, nan], [nan, 2.0]]
+    """
+    arr = np.asarray(arr)
+    full_shape = tuple(nav_shape) + tuple(extra_shape)
+    if roi is None:
+        return arr.reshape(full_shape)
+    fill = np.nan if arr.dtype.kind in "fc" else 0
+    flat_roi = np.asarray(roi, dtype=bool).reshape(-1)
+    out = np.full((flat_roi.size,) + tuple(extra_shape), fill, dtype=arr.dtype)
+    out[flat_roi] = arr
+    return out.reshape(full_shape)
 
 
 class BufferWrapper:
@@ -58,6 +80,11 @@ class BufferWrapper:
     def is_allocated(self) -> bool:
         return self.data is not None
 
+    @property
+    def raw_data(self) -> Any:
+        """The array as stored: for ``nav`` buffers flat and ROI-compressed (LiberTEM's ``raw_data``)."""
+        return self.data
+
     # -- views into ``data`` for one unit of work ---------------------------
     def view_for_tile(self, nav_start: int, count: int, sig_index: tuple):
         """``nav_start``: tile's first frame relative to the partition."""
@@ -87,6 +114,66 @@ class BufferWrapper:
     def __repr__(self) -> str:
         return (f"BufferWrapper(kind={self.kind!r}, extra_shape={self.extra_shape}, dtype={self.dtype}, "
                 f"use={self.use!r}, allocated={self.is_allocated})")
+
+
+class PlaceholderBufferWrapper(BufferWrapper):
+    """A declaration that is never allocated: what ``UDF.buffer(..., use="result_only")`` returns.
+
+    As in LiberTEM, such a result exists only once ``get_results`` computes
+    it; its ``data`` stays ``None`` on the workers and on the main node.
+    """
+
+    def allocate(self, num_frames: int, sig_shape: tuple[int, ...], xp=np) -> None:
+        """Nothing to allocate."""
+
+
+class NavBufferView:
+    """A ``nav`` buffer on the main node as LiberTEM's ``get_buffer`` shows it: ``data`` shaped like the data set.
+
+    ``self.results.get_buffer(name)`` returns this for an allocated ``nav``
+    buffer on the main node (in ``merge``, ``get_results``, the main node's
+    ``preprocess``), so that ``get_buffer(name).data`` is ``nav_shape +
+    extra_shape`` with NaN (float) or 0 outside the ROI, as in LiberTEM;
+    ``raw_data`` is the stored, ROI-compressed array and ``buffer`` the
+    :class:`BufferWrapper` itself. Without an ROI ``data`` is a view of the
+    stored array; with one it is a new array.
+    """
+
+    def __init__(self, buffer: BufferWrapper, nav_shape: tuple[int, ...], roi: np.ndarray | None):
+        self.buffer = buffer
+        self.nav_shape = tuple(nav_shape)
+        self.roi = roi
+
+    @property
+    def kind(self) -> BufferKind:
+        return self.buffer.kind
+
+    @property
+    def extra_shape(self) -> tuple[int, ...]:
+        return self.buffer.extra_shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.buffer.dtype
+
+    @property
+    def where(self) -> BufferLocation:
+        return self.buffer.where
+
+    @property
+    def use(self) -> BufferUse:
+        return self.buffer.use
+
+    @property
+    def raw_data(self) -> Any:
+        return self.buffer.data
+
+    @property
+    def data(self) -> np.ndarray:
+        return expand_nav(self.buffer.data, self.nav_shape, self.roi, self.buffer.extra_shape)
+
+    def __repr__(self) -> str:
+        return f"NavBufferView({self.buffer!r}, nav_shape={self.nav_shape})"
 
 
 class AuxBufferWrapper(BufferWrapper):

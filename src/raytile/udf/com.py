@@ -10,21 +10,26 @@ and :func:`com_masks_generic`.
 
 from __future__ import annotations
 
+import functools
 import math
 from enum import IntEnum
 from typing import Any, Callable, Literal, Mapping, NamedTuple, Union
 
 import numpy as np
+from sparseconverter import CUPY_BACKENDS
 
 from raytile import masks as _masks
+from raytile.common.container import MaskContainer
 from raytile.common.errors import UDFException
-from raytile.udf._tiles import TILE_BACKENDS, dense, flat2d
-from raytile.udf.base import UDF
+from raytile.corrections import coordinates
+from raytile.udf._tiles import TILE_BACKENDS
+from raytile.udf.base import BACKEND_CUPY, BACKEND_NUMPY, UDF
+from raytile.udf.maskengine import ApplyMasksEngine
 
 __all__ = [
     "CoMUDF", "CoMParams", "RegressionOptions", "RegressionOptionsT", "apply_correction", "curl_2d",
     "divergence", "magnitude", "correction_matrix", "center_shifts", "coordinate_check", "guess_corrections",
-    "GuessResult", "com_masks_factory", "com_masks_generic",
+    "GuessResult", "com_masks_factory", "com_masks_generic", "moment_masks",
 ]
 
 
@@ -60,15 +65,13 @@ def correction_matrix(scan_rotation: float, flip_y: bool) -> np.ndarray:
     """The 2x2 matrix acting on ``(y, x)`` shift vectors: rotation by ``scan_rotation`` degrees after the flip.
 
     A positive angle turns a vector clockwise in the usual image display (y
-    down); ``flip_y`` negates y first.
+    down); ``flip_y`` negates y first. Built from :mod:`raytile.corrections.coordinates`.
 
     >>> np.round(correction_matrix(90, False) @ [0.0, 1.0], 6)  # (dy, dx) = (0, 1) -> (1, 0)
     array([1., 0.])
     """
-    a = math.radians(float(scan_rotation))
-    rot = np.array([[math.cos(a), math.sin(a)], [-math.sin(a), math.cos(a)]])
-    flip = np.diag([-1.0, 1.0]) if flip_y else np.eye(2)
-    return rot @ flip
+    flip = coordinates.flip_y() if flip_y else coordinates.identity()
+    return coordinates.rotate_deg(float(scan_rotation)) @ flip
 
 
 def apply_correction(y_centers: np.ndarray, x_centers: np.ndarray, scan_rotation: float, flip_y: bool,
@@ -232,6 +235,19 @@ def com_masks_factory(detector_y: int, detector_x: int, cy: float, cx: float,
 _FLAT = ("cy", "cx", "r", "ri", "scan_rotation", "flip_y", "regression")
 
 
+def moment_masks(sig: tuple[int, ...], cy: float, cx: float, r: float, ri: float) -> np.ndarray:
+    """``(3, *sig)`` float64: the region ``ri <= d <= r`` around ``(cy, cx)``, and the region weighted by
+    y and by x. A frame times these gives its intensity and its y and x moments (:class:`CoMUDF`).
+
+    >>> moment_masks((3, 3), 1.0, 1.0, 1.0, 0.0)[2].tolist()
+    [[0.0, 1.0, 0.0], [0.0, 1.0, 2.0], [0.0, 1.0, 0.0]]
+    """
+    y, x = np.mgrid[: sig[0], : sig[1]].astype(np.float64)
+    d = np.sqrt((y - cy) ** 2 + (x - cx) ** 2)
+    region = ((d <= r) & (d >= ri)).astype(np.float64)
+    return np.stack([region, y * region, x * region])
+
+
 class CoMUDF(UDF):
     """Centre of mass of every frame, optionally within a ring ``ri <= d <= r`` around ``(cy, cx)``.
 
@@ -356,24 +372,17 @@ class CoMUDF(UDF):
         }
 
     def get_task_data(self) -> dict[str, Any]:
-        sig = self.meta.dataset_shape.sig.to_tuple()
+        sig = tuple(self.meta.dataset_shape.sig.to_tuple())
         cy, cx = self.centre()
         ri = 0.0 if self.params.ri is None else float(self.params.ri)
-        y, x = np.mgrid[: sig[0], : sig[1]].astype(np.float64)
-        d = np.sqrt((y - cy) ** 2 + (x - cx) ** 2)
-        region = ((d <= self.params.r) & (d >= ri)).astype(np.float64)
-        # (pixels, 3): region, y * region, x * region
-        weights = np.stack([region, y * region, x * region], axis=-1)
-        return {"weights": weights}
+        factory = functools.partial(moment_masks, sig, cy, cx, float(self.params.r), ri)
+        backend = BACKEND_CUPY if self.meta.array_backend in CUPY_BACKENDS else BACKEND_NUMPY
+        masks = MaskContainer(factory, dtype=np.float64, use_sparse=False, count=3, backend=backend)
+        return {"engine": ApplyMasksEngine(masks, self.meta)}
 
     def process_tile(self, tile) -> None:
-        w = self.task_data.weights[self.meta.sig_slice.get()].reshape(-1, 3)
-        flat = flat2d(tile)
-        if self.xp is not np:
-            w = self.xp.asarray(w)
-        res = flat @ w
         out = self.results.moments
-        out += dense(res, out.shape, xp=self.xp)
+        out += self.task_data.engine.process_tile(tile)
 
     # -- results -------------------------------------------------------------------------------
     def _nav_coords(self) -> np.ndarray:

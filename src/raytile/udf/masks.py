@@ -16,9 +16,11 @@ from __future__ import annotations
 import numpy as np
 
 from raytile import masks as _lt
-from raytile.udf.applymasks import ApplyMasksUDF  # where LiberTEM keeps it: libertem.udf.masks
+# where LiberTEM keeps them: libertem.udf.masks
+from raytile.udf.applymasks import ApplyMasksUDF
+from raytile.udf.maskengine import ApplyMasksEngine
 
-__all__ = ["disk", "ring", "point", "ApplyMasksUDF"]
+__all__ = ["disk", "ring", "point", "ApplyMasksUDF", "ApplyMasksEngine"]
 
 
 def _check_2d(shape: tuple[int, ...]) -> tuple[int, int]:

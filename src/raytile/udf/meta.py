@@ -51,6 +51,12 @@ class UDFMeta:
         self._frame_coords: np.ndarray | None = None
 
     @property
+    def on_main_node(self) -> bool:
+        """True for the main node's meta (planning, the main node's ``preprocess``, ``merge``,
+        ``get_results``): no partition is being processed."""
+        return self._partition_slice is None
+
+    @property
     def partition_shape(self) -> Shape:
         """Shape of the current partition (frames counted after the ROI)."""
         if self._partition_slice is None:

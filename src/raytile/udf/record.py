@@ -84,16 +84,8 @@ class RecordUDF(UDF):
     def _shape(self) -> tuple[int, ...]:
         return record_shape(self.meta.dataset_shape, self.meta.roi)
 
-    def _on_main_node(self) -> bool:
-        """True where no partition is being processed (the main node's ``preprocess``)."""
-        try:
-            self.meta.partition_shape
-        except ValueError:
-            return True
-        return False
-
     def preprocess(self) -> None:
-        if not self._on_main_node():
+        if not self.meta.on_main_node:
             return  # the file exists: the main node made it before any task; get_task_data opened it
         path = self.params.filename
         shape, dtype = self._shape(), np.dtype(self.meta.input_dtype)
