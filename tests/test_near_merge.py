@@ -68,6 +68,38 @@ def test_segments_merge_to_the_same_result_as_partitions(inline_ctx, data, with_
     np.testing.assert_allclose(merged[2]["var"], frames.var(axis=0), rtol=1e-5)
 
 
+@pytest.mark.parametrize("with_roi", [False, True])
+def test_without_nav_buffers_a_worker_holds_one_segment_with_gaps(inline_ctx, data, with_roi):
+    """Sig-sized results merge whatever partitions a worker ran into one segment: one result per worker."""
+    roi = None
+    if with_roi:
+        roi = np.zeros(data.shape[:2], bool)
+        roi[1:6, 2:9] = True
+    ds = inline_ctx.load("memory", data=data, num_partitions=8)
+    udfs = [rt.SumUDF(), rt.StdDevUDF()]
+    plan = make_plan(ds, udfs, roi=roi)
+    parts = {t.idx: run_partition(t, plan.params) for t in plan.tasks}
+    segments = []
+    for mine in ([0, 2, 5], [1, 3, 4, 6, 7]):
+        merger = SegmentMerger(plan.params)
+        for t in plan.tasks:
+            if t.idx in mine:
+                merger.add(parts[t.idx], t.partition.roi_offset(plan.params.roi))
+        held = merger.take()
+        assert len(held) == 1 and sorted(held[0].covers) == [t.idx for t in plan.tasks if t.idx in mine]
+        segments.append(held[0].as_result("w"))
+    direct = _accumulate(plan, parts.values())
+    merged = _accumulate(plan, segments)
+    frames = data.reshape(-1, 10, 10).astype(np.float64)
+    if roi is not None:
+        frames = frames[roi.reshape(-1)]
+    np.testing.assert_allclose(merged[0]["intensity"], frames.sum(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(merged[1]["var"], frames.var(axis=0), rtol=1e-5)
+    for d, m in zip(direct, merged):
+        for name in d:
+            np.testing.assert_allclose(m[name], d[name], rtol=1e-6, err_msg=name)
+
+
 @pytest.mark.ray
 def test_coordinator_receives_few_merged_results_and_exact_values(ray_context, data, monkeypatch):
     ex = ray_context.executor

@@ -7,16 +7,20 @@ issue #106 measured this as the scaling limit). A worker instead merges the
 results of the partitions it ran, with the UDFs' own ``merge``, and sends the
 merged state now and then: O(workers) results per run.
 
-It merges into *segments*: runs of partitions that are contiguous in the
-(ROI-compressed) nav space. A segment is exactly what one larger partition
-covering its nav range would have produced: its nav buffers cover that range,
+It merges into *segments*. With nav buffers (a result per frame) a segment
+is a run of partitions contiguous in the (ROI-compressed) nav space, exactly
+what one larger partition covering its nav range would have produced: its
+nav buffers cover that range,
 its sig and single buffers are the merge of its partitions into freshly
 allocated (zeroed) buffers, the same as the coordinator would do. So the
 coordinator merges a segment like a partition, any UDF's merge stays exact,
 and ``damage`` and per-partition parameter versions stay exact (a segment
 lists the partitions it covers, all of one parameters version). The
 coordinator dispatches each worker a contiguous block of partitions (see
-``RunState``), so a worker usually holds one segment per run.
+``RunState``), so a worker usually holds one segment per run. Without nav
+buffers (sig-sized and single results only) the position of a partition
+does not matter: a worker holds exactly one segment per run, with gaps,
+and the coordinator receives one result per worker and send.
 
 UDFs that only implement ``merge_all`` cannot be merged pairwise: a run with
 one of them keeps merging in the coordinator (:func:`merges_pairwise`).
@@ -66,9 +70,10 @@ class Segment:
             {**merged, **{name: np.concatenate(parts) for name, parts in chunks.items()}}
             for merged, chunks in zip(self.buffers, self.nav_chunks)
         ]
+        has_nav = any(self.nav_chunks)
         return PartitionResult(idx=self.covers[0], buffers=buffers, version=self.version, worker=worker,
                                num_frames=self.num_frames, covers=list(self.covers),
-                               nav_range=(self.nav_start, self.nav_stop))
+                               nav_range=(self.nav_start, self.nav_stop) if has_nav else None)
 
 
 class SegmentMerger:
@@ -85,6 +90,7 @@ class SegmentMerger:
             udf.results = UDFData(udf.get_result_buffers())  # declarations: merge looks up buffer kinds
             self._udfs.append(udf)
         self._sig = params.dataset_shape.sig.to_tuple()
+        self._has_nav = any(buf.kind == "nav" for udf in self._udfs for _, buf in udf.results.buffers())
         self._segments: list[Segment] = []
 
     @property
@@ -101,7 +107,7 @@ class SegmentMerger:
         A UDF's merge that raises gives a UDFException naming the UDF and ``where`` (the partition).
         """
         count = result.num_frames
-        seg = next((s for s in self._segments if s.nav_stop == nav_start), None)
+        seg = next((s for s in self._segments if s.nav_stop == nav_start or not self._has_nav), None)
         fresh = self._fresh(count)
         if seg is None:
             seg = Segment(result.version, nav_start, nav_start,
