@@ -933,3 +933,271 @@ def test_mask_container_on_cupy():
         m = MaskContainer(lambda: sparse.COO.from_numpy(stack), backend=UDF.BACKEND_CUPY, use_sparse=fmt).get(tile)
         assert isinstance(m, cls)
         np.testing.assert_array_equal(m.get().toarray(), _expected(stack, tile))
+
+
+# -- names a UDF module imports, added for the ports of com.py and record.py ------------------
+# Compared with LiberTEM's own objects where LiberTEM is installed.
+
+def _libertem(module: str):
+    pytest.importorskip("libertem")
+    import importlib
+
+    return importlib.import_module(module)
+
+
+def test_corrections_coordinates_match_libertem():
+    from raytile.corrections import coordinates as rt_coords
+
+    lt_coords = _libertem("libertem.corrections.coordinates")
+    for angle in (0.0, 0.3, -2.0, np.pi):
+        np.testing.assert_allclose(rt_coords.rotate(angle), lt_coords.rotate(angle), atol=1e-15)
+    for deg in (0.0, 12.5, -90.0, 270.0):
+        np.testing.assert_allclose(rt_coords.rotate_deg(deg), lt_coords.rotate_deg(deg), atol=1e-15)
+    for name in ("flip_y", "flip_x", "identity"):
+        np.testing.assert_array_equal(getattr(rt_coords, name)(), getattr(lt_coords, name)())
+    np.testing.assert_array_equal(rt_coords.scale(2.5), lt_coords.scale(2.5))
+    for s, deg, flip in ((1.0, 0.0, False), (2.0, 30.0, True), (0.5, -135.0, True), (3.0, 179.0, False)):
+        mat = lt_coords.scale(s) @ lt_coords.rotate_deg(deg) @ (lt_coords.flip_y() if flip else lt_coords.identity())
+        got, want = rt_coords.scale_rotate_flip_y(mat), lt_coords.scale_rotate_flip_y(mat)
+        np.testing.assert_allclose(got[:2], want[:2], atol=1e-12)
+        assert got[2] == want[2] == flip
+        np.testing.assert_allclose(got[1], np.deg2rad(deg), atol=1e-12)
+    for bad in (np.diag([1.0, 2.0]), np.array([[1.0, 0.5], [0.0, 1.0]])):  # two scales; a shear
+        with pytest.raises(ValueError):
+            lt_coords.scale_rotate_flip_y(bad)
+        with pytest.raises(ValueError):
+            rt_coords.scale_rotate_flip_y(bad)
+
+
+def test_corrections_package_exposes_raytiles_correction_set():
+    import raytile.corrections as corrections
+    from raytile.corrections.corrset import CorrectionSet as from_corrset
+    from raytile.io.corrections import CorrectionSet
+
+    assert corrections.CorrectionSet is CorrectionSet and from_corrset is CorrectionSet
+    with pytest.raises(AttributeError):
+        corrections.correct  # noqa: B018 - LiberTEM's detector kernels are not mapped
+    dark = np.ones(SIG, np.float32)
+    corr = corrections.CorrectionSet(dark=dark, gain=np.full(SIG, 2.0, np.float32))
+    tile = np.full((2,) + SIG, 5.0, np.float32)
+    corr.apply(tile, _tile(origin_sig=(0, 0), shape_sig=SIG, frames=2, first=0))
+    np.testing.assert_array_equal(tile, (5.0 - 1.0) * 2.0)
+
+
+def test_make_polar_matches_libertem():
+    lt_utils = _libertem("libertem.utils")
+    rng = np.random.default_rng(5)
+    for shape in ((7, 2), (3, 4, 2), (2,)):
+        vectors = rng.normal(size=shape)
+        np.testing.assert_allclose(masks.make_polar(vectors), lt_utils.make_polar(vectors), rtol=1e-14)
+    assert masks.make_polar is __import__("raytile.masks", fromlist=["x"]).make_polar
+    assert hasattr(_libertem("libertem.masks"), "make_polar")
+
+
+def test_polar_map_matches_libertem():
+    lt_masks = _libertem("libertem.masks")
+    for kw in ({}, {"stretchY": 1.5, "angle": 0.4}):
+        got = masks.polar_map(3.5, 2.0, 9, 7, **kw)
+        want = lt_masks.polar_map(3.5, 2.0, 9, 7, **kw)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-14, atol=1e-15)
+
+
+def test_container_to_sparse_is_the_sparse_modules():
+    from raytile.common import container
+    from raytile.common import sparse as rt_sparse
+
+    assert container.to_sparse is rt_sparse.to_sparse
+    np.testing.assert_array_equal(container.to_sparse(np.eye(3)).todense(), np.eye(3))
+
+
+def test_buffer_type_aliases_and_placeholder():
+    import typing
+
+    from raytile.common import buffers
+    from raytile.udf import buffers as udf_buffers
+
+    lt_buffers = _libertem("libertem.common.buffers")
+    assert set(typing.get_args(buffers.BufferKind)) == set(typing.get_args(lt_buffers.BufferKind))
+    lt_location = set(typing.get_args(lt_buffers.BufferLocation))
+    lt_location = {a for t in lt_location for a in (typing.get_args(t) or (t,))}  # Literal['device'] | None
+    assert set(typing.get_args(buffers.BufferLocation)) == {None if a is type(None) else a for a in lt_location}
+    # LiberTEM's BufferUse leaves None out (its signatures say BufferUse | None); raytile's includes it
+    assert set(typing.get_args(buffers.BufferUse)) == set(typing.get_args(lt_buffers.BufferUse)) | {None}
+    assert udf_buffers.BufferKind is buffers.BufferKind and udf_buffers.BufferUse is buffers.BufferUse
+    assert buffers.PlaceholderBufferWrapper is udf_buffers.PlaceholderBufferWrapper
+
+    lt_udf = _libertem("libertem.udf")
+    for use, lt_cls, rt_cls in ((None, lt_buffers.BufferWrapper, buffers.BufferWrapper),
+                                ("private", lt_buffers.BufferWrapper, buffers.BufferWrapper),
+                                ("result_only", lt_buffers.PlaceholderBufferWrapper, buffers.PlaceholderBufferWrapper)):
+        lt_buf = lt_udf.UDF().buffer(kind="nav", dtype="float32", use=use)
+        rt_buf = UDF().buffer(kind="nav", dtype="float32", use=use)
+        assert type(lt_buf) is lt_cls and type(rt_buf) is rt_cls
+        assert isinstance(rt_buf, buffers.PlaceholderBufferWrapper) == isinstance(
+            lt_buf, lt_buffers.PlaceholderBufferWrapper)
+    placeholder = UDF().buffer(kind="sig", use="result_only")
+    placeholder.allocate(4, SIG)
+    assert placeholder.data is None and not placeholder.is_allocated
+
+
+def test_check_cast_like_libertem():
+    from raytile.common.errors import UDFException, UnsafeCastError
+    from raytile.udf import check_cast
+    from raytile.udf.base import check_cast as base_check_cast
+
+    lt_check_cast = _libertem("libertem.udf").check_cast
+    assert check_cast is base_check_cast
+    pairs = [(np.float64, np.float32), (np.float32, np.float64), (np.int64, np.int32), (np.uint8, np.int16),
+             (np.complex64, np.float64), (np.float32, np.complex64), (np.int64, np.float64)]
+    for src, dest in pairs:
+        a, b = np.zeros(2, src), np.zeros(2, dest)
+        try:
+            lt_check_cast(a, b)
+            lt_raises = False
+        except TypeError:
+            lt_raises = True
+        if lt_raises:
+            with pytest.raises(TypeError) as err:
+                check_cast(a, b)  # LiberTEM's two-argument form
+            assert isinstance(err.value, UnsafeCastError) and isinstance(err.value, UDFException)
+            with pytest.raises(UnsafeCastError, match="MyUDF.x"):
+                check_cast(a, b, "MyUDF.x")
+        else:
+            check_cast(a, b)
+
+
+def test_udf_mixins_match_libertem():
+    import raytile as rt
+    import raytile.udf as rt_udf
+    import raytile.udf.base as rt_base
+
+    lt_udf = _libertem("libertem.udf")
+    names = ("UDFFrameMixin", "UDFTileMixin", "UDFPartitionMixin", "UDFPreprocessMixin", "UDFPostprocessMixin")
+    for name in names:
+        assert getattr(rt_udf, name) is getattr(rt_base, name)
+    assert rt_udf.UDFRunCancelled is rt.UDFRunCancelled is rt_base.UDFRunCancelled
+
+    def kinds(base, mixin_base=None):
+        """Classes each defining some of the methods, made on ``base`` (LiberTEM's or raytile's UDF)."""
+        body = {
+            "frame": {"process_frame": lambda self, frame: None},
+            "tile+pre": {"process_tile": lambda self, tile: None, "preprocess": lambda self: None},
+            "partition+post": {"process_partition": lambda self, p: None, "postprocess": lambda self: None},
+        }
+        out = {k: type(k, (base,), v) for k, v in body.items()}
+        if mixin_base is not None:  # a UDF listing a mixin among its bases
+            out["listed"] = type("listed", (base, mixin_base), {"process_frame": lambda self, frame: None})
+        return out
+
+    lt_classes = kinds(lt_udf.UDF, lt_udf.UDFFrameMixin)
+    rt_classes = kinds(rt_udf.UDF, rt_udf.UDFFrameMixin)
+    for key in lt_classes:
+        for name in names:
+            lt_is = isinstance(lt_classes[key](), getattr(lt_udf, name))
+            rt_is = isinstance(rt_classes[key](), getattr(rt_udf, name))
+            assert rt_is == lt_is, (key, name)
+    assert rt_classes["listed"]().get_method() == "frame"
+
+
+# -- ApplyMasksEngine: tiles of every kind against numpy --------------------------------------
+
+def _engine_meta(dataset_shape, scheme, backend="numpy", input_dtype=np.float32):
+    from raytile.udf.meta import UDFMeta
+
+    part = Slice((0,) + (0,) * len(SIG), Shape((dataset_shape[0],) + SIG, sig_dims=2))
+    return UDFMeta(part, Shape(dataset_shape, sig_dims=2), None, np.float32, input_dtype, scheme,
+                   array_backend=backend)
+
+
+@pytest.mark.parametrize("masks_as", ["dense", "scipy.sparse", "scipy.sparse.csc", "sparse.pydata"])
+@pytest.mark.parametrize("tile_as", ["numpy", "scipy.sparse.csr_matrix", "sparse.COO"])
+def test_apply_masks_engine_tiles_against_numpy(masks_as, tile_as):
+    from raytile.common.tiling import TilingScheme
+    from raytile.udf.masks import ApplyMasksEngine
+
+    rng = np.random.default_rng(8)
+    frames = (rng.random((5,) + SIG) * (rng.random((5,) + SIG) < 0.5)).astype(np.float32)
+    stack = _mask_stack()
+    use_sparse = False if masks_as == "dense" else masks_as
+    container = MaskContainer([(lambda m=m: sp.csr_matrix(m)) for m in stack], use_sparse=use_sparse,
+                              dtype=np.float32)
+    dataset_shape = (5,) + SIG
+    scheme = TilingScheme.make_for_shape(Shape((5, 3, 8), sig_dims=2), Shape(dataset_shape, sig_dims=2))
+    assert len(scheme) == 2
+    meta = _engine_meta(dataset_shape, scheme, backend=tile_as)
+    engine = ApplyMasksEngine(container, meta)
+    for idx in range(len(scheme)):
+        meta.tiling_scheme_idx = idx
+        region = scheme[idx].get()
+        part = frames[(slice(None),) + region]
+        if tile_as == "numpy":
+            tile = part
+        elif tile_as == "sparse.COO":
+            tile = sparse.COO.from_numpy(part)
+        else:
+            tile = sp.csr_matrix(part.reshape(5, -1))
+        got = engine.process_tile(tile)
+        want = np.einsum("fyx,nyx->fn", part, stack[(slice(None),) + region])
+        assert isinstance(got, np.ndarray) and got.shape == (5, 3)
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("masks_as", ["dense", "scipy.sparse"])
+def test_apply_masks_engine_shifted_frames_against_numpy(masks_as):
+    from raytile.common.tiling import TilingScheme
+    from raytile.udf.masks import ApplyMasksEngine
+
+    rng = np.random.default_rng(9)
+    frame = rng.random(SIG).astype(np.float32)
+    stack = _mask_stack()
+    container = MaskContainer(lambda: stack, use_sparse=False if masks_as == "dense" else masks_as)
+    scheme = TilingScheme.make_for_shape(Shape((1,) + SIG, sig_dims=2), Shape((1,) + SIG, sig_dims=2))
+    engine = ApplyMasksEngine(container, _engine_meta((1,) + SIG, scheme))
+    y, x = np.mgrid[: SIG[0], : SIG[1]]
+    for dy, dx in ((0, 0), (2, -3), (-5, 7), (6, 0), (0, -8), (3, 3)):
+        sy, sx = y - dy, x - dx  # frame pixel (y, x) meets mask pixel (y - dy, x - dx)
+        inside = (sy >= 0) & (sy < SIG[0]) & (sx >= 0) & (sx < SIG[1])
+        moved = np.zeros_like(stack)
+        moved[:, inside] = stack[:, sy[inside], sx[inside]]
+        want = np.einsum("yx,nyx->n", frame, moved)
+        got = engine.process_frame_shifted(frame, np.array([dy, dx]))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7, err_msg=f"shift {(dy, dx)}")
+    with pytest.raises(ValueError, match="one entry per signal dim"):
+        engine.process_frame_shifted(frame, (1, 2, 3))
+
+
+@pytest.mark.parametrize("shifts", ["constant", "per frame"])
+def test_applymasks_shifts_against_libertem(shifts):
+    """raytile's ApplyMasksUDF with ``shifts`` (frames through ApplyMasksEngine.process_frame_shifted)
+    against LiberTEM's ApplyMasksUDF on the same data, with and without an ROI."""
+    import raytile as rt
+    from raytile.udf import ApplyMasksUDF
+
+    lt_api = _libertem("libertem.api")
+    lt_masks = _libertem("libertem.udf.masks")
+    rng = np.random.default_rng(12)
+    data = rng.random((4, 5) + SIG).astype(np.float32)
+    stack = _mask_stack()
+    factories = [(lambda m=m: m) for m in stack]
+    roi = rng.random((4, 5)) < 0.5
+    per_frame = rng.integers(-4, 5, size=(4, 5, 2)).ravel()
+
+    def make(cls):
+        if shifts == "constant":
+            return cls(mask_factories=factories, shifts=(2, -3))
+        return cls(mask_factories=factories,
+                   shifts=cls.aux_data(per_frame, kind="nav", extra_shape=(2,), dtype=per_frame.dtype))
+
+    lt_ctx = lt_api.Context.make_with("inline")
+    ctx = rt.Context(executor="inline")
+    try:
+        for r in (None, roi):
+            want = lt_ctx.run_udf(dataset=lt_ctx.load("memory", data=data, num_partitions=3), roi=r,
+                                  udf=make(lt_masks.ApplyMasksUDF))["intensity"].data
+            got = ctx.run_udf(dataset=ctx.load("memory", data=data, num_partitions=3), roi=r,
+                              udf=make(ApplyMasksUDF))["intensity"].data
+            np.testing.assert_allclose(got, want, rtol=1e-5, equal_nan=True)
+    finally:
+        ctx.close()
+        lt_ctx.close()

@@ -519,6 +519,48 @@ def test_preprocess_runs_on_the_main_node_and_partitions_are_fresh_instances(ctx
         ctx.run_udf(dataset=ds, udf=FailingPreprocessUDF(path=str(tmp_path / "never.npy")))
 
 
+class MainNodeFlag(UDF):
+    """LiberTEM's RecordUDF idiom: a flag set in ``__init__`` besides the parameters, True on the user's
+    instance and False on each partition's ``cls(**kwargs)``."""
+
+    def __init__(self, scale=1.0, _is_master=True):
+        super().__init__(scale=scale, _is_master=False)
+        self._is_master = _is_master
+
+    def get_result_buffers(self):
+        return {"main": self.buffer(kind="single", dtype="int64"),
+                "fresh": self.buffer(kind="single", dtype="int64")}
+
+    def preprocess(self):
+        if self._is_master:
+            self.results.main[:] += 1
+        else:
+            self.results.fresh[:] += 1
+
+    def process_partition(self, partition):
+        pass
+
+    def merge(self, dest, src):
+        dest.main[:] += src.main
+        dest.fresh[:] += src.fresh
+
+
+def test_main_node_preprocess_sees_the_users_attributes_partitions_do_not(ctx, data):
+    ds = ctx.load("memory", data=data, num_partitions=3)
+    udf = MainNodeFlag(scale=2.0)
+    res = ctx.run_udf(dataset=ds, udf=udf)
+    assert int(res["main"].data[0]) == 1  # once, on the main node, with the user's _is_master=True
+    assert int(res["fresh"].data[0]) == 3  # each partition's instance is MainNodeFlag(scale=2.0, _is_master=False)
+    assert udf._is_master is True
+
+    cp = udf.copy()  # the main node's instance: the user's attributes, its own parameters
+    assert type(cp) is MainNodeFlag and cp._is_master is True
+    cp.update_parameters({"scale": 3.0})
+    assert udf.params.scale == 2.0 and cp.params.scale == 3.0
+    part = udf.copy_for_partition(0, 4, None)
+    assert part._is_master is False and part.params.scale == 2.0
+
+
 class PrivateCounts(UDF):
     """Sums frames into a private sig buffer and counts frames privately; get_results divides (a mean)."""
 

@@ -30,7 +30,7 @@ from raytile.common.sparse import is_sparse, to_dense, to_sparse
 
 __all__ = [
     "MaskArrayType", "MaskFactoriesType", "circular", "ring", "rectangular", "radial_gradient",
-    "radial_gradient_background_subtraction", "polar_map", "balance", "bounding_radius", "radial_bins",
+    "radial_gradient_background_subtraction", "make_polar", "polar_map", "balance", "bounding_radius", "radial_bins",
     "background_subtraction", "sparse_template_multi_stack", "sparse_circular_multi_stack", "gradient_x",
     "gradient_y", "to_dense", "to_sparse", "is_sparse",
 ]
@@ -147,6 +147,19 @@ def radial_gradient_background_subtraction(r: np.ndarray, r0: float, r_outer: fl
     return result
 
 
+def make_polar(cartesian: npt.ArrayLike) -> np.ndarray:
+    """Cartesian ``(y, x)`` vectors (last axis) as polar ``(r, phi)``, ``phi = arctan2(y, x)``.
+
+    LiberTEM keeps it in ``libertem.utils`` and imports it into ``libertem.masks``.
+
+    >>> make_polar(np.array([[0.0, 2.0], [3.0, 0.0]])).round(6).tolist()
+    [[2.0, 0.0], [3.0, 1.570796]]
+    """
+    vectors = np.asarray(cartesian)
+    return np.stack([np.hypot(vectors[..., 0], vectors[..., 1]),
+                     np.arctan2(vectors[..., 0], vectors[..., 1])], axis=-1)
+
+
 def polar_map(centerX: float, centerY: float, imageSizeX: int, imageSizeY: int, stretchY: float = 1.,
               angle: float = 0.) -> tuple[np.ndarray, np.ndarray]:
     """Radius and angle (``arctan2(dy, dx)``) of every pixel, each ``(imageSizeY, imageSizeX)``.
@@ -163,9 +176,8 @@ def polar_map(centerX: float, centerY: float, imageSizeX: int, imageSizeY: int, 
     dx = x - centerX
     if stretchY != 1.0 or angle != 0.:
         dy, dx = ((dy * np.cos(angle) - dx * np.sin(angle)) / stretchY, dx * np.cos(angle) + dy * np.sin(angle))
-    radius = np.sqrt(dy * dy + dx * dx)
-    phi = np.arctan2(dy, dx)
-    return radius.astype(np.float64, copy=False), phi.astype(np.float64, copy=False)
+    polar = make_polar(np.stack([dy, dx], axis=-1).astype(np.float64, copy=False))
+    return polar[..., 0], polar[..., 1]
 
 
 def balance(template: np.ndarray) -> np.ndarray:

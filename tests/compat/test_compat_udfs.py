@@ -211,6 +211,33 @@ class PrivateMeanUDF(UDF):
     def get_results(self):
         return {"mean": self.results.total / self.results.count}
 ''',
+    "navshaped": '''
+import numpy as np
+from libertem.udf import UDF
+
+
+class NavGradientUDF(UDF):
+    """get_results reads get_buffer(...).data (nav-shaped, NaN outside the ROI) and .raw_data (compressed)."""
+
+    def get_result_buffers(self):
+        return {
+            "total": self.buffer(kind="nav", dtype="float64", use="private"),
+            "grad_x": self.buffer(kind="nav", dtype="float64", use="result_only"),
+            "frames": self.buffer(kind="single", dtype="int64", use="result_only"),
+        }
+
+    def process_frame(self, frame):
+        self.results.total[:] = frame.sum()
+
+    def get_results(self):
+        buf = self.results.get_buffer("total")
+        nav = tuple(self.meta.dataset_shape.nav)
+        assert buf.data.shape == nav, buf.data.shape
+        return {
+            "grad_x": np.gradient(np.nan_to_num(buf.data, nan=-1.0), axis=1),
+            "frames": np.array([buf.raw_data.shape[0]]),
+        }
+''',
 }
 
 
@@ -271,6 +298,7 @@ CASES: dict[str, Case] = {
     "WeightedUDF (docs)": Case("doc:weighted", lambda m: m.WeightedUDF(
         weights=np.linspace(0, 1, SIG[0] * SIG[1]).reshape(SIG), aux=_aux(m))),
     "PrivateMeanUDF (docs)": Case("doc:private", lambda m: m.PrivateMeanUDF()),
+    "NavGradientUDF (get_buffer)": Case("doc:navshaped", lambda m: m.NavGradientUDF()),
 }
 
 

@@ -23,6 +23,9 @@ factory returns a sparse mask): ``scipy.sparse`` CSR by default, or any of
 Slicing a sparse stack goes through scipy (column selection of a CSC
 matrix), not through pydata sparse indexing, whose JIT compilation costs
 seconds in every fresh worker process.
+
+``to_sparse`` is :func:`raytile.common.sparse.to_sparse`, importable from
+here as from ``libertem.common.container``.
 """
 
 from __future__ import annotations
@@ -39,10 +42,10 @@ from sparseconverter import CPU_BACKENDS, CUDA, CUPY_BACKENDS, NUMPY, for_backen
 
 from raytile.common.math import prod
 from raytile.common.slice import Slice
-from raytile.common.sparse import is_sparse, to_dense
+from raytile.common.sparse import is_sparse, to_dense, to_sparse
 from raytile.common.tiling import TilingScheme
 
-__all__ = ["MaskContainer", "FactoryT", "SparseSupportedT"]
+__all__ = ["MaskContainer", "FactoryT", "SparseSupportedT", "to_sparse"]
 
 log = logging.getLogger(__name__)
 
