@@ -1201,3 +1201,35 @@ def test_applymasks_shifts_against_libertem(shifts):
     finally:
         ctx.close()
         lt_ctx.close()
+
+
+def test_applymasks_constructor_like_libertem():
+    """LiberTEM's positional order and its preferred_dtype / backends parameters."""
+    import raytile as rt
+    from raytile.common.errors import UDFException
+    from raytile.udf import ApplyMasksUDF
+
+    lt_api = _libertem("libertem.api")
+    lt_masks = _libertem("libertem.udf.masks")
+    rng = np.random.default_rng(13)
+    data = rng.integers(0, 50, size=(3, 4) + SIG).astype(np.int32)
+    stack = (rng.random((2,) + SIG) < 0.5).astype(np.int64)
+    factories = [(lambda m=m: m) for m in stack]
+    lt_ctx = lt_api.Context.make_with("inline")
+    ctx = rt.Context(executor="inline")
+    try:
+        for kwargs in ({"preferred_dtype": np.int64}, {"backends": ("numpy",)}, {}):
+            # positional: mask_factories, use_torch, use_sparse
+            want = lt_ctx.run_udf(dataset=lt_ctx.load("memory", data=data, num_partitions=2),
+                                  udf=lt_masks.ApplyMasksUDF(factories, False, False, **kwargs))["intensity"]
+            got = ctx.run_udf(dataset=ctx.load("memory", data=data, num_partitions=2),
+                              udf=ApplyMasksUDF(factories, False, False, **kwargs))["intensity"]
+            assert got.data.dtype == want.data.dtype, kwargs
+            np.testing.assert_array_equal(got.data, want.data)
+        assert ApplyMasksUDF(factories, backends=("cupy", "numpy")).get_backends() == ("cupy", "numpy")
+        with pytest.raises(UDFException, match="none of backends"):
+            ctx.run_udf(dataset=ctx.load("memory", data=data),
+                        udf=ApplyMasksUDF(factories, backends=("sparse.COO",), shifts=(1, 1)))
+    finally:
+        ctx.close()
+        lt_ctx.close()

@@ -75,6 +75,9 @@ class ApplyMasksUDF(UDF):
         of masks, or a list of callables each returning one sig-shaped mask.
         Masks may be dense numpy arrays, ``sparse.COO``/``GCXS`` or scipy
         sparse matrices (2D, shaped ``sig`` or ``(n, prod(sig))``).
+    use_torch
+        LiberTEM's switch for its PyTorch path; accepted, without effect
+        (raytile multiplies with numpy, scipy or cupy).
     use_sparse
         ``None``: sparse if every factory returns a sparse mask (as in
         LiberTEM); ``True``/``False`` forces sparse or dense masks; or a
@@ -85,6 +88,13 @@ class ApplyMasksUDF(UDF):
         it if left out).
     mask_dtype
         dtype the masks are converted to (default: the factories' dtype).
+    preferred_dtype
+        The input dtype asked for (default float32, as every UDF), e.g. an
+        integer type for integer data and masks.
+    backends
+        Array backends to allow, in order of preference (default: all the
+        UDF supports: numpy, cupy and the sparse ones; numpy and cupy with
+        ``shifts``).
     shifts
         Optional integer ``(dy, dx)`` shifts of the masks relative to the
         frames: one for all frames, or one per frame as
@@ -107,11 +117,13 @@ class ApplyMasksUDF(UDF):
         >>> ctx.run_udf(dataset=ds, udf=udf)["intensity"].data.shape  # nav + (2,)
     """
 
-    def __init__(self, mask_factories: Union[MaskFactory, Sequence[MaskFactory]],
+    def __init__(self, mask_factories: Union[MaskFactory, Sequence[MaskFactory]], use_torch: bool = True,
                  use_sparse: bool | str | None = None, mask_count: int | None = None, mask_dtype: Any = None,
-                 shifts: Any = None, **kwargs: Any):
-        super().__init__(mask_factories=mask_factories, use_sparse=use_sparse, mask_count=mask_count,
-                         mask_dtype=mask_dtype, shifts=shifts, **kwargs)
+                 preferred_dtype: Any = None, backends: Sequence[str] | None = None, shifts: Any = None,
+                 **kwargs: Any):
+        super().__init__(mask_factories=mask_factories, use_torch=use_torch, use_sparse=use_sparse,
+                         mask_count=mask_count, mask_dtype=mask_dtype, preferred_dtype=preferred_dtype,
+                         backends=None if backends is None else tuple(backends), shifts=shifts, **kwargs)
 
     def _masks(self, backend: str = BACKEND_NUMPY) -> MaskContainer:
         """The masks as a container for array backend ``backend`` (nothing computed yet)."""
@@ -122,9 +134,21 @@ class ApplyMasksUDF(UDF):
 
     # -- UDF interface -------------------------------------------------------
     def get_backends(self) -> tuple[str, ...]:
-        if self.params.shifts is not None:
-            return (BACKEND_NUMPY, BACKEND_CUPY)  # shifted frames are multiplied dense
-        return TILE_BACKENDS
+        # shifted frames are multiplied dense, one by one
+        supported = (BACKEND_NUMPY, BACKEND_CUPY) if self.params.shifts is not None else TILE_BACKENDS
+        wanted = self.params.backends
+        if wanted is None:
+            return supported
+        chosen = tuple(b for b in wanted if b in supported)
+        if not chosen:
+            raise UDFException(f"{type(self).__name__}: none of backends={wanted} is supported; it supports "
+                               f"{supported}" + (" with shifts" if self.params.shifts is not None else ""))
+        return chosen
+
+    def get_preferred_input_dtype(self) -> Any:
+        if self.params.preferred_dtype is None:
+            return super().get_preferred_input_dtype()
+        return self.params.preferred_dtype
 
     def get_method(self) -> Any:
         """Whole tiles, or frame by frame with ``shifts`` (each frame has its own shift)."""
@@ -143,7 +167,7 @@ class ApplyMasksUDF(UDF):
 
     def get_task_data(self) -> dict[str, Any]:
         backend = BACKEND_CUPY if self.meta.array_backend in CUPY_BACKENDS else BACKEND_NUMPY
-        return {"engine": ApplyMasksEngine(self._masks(backend), self.meta)}
+        return {"engine": ApplyMasksEngine(self._masks(backend), self.meta, use_torch=self.params.use_torch)}
 
     def process_tile(self, tile) -> None:
         out = self.results.intensity
