@@ -444,8 +444,9 @@ def test_builtin_comudf_against_libertem(executor, lt_ctx, tmp_path, request):
     """``from libertem.udf.com import CoMUDF`` -> ``from raytile.udf.com import CoMUDF``: same results.
 
     On data without empty frames: for a frame with no intensity LiberTEM's
-    shift is whatever ``np.divide(..., where=...)`` left in uninitialised memory
-    (and it enters the regression); raytile's is NaN (pinned below).
+    shift is zero (``raw_com`` at ``(cy, cx)``, and it enters the regression);
+    raytile's is NaN (pinned below). LiberTEM's com.py ported behaves like
+    LiberTEM (the "CoMUDF" cases of test_ported_udf_matches_libertem).
     """
     src = "from libertem.udf.com import CoMUDF, RegressionOptions\n"
     ported = load_ported(src, "ported_com_import")
@@ -480,6 +481,10 @@ def test_builtin_comudf_against_libertem(executor, lt_ctx, tmp_path, request):
                           udf=ported.CoMUDF.with_params(cy=7.5, cx=7.5, r=float("inf")))
         assert np.isnan(np.asarray(got["raw_shifts"].data)[0, 0]).all()
         assert np.isfinite(np.asarray(got["raw_shifts"].data)[1:]).all()
+        lt_got = lt_ctx.run_udf(dataset=lt_ctx.load("memory", data=empty, num_partitions=2),
+                                udf=lt_mod.CoMUDF.with_params(cy=7.5, cx=7.5, r=float("inf")))
+        np.testing.assert_array_equal(np.asarray(lt_got["raw_shifts"].data)[0, 0], [0.0, 0.0])
+        np.testing.assert_array_equal(np.asarray(lt_got["raw_com"].data)[0, 0], [7.5, 7.5])
     finally:
         if executor == "inline":
             ctx.close()
