@@ -10,14 +10,18 @@ raw file (``--size-gib``, 1 GiB by default) split into ``--partitions``
   file in ``--nodes`` processes, measured in the same run;
 * the bytes of partial results the coordinator received per run (and their
   number), against ``workers x result size``;
-* the coordinator thread's CPU time per run.
+* the coordinator thread's CPU time per run (``UDFRun.stats``).
 
 The simulated nodes share this machine's cores, so throughput is a lower
 bound of a real cluster's; the bytes and counts do not depend on that.
 Each UDF runs with merging near the data (the workers merge their
-partitions and send merged segments, runtime/segments.py) and with every
-partition's result merged in the driver. The coordinator as an actor is not
-built yet.
+partitions and send merged segments, runtime/segments.py) and without
+(every partition's result goes to the coordinator), with the coordinator in
+the driver (``coordinator="driver"``) and as an actor on the cluster
+(``coordinator="actor"``). Last, SumUDF from two fresh driver processes
+beside each other: one through Ray Client (``ray://``, a client server
+started on the cluster, so the coordinator goes to an actor) and one
+connected directly.
 
     python benchmarks/bench_cluster.py [--size-gib 1] [--nodes 3] [--partitions 64] [--repeat 3]
 """
@@ -27,49 +31,66 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import socket
+import subprocess
 import sys
 import time
 
 import numpy as np
 
 import raytile as rt
+from raytile.actors.executor import MERGE_INTERVAL_S
 from raytile.cli import default_cache_dir, demo_file, demo_shape
-from raytile.runtime.coordinator import Coordinator
 
 from bench_inline import warm_page_cache  # this folder is on sys.path when run as a script
 from bench_ray import _np_sum_range
 
 
-class Meter:
-    """Counts what the coordinator receives (result buffers) and its thread's CPU time."""
+def best_run(ctx, ds, udf_cls, repeat: int) -> tuple[float, dict]:
+    """The fastest of ``repeat`` runs as ``run_udf`` makes them (final result only): seconds and the
+    coordinator's stats of that run (bytes and results received, CPU seconds)."""
+    ctx.run_udf(dataset=ds, udf=udf_cls())  # warm-up
+    best: tuple[float, dict] | None = None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        run = ctx._start(ds, udf_cls(), None, None, None, False, final_only=True)  # run_udf, keeping the handle
+        run.result()
+        t = time.perf_counter() - t0
+        if best is None or t < best[0]:
+            best = (t, run.stats)
+    assert best is not None
+    return best
 
-    def __init__(self, executor):
-        self.bytes = 0
-        self.results = 0
-        self.cpu_s = 0.0
-        result = executor.result
 
-        def counting_result(handle):
-            results = result(handle)
-            self.results += len(results)
-            self.bytes += sum(a.nbytes for res in results for bufs in res.buffers for a in bufs.values())
-            return results
+DRIVER = """
+import sys, time, raytile as rt
+address, path, nav, sig, parts, repeat = sys.argv[1], sys.argv[2], eval(sys.argv[3]), eval(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+t0 = time.perf_counter()
+ctx = rt.Context.connect(address)
+ds = ctx.load("raw", path=path, nav_shape=nav, sig_shape=sig, dtype="uint16", num_partitions=parts)
+ctx.run_udf(dataset=ds, udf=rt.SumUDF())
+first = time.perf_counter() - t0
+best = 1e9
+for _ in range(repeat):
+    t = time.perf_counter()
+    ctx.run_udf(dataset=ds, udf=rt.SumUDF())
+    best = min(best, time.perf_counter() - t)
+print("RESULT", ctx.coordinator, best, first, flush=True)
+ctx.close()
+"""
 
-        executor.result = counting_result
-        main = Coordinator._main
-        meter = self
 
-        def timed_main(coordinator):
-            t0 = time.thread_time()
-            try:
-                main(coordinator)
-            finally:
-                meter.cpu_s += time.thread_time() - t0
-
-        Coordinator._main = timed_main  # type: ignore[method-assign]
-
-    def reset(self) -> None:
-        self.bytes, self.results, self.cpu_s = 0, 0, 0.0
+def drive(address: str, path, nav, sig, parts: int, repeat: int) -> tuple[str, float, float]:
+    """Run SumUDF from a fresh driver process on ``address``: (placement, best run s, connect+first s)."""
+    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, "-c", DRIVER, address, str(path), repr(nav), repr(sig), str(parts),
+                           str(repeat)], capture_output=True, text=True, env=env, timeout=600)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")), None)
+    if line is None:
+        raise RuntimeError(f"driver on {address} failed:\n{proc.stderr[-3000:]}")
+    _, placement, best, first = line.split()
+    return placement, float(best), float(first)
 
 
 def main(argv=None) -> int:
@@ -101,33 +122,46 @@ def main(argv=None) -> int:
         cluster.add_node(num_cpus=1, object_store_memory=store)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address)
-    ctx = rt.Context.connect(cluster.address)
-    meter = Meter(ctx.executor)
-    workers = len(ctx.executor.actors)
-    print(f"{args.nodes} worker nodes of 1 CPU on {os.cpu_count()} cores, {workers} workers; file {nbytes / 1e9:.2f} GB, "
+    print(f"{args.nodes} worker nodes of 1 CPU on {os.cpu_count()} cores; file {nbytes / 1e9:.2f} GB, "
           f"{args.partitions} partitions; best of {args.repeat}; GB = 1e9 bytes")
     print(f"  numpy chunked sum, {args.nodes} processes:    {nbytes / best_np / 1e9:6.2f} GB/s  ({best_np * 1e3:.0f} ms)")
-    ds = ctx.load("raw", path=str(path), nav_shape=nav, sig_shape=sig, dtype="uint16", num_partitions=args.partitions)
-    interval = ctx.executor.merge_interval_s
-    for name, udf, result_bytes in (("SumUDF", rt.SumUDF, int(np.prod(sig)) * 4),
-                                    ("SumSigUDF", rt.SumSigUDF, int(np.prod(nav)) * 4)):
-        for where, merge_interval in (("near the data", interval), ("in the driver", None)):
-            ctx.executor.merge_interval_s = merge_interval
-            ctx.run_udf(dataset=ds, udf=udf())  # warm-up
-            best = None
-            for _ in range(args.repeat):
-                meter.reset()
-                t = _timed(lambda: ctx.run_udf(dataset=ds, udf=udf()))
-                if best is None or t < best[0]:
-                    best = (t, meter.bytes, meter.results, meter.cpu_s)
-            t, received, count, cpu = best
-            print(f"  raytile {name:<10} merging {where:<14} {nbytes / t / 1e9:6.2f} GB/s  ({t * 1e3:4.0f} ms); "
-                  f"coordinator received {received / 1e6:5.2f} MB in {count:2d} results "
-                  f"(workers x result = {workers * result_bytes / 1e6:.2f} MB), its CPU {cpu * 1e3:.0f} ms per run")
-    ctx.close()
+    for placement in ("driver", "actor"):
+        for where, interval in (("near the data", MERGE_INTERVAL_S), ("off", None)):
+            ctx = rt.Context.connect(cluster.address, coordinator=placement, merge_interval_s=interval)
+            ds = ctx.load("raw", path=str(path), nav_shape=nav, sig_shape=sig, dtype="uint16",
+                          num_partitions=args.partitions)
+            workers = ctx.num_workers
+            for name, udf, result_bytes in (("SumUDF", rt.SumUDF, int(np.prod(sig)) * 4),
+                                            ("SumSigUDF", rt.SumSigUDF, int(np.prod(nav)) * 4)):
+                t, stats = best_run(ctx, ds, udf, args.repeat)
+                print(f"  {name:<9} coordinator in the {placement:<6} merging {where:<13} "
+                      f"{nbytes / t / 1e9:6.2f} GB/s ({t * 1e3:4.0f} ms); received {stats['bytes'] / 1e6:5.2f} MB "
+                      f"in {stats['results']:2d} results ({stats['bytes'] / (workers * result_bytes):4.2f}x "
+                      f"{workers} workers x result); coordinator CPU {stats['cpu_s'] * 1e3:3.0f} ms")
+            ctx.close()
     ray.shutdown()
+    client_port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "ray.util.client.server", f"--address={cluster.address}",
+                               "--host=127.0.0.1", f"--port={client_port}", "--mode=proxy"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(3)
+        for address in (f"ray://127.0.0.1:{client_port}", cluster.address):
+            placement, t, first = drive(address, path, nav, sig, args.partitions, args.repeat)
+            kind = "Ray Client" if address.startswith("ray://") else "direct"
+            print(f"  SumUDF from a fresh {kind:<10} driver (coordinator in the {placement:<6}) "
+                  f"{nbytes / t / 1e9:6.2f} GB/s ({t * 1e3:4.0f} ms); connect + first run {first:.1f} s")
+    finally:
+        server.terminate()
+        server.wait(30)
     cluster.shutdown()
     return 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _timed(fn) -> float:

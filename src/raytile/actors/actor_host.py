@@ -107,7 +107,8 @@ class ActorHost(RunHost):
 
     def start(self, plan: RunPlan, progress: ProgressReporter | None, final_only: bool,
               detached: bool, span: Any = None) -> RunSource:
-        status, value = _call(self.actor.start.remote(plan.without_frames(), final_only, detached),
+        status, value = _call(self.actor.start.remote(plan.without_frames(), final_only, detached,
+                                                       progress is not None),
                               START_TIMEOUT_S, "start a run")
         if status == "error":
             raise value

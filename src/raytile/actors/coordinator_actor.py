@@ -147,13 +147,14 @@ class CoordinatorActor:
             self._executor.shared.release(key)
 
     # -- runs ----------------------------------------------------------------------
-    async def start(self, plan: RunPlan, final_only: bool, detached: bool) -> tuple[str, Any]:
-        """Start coordinating a run planned by the driver (``RunPlan.without_frames``)."""
+    async def start(self, plan: RunPlan, final_only: bool, detached: bool, progress: bool) -> tuple[str, Any]:
+        """Start coordinating a run planned by the driver (``RunPlan.without_frames``); with
+        ``progress`` its workers report every tile (which costs time: only when asked for)."""
         try:
             ex = await self._ensure_executor()
             loop = asyncio.get_running_loop()
             tally = ProgressTally()
-            coordinator = Coordinator(ex, plan, tally, final_only=final_only)
+            coordinator = Coordinator(ex, plan, tally if progress else None, final_only=final_only)
             run_id = coordinator.run_id
             coordinator.start()
 
