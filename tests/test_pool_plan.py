@@ -60,3 +60,23 @@ def test_new_segments_start_in_the_middle_of_the_longest_pending_run():
     assert middle_of_longest_run([0, 1, 2, 3, 7, 8]) == 2
     assert middle_of_longest_run([5, 10, 11, 12, 20]) == 11
     assert middle_of_longest_run([4]) == 4
+
+
+def test_pick_prefers_the_node_holding_the_frames_then_segment_extension():
+    from raytile.actors.pool import WorkerPool
+
+    pool = WorkerPool(fixed={"cpu": 3})
+    a, b, c = slot("cpu", "a"), slot("cpu", "b"), slot("cpu", "c")
+    pool._slots = [a, b, c]
+    b.last_idx["run"] = 4  # b ran partition 4 last: partition 5 would extend its segment
+    assert pool.pick("cpu", "run", 5, node="c") is c  # the frames are on c
+    c.in_flight = 2  # c is full, and it ran 5: no wish is met, the least busy slot takes 6
+    assert pool.pick("cpu", "run", 6, node="c") is a
+    b.last_idx["run"] = 8  # extending b's segment is the wish met next
+    assert pool.pick("cpu", "run", 9, node="c") is b
+    c.in_flight = 0
+    c.last_idx["run"] = 11
+    b.last_idx["run"] = 11
+    assert pool.pick("cpu", "run", 12, node="c") is c  # local and extending beats extending alone
+    assert pool.pick("cpu", "other", 0, node=None) in (a, b, c)
+    assert pool.pick("cuda", "run", 0, node="c") is None

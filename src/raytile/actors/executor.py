@@ -4,7 +4,8 @@ One actor per CPU slot (``num_cpus=1``) and one per GPU (``num_gpus=1``),
 created once per Context and reused by every run (no per-run start-up).
 The coordinator keeps ``IN_FLIGHT_PER_ACTOR`` (2) tasks per actor in flight,
 so an actor's next partition is already queued when the current one ends.
-Tasks travel as one packed message with the values they share shipped once
+Tasks for in-memory data go to a worker on the node whose object store holds
+their frames while one has room (``WorkerPool.pick``). Tasks travel as one packed message with the values they share shipped once
 per actor (:mod:`raytile.actors.cache`); each task's future wakes the run's
 coordinator when it finishes (:meth:`RayExecutor.wait`), so nothing polls Ray.
 """
@@ -115,7 +116,7 @@ class RayExecutor(Executor):
         # started with the workers: creating it lazily would cost a process start in the first run with progress
         self._progress_actor = _RemoteProgress.remote()
         self._progress_polls: dict[str, _ProgressPoll] = {}  # run_id -> its pending poll
-        self.shared = SharedFrames(ray.put)
+        self.shared = SharedFrames(ray.put, node=_this_node())
         self.pool.refresh()
         self.pool.wait_ready(start_timeout)
         try:
@@ -257,7 +258,8 @@ class RayExecutor(Executor):
         if progress is not None:
             progress_actor = self._progress(params_handle.run_id, progress)
         with self._lock:
-            slot = self.pool.pick(task.device_class, params_handle.run_id, task.idx)
+            slot = self.pool.pick(task.device_class, params_handle.run_id, task.idx,
+                                  node=None if data_ref is None else self.shared.node)
             if slot is None:
                 raise NoWorkerReady(f"no {task.device_class} worker is ready for {task.describe()}")
             slot.in_flight += 1
@@ -567,6 +569,14 @@ def _enable_token_auth_for_client() -> None:
     except ImportError:  # a Ray without token authentication
         return
     maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
+def _this_node() -> str | None:
+    """The id of the node this process runs on (where its ``ray.put`` objects live), if Ray says."""
+    try:
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001  (Ray Client drivers have no node of their own)
+        return None
 
 
 def _request_workers(n: int) -> None:

@@ -179,13 +179,24 @@ class WorkerPool:
             kinds |= {k for k, n in self._fixed.items() if n > 0}
         return frozenset(kinds)
 
-    def pick(self, device_class: str, run_id: str = "", idx: int = -1) -> Slot | None:
-        """The ready slot for a task of ``device_class`` with the fewest tasks in flight, or None;
-        one whose last task of ``run_id`` was partition ``idx - 1`` first, if it has room (its merged
-        results then grow one segment, see runtime/segments.py)."""
+    def pick(self, device_class: str, run_id: str = "", idx: int = -1, node: str | None = None) -> Slot | None:
+        """The ready slot for a task of ``device_class`` with the fewest tasks in flight, or None.
+
+        Among slots with room, first one on ``node`` (where the task's frames
+        are, for in-memory data) whose last task of ``run_id`` was partition
+        ``idx - 1`` (its merged results then grow one segment, see
+        runtime/segments.py), then any on ``node``, then any extending a segment.
+        """
+
+        def extends(s: Slot) -> bool:
+            return s.last_idx.get(run_id) == idx - 1
+
+        def local(s: Slot) -> bool:
+            return node is not None and s.node_id == node
+
         with self._lock:
             slot = resources.pick([s for s in self._slots if s.ready], device_class,
-                                  prefer=lambda s: s.last_idx.get(run_id) == idx - 1)
+                                  prefer=(lambda s: local(s) and extends(s), local, extends))
             if slot is not None and run_id:
                 slot.last_idx[run_id] = idx
                 while len(slot.last_idx) > 64:

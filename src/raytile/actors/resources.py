@@ -51,16 +51,18 @@ def actor_options(kind: str, cpu_share: float, node_id: str | None = None) -> di
     return {"num_cpus": cpu_share, "num_gpus": 0, "scheduling_strategy": strategy}
 
 
-def pick(slots: Sequence, device_class: str, prefer: Callable[[Any], bool] | None = None):
+def pick(slots: Sequence, device_class: str, prefer: Sequence[Callable[[Any], bool]] = ()):
     """The eligible slot with the fewest tasks in flight (first one on ties), or None.
 
-    Slots for which ``prefer`` is true win if one of them has room (fewer
-    than ``IN_FLIGHT_PER_ACTOR`` tasks in flight).
+    ``prefer`` lists wishes, the most important first: the slots of the
+    first wish that some slot with room (fewer than ``IN_FLIGHT_PER_ACTOR``
+    tasks in flight) fulfils are the candidates.
     """
     kinds = eligible_kinds(device_class)
     eligible = [s for s in slots if s.kind in kinds and not s.dead]
-    if prefer is not None:
-        preferred = [s for s in eligible if s.in_flight < IN_FLIGHT_PER_ACTOR and prefer(s)]
+    for wish in prefer:
+        preferred = [s for s in eligible if s.in_flight < IN_FLIGHT_PER_ACTOR and wish(s)]
         if preferred:
             eligible = preferred
+            break
     return min(eligible, key=lambda s: s.in_flight, default=None)

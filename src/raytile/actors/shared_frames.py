@@ -26,11 +26,14 @@ __all__ = ["SharedFrames"]
 class SharedFrames:
     """Object refs of in-memory partitions, per ``(id(dataset), partition index)``.
 
-    ``put`` is ``ray.put`` (injected, so this class never imports ray).
+    ``put`` is ``ray.put`` (injected, so this class never imports ray);
+    ``node`` the id of the node whose object store ``put`` writes to (this
+    process's), where tasks reading the frames are best run.
     """
 
-    def __init__(self, put: Callable[[np.ndarray], Any]):
+    def __init__(self, put: Callable[[np.ndarray], Any], node: str | None = None):
         self._put = put
+        self.node = node
         self._lock = threading.RLock()  # re-entered when the collector runs release inside a locked call
         self._refs: dict[int, dict[int, Any]] = {}
         self._released: list[str] = []  # hex keys of refs workers may still hold
