@@ -5,8 +5,9 @@ created once per Context and reused by every run (no per-run start-up).
 The coordinator keeps ``IN_FLIGHT_PER_ACTOR`` (2) tasks per actor in flight,
 so an actor's next partition is already queued when the current one ends.
 Tasks for in-memory data go to a worker on the node whose object store holds
-their frames while one has room (``WorkerPool.pick``). Tasks travel as one packed message with the values they share shipped once
-per actor (:mod:`raytile.actors.cache`); each task's future wakes the run's
+their frames while one has room (``WorkerPool.pick``). Tasks travel as one
+packed message with the values they share shipped once per actor
+(:mod:`raytile.actors.cache`); each task's future wakes the run's
 coordinator when it finishes (:meth:`RayExecutor.wait`), so nothing polls Ray.
 """
 
