@@ -369,13 +369,39 @@ def _params():
         yield pytest.param(name, marks=marks, id=name)
 
 
+@pytest.fixture(scope="module")
+def actor_context(ray_context):
+    """Runs coordinated by an actor on the session's cluster: the main node's UDF (preprocess, merge,
+    get_results) is a copy that crossed a process boundary."""
+    ctx = rt.Context(coordinator="actor", cpus=2)
+    yield ctx
+    ctx.close()
+
+
+def _context(executor: str, request):
+    if executor == "inline":
+        return rt.Context(executor="inline")
+    return request.getfixturevalue("ray_context" if executor == "ray" else "actor_context")
+
+
+# Cases whose main-node methods do more than pass results through, also run with the coordinator actor.
+_ACTOR_CASES = ("CoMUDF-ring", "PickUDF", "MaxUDF (docs)", "NavGradientUDF (get_buffer)", "PrivateMeanUDF (docs)")
+
+
+def _executor_params():
+    for name in _params():
+        for executor in ("inline", "ray"):
+            yield pytest.param(name.values[0], executor, marks=name.marks, id=f"{name.id}-{executor}")
+        if name.values[0] in _ACTOR_CASES:
+            yield pytest.param(name.values[0], "actor", marks=name.marks, id=f"{name.id}-actor")
+
+
 @pytest.mark.filterwarnings("ignore:'where' used without 'out'")  # LiberTEM's com.py, on empty frames
-@pytest.mark.parametrize("executor", ["inline", "ray"])
-@pytest.mark.parametrize("name", list(_params()))
+@pytest.mark.parametrize("name, executor", list(_executor_params()))
 def test_ported_udf_matches_libertem(name, executor, lt_ctx, raw_path, request):
     case = CASES[name]
     ported = _rt_module(case.module)  # the xfail cases fail here, on the missing name
-    ctx = rt.Context(executor="inline") if executor == "inline" else request.getfixturevalue("ray_context")
+    ctx = _context(executor, request)
     try:
         for kind in ("memory", "raw"):
             ds = _load(ctx, kind, raw_path)
@@ -395,14 +421,15 @@ def test_ported_udf_matches_libertem(name, executor, lt_ctx, raw_path, request):
 
 
 @pytest.mark.parametrize("variant", ["ported", "builtin"])
-@pytest.mark.parametrize("executor", ["inline", "ray"])
+@pytest.mark.parametrize("executor", ["inline", "ray", "actor"])
 def test_recordudf_matches_libertem(variant, executor, lt_ctx, raw_path, tmp_path, request):
     """RecordUDF writes the data set to .npy: the files agree; with an ROI both refuse.
 
     ``ported``: LiberTEM's record.py with its imports rewritten. Its ``__init__`` passes
     ``_is_master=False`` to ``UDF.__init__`` and keeps ``self._is_master=True`` on the user's
     instance only: the main node's ``preprocess`` (on that instance's attributes) creates the
-    file, each partition's fresh ``cls(**kwargs)`` only opens it. ``builtin``: a user's
+    file, each partition's fresh ``cls(**kwargs)`` only opens it (also when that instance
+    was pickled to a coordinator actor: ``actor``). ``builtin``: a user's
     ``from libertem.udf.record import RecordUDF`` rewritten to raytile's own RecordUDF.
     """
     if variant == "ported":
@@ -410,7 +437,7 @@ def test_recordudf_matches_libertem(variant, executor, lt_ctx, raw_path, tmp_pat
     else:
         ported = load_ported("from libertem.udf.record import RecordUDF\n", "ported_record_import")
     lt_mod = _lt_module("libertem.udf.record")
-    ctx = rt.Context(executor="inline") if executor == "inline" else request.getfixturevalue("ray_context")
+    ctx = _context(executor, request)
     try:
         for kind in ("memory", "raw"):
             want_path, got_path = tmp_path / f"lt_{kind}.npy", tmp_path / f"rt_{kind}.npy"
