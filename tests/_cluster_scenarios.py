@@ -50,7 +50,7 @@ def _check(res, data) -> None:
 
 
 def _nodes_of(ctx, pids) -> set:
-    by_pid = {w["pid"]: w["node_id"] for w in ctx.executor.workers}
+    by_pid = {w["pid"]: w["node_id"] for w in ctx.workers}
     return {by_pid.get(int(p), f"gone:{p}") for p in np.unique(pids)}
 
 
@@ -128,6 +128,24 @@ def scenario_sigkill_workers(cluster, ctx, how_many: int):
     return {"killed": len(pids)}
 
 
+def scenario_actor_coordinator_across_nodes(cluster):
+    """coordinator="actor": a run over both nodes, then one with a worker SIGKILLed mid-run, exact."""
+    actx = rt.Context.connect(cluster.address, coordinator="actor")
+    try:
+        data = _data()
+        ds = actx.load("memory", data=data, sig_dims=2, num_partitions=8)
+        res = actx.run_udf(dataset=ds, udf=WherePidUDF(delay=0.05))
+        _check(res, data)
+        used = _nodes_of(actx, res["pid"].data)
+        assert len(used) >= 2 and not any(str(n).startswith("gone") for n in used), f"partitions ran on {used}"
+        pid = next(w["pid"] for w in actx.workers if w["node_id"] != cluster.head_node.node_id)
+        res = _run_with_event(actx, ds, WherePidUDF(delay=0.15), lambda: os.kill(pid, signal.SIGKILL))
+        _check(res, data)
+        return {"nodes_used": len(used), "killed": pid}
+    finally:
+        actx.close()
+
+
 def scenario_make_local_beside_a_running_cluster():
     """make_local in another process while this cluster runs: a private instance, not Ray's ValueError."""
     code = ("import numpy as np, raytile as rt\n"
@@ -161,6 +179,7 @@ def main() -> int:
         ("sigkill_one_worker", lambda: scenario_sigkill_workers(cluster, ctx, 1)),
         ("node_added_mid_run", lambda: scenario_node_added_mid_run(cluster, ctx)),
         ("sigkill_two_workers", lambda: (_wait_workers(ctx, 3), scenario_sigkill_workers(cluster, ctx, 2))[1]),
+        ("actor_coordinator_across_nodes", lambda: scenario_actor_coordinator_across_nodes(cluster)),
         ("node_removed_spare_cpus", lambda: (_wait_workers(ctx, 3),
                                              scenario_node_removed_mid_run(cluster, ctx, True))[1]),
         ("node_removed_no_spare", lambda: scenario_node_removed_mid_run(cluster, ctx, False)),

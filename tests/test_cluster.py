@@ -11,6 +11,8 @@ each compares its result with numpy on the same data:
   clean result (the memory data set's copies on that node are lost, its
   primary copy serves the retries), and the next run does not wait for the
   lost node;
+- the coordinator as an actor (``coordinator="actor"``): a run over both
+  nodes and a worker SIGKILLed mid-run, exact;
 - ``Context.make_local`` in another process beside the running cluster
   starts a private instance instead of failing with Ray's ValueError.
 """
@@ -27,7 +29,7 @@ import pytest
 pytestmark = pytest.mark.ray
 
 SCENARIOS = ["run_across_nodes", "sigkill_one_worker", "node_added_mid_run", "sigkill_two_workers",
-             "node_removed_spare_cpus", "node_removed_no_spare", "make_local_beside_a_running_cluster"]
+             "actor_coordinator_across_nodes", "node_removed_spare_cpus", "node_removed_no_spare", "make_local_beside_a_running_cluster"]
 
 
 @pytest.fixture(scope="module")
