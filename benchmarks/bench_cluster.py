@@ -139,6 +139,7 @@ def main(argv=None) -> int:
                       f"in {stats['results']:2d} results ({stats['bytes'] / (workers * result_bytes):4.2f}x "
                       f"{workers} workers x result); coordinator CPU {stats['cpu_s'] * 1e3:3.0f} ms")
             ctx.close()
+            _wait_cpus_free(args.nodes)
     ray.shutdown()
     client_port = _free_port()
     server = subprocess.Popen([sys.executable, "-m", "ray.util.client.server", f"--address={cluster.address}",
@@ -156,6 +157,15 @@ def main(argv=None) -> int:
         server.wait(30)
     cluster.shutdown()
     return 0
+
+
+def _wait_cpus_free(cpus: int, timeout: float = 30.0) -> None:
+    """Wait until a closed Context's workers gave their CPUs back (the next one then holds them)."""
+    import ray
+
+    deadline = time.monotonic() + timeout
+    while ray.available_resources().get("CPU", 0) < cpus and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def _free_port() -> int:

@@ -180,18 +180,24 @@ def test_worker_killed_mid_run_gives_the_exact_result(actx, data):
 def test_memory_frames_are_released_with_the_dataset(actx, data):
     import gc
 
+    import ray
+
     host = actx._host
+
+    def shared() -> int:
+        return ray.get(host.actor.describe.remote())["shared_datasets"]
+
     gc.collect()  # data sets of earlier tests
     time.sleep(0.5)
-    before = host._describe()["shared_datasets"]
+    before = shared()
     ds = actx.load("memory", data=data.copy(), num_partitions=2)
-    assert host._describe()["shared_datasets"] == before + 1
+    assert shared() == before + 1
     del ds
     gc.collect()
     deadline = time.monotonic() + 10
-    while host._describe()["shared_datasets"] != before and time.monotonic() < deadline:
+    while shared() != before and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert host._describe()["shared_datasets"] == before
+    assert shared() == before
 
 
 def _run_driver(script: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 POLL_S = 1.0
 #: With a progress reporter, polls return at least this often so that the bar moves.
 PROGRESS_POLL_S = 0.25
+#: How long what the actor said about its workers is used before asking again (the pool is elastic).
+DESCRIBE_TTL_S = 1.0
 #: How long creating the actor and starting its workers may take.
 START_TIMEOUT_S = 180.0
 
@@ -57,6 +59,8 @@ class ActorHost(RunHost):
         owner = ray.get_runtime_context().get_job_id()
         self.actor = _RemoteCoordinator.options(name=self.name, namespace=NAMESPACE, lifetime="detached").remote(
             executor_kwargs, owner)
+        self._description: dict | None = None
+        self._described_at = 0.0
         self._closed = False
 
     @classmethod
@@ -70,8 +74,12 @@ class ActorHost(RunHost):
                     "merge_interval_s": merge_interval_s})
 
     def _describe(self) -> dict:
-        """The workers as they are now (started with the first call)."""
-        return _call(self.actor.describe.remote(), START_TIMEOUT_S, "start its workers")
+        """The workers as they were at most ``DESCRIBE_TTL_S`` ago (started with the first call)."""
+        now = time.monotonic()
+        if self._description is None or now - self._described_at > DESCRIBE_TTL_S:
+            self._description = _call(self.actor.describe.remote(), START_TIMEOUT_S, "start its workers")
+            self._described_at = now
+        return self._description
 
     @property
     def num_workers(self) -> int:
@@ -183,7 +191,7 @@ class RemoteRun:
         self._progress = progress
         self._seen = ProgressState()
         self._seq = 0
-        self._left = False
+        self._end: Any = None  #: the run's end, when it came with the final snapshot
         self.owner = owner
         self.outbox = _RemoteQueue(self)
         weakref.finalize(self, _leave, actor, run_id, self.outbox.left)
@@ -228,9 +236,12 @@ class RemoteRun:
 
     def _poll(self, timeout: float) -> Any:
         """The run's next item (None if none came within ``timeout``); moves the progress bar."""
+        if self._end is not None:
+            return self._end
         wait = min(timeout, PROGRESS_POLL_S) if self._progress is not None else timeout
         try:
-            status, seq, item, progress = ray.get(self._actor.next.remote(self._run_id, self._seq, wait))
+            status, seq, item, progress, self._end = ray.get(
+                self._actor.next.remote(self._run_id, self._seq, wait))
         except rex.RayActorError as e:
             status, seq, item, progress = "error", 0, ExecutorError(
                 f"the coordinator actor of run {self._run_id[:8]} died ({type(e).__name__})"), self._seen

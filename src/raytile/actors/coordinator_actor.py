@@ -189,28 +189,40 @@ class CoordinatorActor:
                                 "started on this Context's coordinator)")
         return run
 
-    async def next(self, run_id: str, after: int, timeout: float) -> tuple[str, int, Any, ProgressState]:
+    async def next(self, run_id: str, after: int, timeout: float) -> tuple[str, int, Any, ProgressState, Any]:
         """The run's newest item after sequence number ``after``: ``("ok", seq, snapshot or end,
-        progress)``, ``("wait", after, None, progress)`` if nothing came within ``timeout``,
-        ``("error", 0, exc, progress)`` for an unknown run."""
+        progress, end)``, where ``end`` is the run's end too if the snapshot is the final one (one
+        round trip less for the viewer), else None; ``("wait", after, None, progress, None)`` if
+        nothing came within ``timeout``; ``("error", 0, exc, progress, None)`` for an unknown run."""
         try:
             run = self._run(run_id)
         except ExecutorError as e:
-            return "error", 0, e, ProgressState()
+            return "error", 0, e, ProgressState(), None
         deadline = time.monotonic() + timeout
         while True:
             got = run.channel.peek(after)
             if got is not None:
-                return "ok", got[0], got[1], run.tally.state
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return "wait", after, None, run.tally.state
-            waiter = asyncio.get_running_loop().create_future()
-            run.waiters.append(waiter)
-            try:
-                await asyncio.wait_for(waiter, remaining)
-            except asyncio.TimeoutError:
-                pass
+                seq, item = got
+                if getattr(item, "finished", False):  # the run's end follows the final snapshot at once
+                    await self._wait_changed(run, lambda: run.over, deadline=time.monotonic() + 1.0)
+                return "ok", seq, item, run.tally.state, run.channel.terminal if run.over else None
+            if not await self._wait_changed(run, lambda: False, deadline):
+                return "wait", after, None, run.tally.state, None
+
+    async def _wait_changed(self, run: HostedRun, done: Callable[[], bool], deadline: float) -> bool:
+        """Wait until the run's channel changes or ``done()``; False if ``deadline`` passed first."""
+        if done():
+            return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        waiter = asyncio.get_running_loop().create_future()
+        run.waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, remaining)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     async def attach(self, run_id: str) -> tuple[str, Any]:
         """A new viewer of the run: ``("ok", its UDFs)``."""
