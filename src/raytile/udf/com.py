@@ -109,8 +109,9 @@ def center_shifts(img_sum: np.ndarray, img_y: np.ndarray, img_x: np.ndarray, ref
                   ref_x: float) -> tuple[np.ndarray, np.ndarray]:
     """``(y, x)`` shifts of the centres of mass ``img_y / img_sum``, ``img_x / img_sum`` from ``(ref_y, ref_x)``.
 
-    Positions with ``img_sum == 0`` get a zero shift (LiberTEM's convention;
-    :class:`CoMUDF` reports NaN there instead).
+    Positions with ``img_sum == 0`` (no intensity to weigh) get a zero shift,
+    as in LiberTEM; :class:`CoMUDF` uses this, so such a frame's centre of
+    mass is ``(ref_y, ref_x)`` itself.
 
     >>> center_shifts(np.array([2.0, 0.0]), np.array([6.0, 0.0]), np.array([2.0, 0.0]), 1.0, 1.0)
     (array([2., 0.]), array([0., 0.]))
@@ -235,55 +236,70 @@ def com_masks_factory(detector_y: int, detector_x: int, cy: float, cx: float,
 _FLAT = ("cy", "cx", "r", "ri", "scan_rotation", "flip_y", "regression")
 
 
-def moment_masks(sig: tuple[int, ...], cy: float, cx: float, r: float, ri: float) -> np.ndarray:
-    """``(3, *sig)`` float64: the region ``ri <= d <= r`` around ``(cy, cx)``, and the region weighted by
-    y and by x. A frame times these gives its intensity and its y and x moments (:class:`CoMUDF`).
+def moment_masks(sig: tuple[int, ...], cy: float, cx: float, r: float, ri: float | None) -> np.ndarray:
+    """``(3, *sig)`` float64: the region around ``(cy, cx)``, and the region weighted by y and by x.
+
+    A frame times these gives its intensity and its y and x moments
+    (:class:`CoMUDF`). The region is LiberTEM's: the disk ``d <= r`` if
+    ``ri`` is ``None`` or close to 0 (``np.isclose``), else the ring
+    ``ri < d <= r`` (:func:`raytile.masks.ring`; a pixel at exactly ``ri``
+    is left out), with distances compared squared as LiberTEM's masks do.
 
     >>> moment_masks((3, 3), 1.0, 1.0, 1.0, 0.0)[2].tolist()
     [[0.0, 1.0, 0.0], [0.0, 1.0, 2.0], [0.0, 1.0, 0.0]]
+    >>> moment_masks((3, 3), 1.0, 1.0, 1.0, 0.5)[0].tolist()  # the centre is inside ri
+    [[0.0, 1.0, 0.0], [1.0, 0.0, 1.0], [0.0, 1.0, 0.0]]
     """
-    y, x = np.mgrid[: sig[0], : sig[1]].astype(np.float64)
-    d = np.sqrt((y - cy) ** 2 + (x - cx) ** 2)
-    region = ((d <= r) & (d >= ri)).astype(np.float64)
+    h, w = int(sig[0]), int(sig[1])
+    if ri is None or np.isclose(ri, 0.0):
+        region = _masks.circular(centerX=cx, centerY=cy, imageSizeX=w, imageSizeY=h, radius=r)
+    else:
+        region = _masks.ring(centerX=cx, centerY=cy, imageSizeX=w, imageSizeY=h, radius=r, radius_inner=ri)
+    region = np.asarray(region, dtype=np.float64)
+    y, x = np.mgrid[:h, :w].astype(np.float64)
     return np.stack([region, y * region, x * region])
 
 
 class CoMUDF(UDF):
-    """Centre of mass of every frame, optionally within a ring ``ri <= d <= r`` around ``(cy, cx)``.
+    """Centre of mass of every frame, optionally within a disk or ring around ``(cy, cx)``.
 
     Create it with :meth:`with_params`, with keywords (``CoMUDF(r=5.0)``) or
     LiberTEM's way, ``CoMUDF(CoMParams(...))``; the parameters are kept
     individually, so live patches name them (``{"r": 4.0}``; a
     ``{"com_params": CoMParams(...)}`` patch sets them all). ``(cy, cx)``
     defaults to ``(sig_h // 2, sig_w // 2)`` as in LiberTEM; ``r=inf`` and
-    ``ri=0`` use the whole frame. Needs a 2D signal.
+    ``ri=0`` use the whole frame. Needs a 2D signal. The results are
+    LiberTEM's (``libertem.udf.com.CoMUDF``), computed in float64.
 
-    Parameters (LiberTEM's): ``cy``, ``cx``, ``r``, ``ri``;
-    ``scan_rotation`` (degrees; rotates the shift vectors into the scan's
-    frame), ``flip_y`` (negate the y shift first, for detectors with the
-    origin at the bottom), ``regression`` (see :class:`RegressionOptions`:
-    -1 none, 0 subtract the mean field, 1 subtract a linear fit over the
-    scan, or a ``(3, 2)`` array to subtract ``[[y, x], [dy/dy, dx/dy],
-    [dy/dx, dx/dx]]``).
+    Parameters (LiberTEM's): ``cy``, ``cx``, ``r``, ``ri`` (the region is
+    the disk ``d <= r``, or the ring ``ri < d <= r`` when ``ri`` is not
+    close to 0, see :func:`moment_masks`); ``scan_rotation`` (degrees;
+    rotates the shift vectors into the scan's frame), ``flip_y`` (negate
+    the y shift first, for detectors with the origin at the bottom),
+    ``regression`` (see :class:`RegressionOptions`: -1 none, 0 subtract the
+    mean field, 1 subtract a linear fit over the scan, or a ``(3, 2)``
+    array to subtract ``[[y, x], [dy/dy, dx/dy], [dy/dx, dx/dx]]``).
 
     Results (nav unless noted; NaN outside the ROI):
 
-    - ``raw_com`` ``(2,)``: ``(y, x)`` centre of mass in pixels; NaN for
-      frames without intensity in the region (LiberTEM puts them at
-      ``(cy, cx)``);
+    - ``raw_com`` ``(2,)``: ``(y, x)`` centre of mass in pixels. A frame
+      without intensity in the region has nothing to weigh: its centre of
+      mass is ``(cy, cx)`` (zero shift), as in LiberTEM, so it adds a zero
+      vector to the field and to the regression fit rather than a hole;
     - ``raw_shifts`` ``(2,)``: ``raw_com - (cy, cx)``;
     - ``field`` ``(2,)``, ``field_y``, ``field_x``: the shifts after flip,
-      rotation and regression;
+      rotation and regression (subtracted at the merged positions);
     - ``magnitude``: the length of ``field``;
-    - ``divergence``, ``curl``: of ``field`` on a 2D scan (``np.gradient``);
-      positions without a field (outside the ROI, not merged yet, frames
-      without intensity) count as zero field in the differences, as in
-      LiberTEM, and are NaN themselves. NaN for scans that are not 2D;
-    - ``regression`` (single, ``(3, 2)``): the regression subtracted; fitted
-      over the merged positions with a field;
+    - ``divergence``, ``curl``: of ``field`` on a 2D scan (``np.gradient``
+      over the whole scan grid). Positions outside the ROI have a NaN field
+      there, as in LiberTEM, so a position whose differences reach one
+      outside the ROI (the next row or column) is NaN too. Positions not
+      merged yet count as zero field. NaN for scans that are not 2D
+      (LiberTEM refuses those);
+    - ``regression`` (single, ``(3, 2)``): the regression subtracted, fitted
+      over the merged positions (all of the ROI once the run is done); a
+      mean over no positions is NaN, as LiberTEM's;
     - ``moments`` ``(3,)``: the raw sums (intensity, y and x moments).
-
-    The ring includes ``d == ri`` (LiberTEM's excludes it for ``ri > 0``).
 
     Example::
 
@@ -319,7 +335,7 @@ class CoMUDF(UDF):
     def with_params(cls, cy: float | None = None, cx: float | None = None, r: float = math.inf,
                     ri: float | None = 0.0, scan_rotation: float = 0.0, flip_y: bool = False,
                     regression: RegressionOptionsT = RegressionOptions.NO_REGRESSION, **kwargs: Any) -> "CoMUDF":
-        """The CoM UDF for centre ``(cy, cx)`` (default: signal centre), ring ``ri <= d <= r`` and corrections.
+        """The CoM UDF for centre ``(cy, cx)`` (default: signal centre), ring ``ri < d <= r`` and corrections.
 
         Raises ``ValueError`` if ``ri >= r`` (as LiberTEM does).
         """
@@ -374,7 +390,7 @@ class CoMUDF(UDF):
     def get_task_data(self) -> dict[str, Any]:
         sig = tuple(self.meta.dataset_shape.sig.to_tuple())
         cy, cx = self.centre()
-        ri = 0.0 if self.params.ri is None else float(self.params.ri)
+        ri = None if self.params.ri is None else float(self.params.ri)
         factory = functools.partial(moment_masks, sig, cy, cx, float(self.params.r), ri)
         backend = BACKEND_CUPY if self.meta.array_backend in CUPY_BACKENDS else BACKEND_NUMPY
         masks = MaskContainer(factory, dtype=np.float64, use_sparse=False, count=3, backend=backend)
@@ -393,23 +409,26 @@ class CoMUDF(UDF):
         return np.stack(np.unravel_index(flat, nav), axis=1)
 
     def get_regression(self, field: np.ndarray, usable: np.ndarray, coords: np.ndarray) -> np.ndarray:
-        """The ``(3, 2)`` regression to subtract, fitted on ``field[usable]`` (rows at nav ``coords``)."""
+        """The ``(3, 2)`` regression to subtract, fitted on ``field[usable]`` (rows at nav ``coords``).
+
+        ``usable`` marks the merged positions, empty frames included (their
+        field is the zero vector), as LiberTEM fits over its valid nav mask.
+        """
         reg = self.params.regression
         result = np.zeros((3, 2))
         if isinstance(reg, (int, np.integer)) and not isinstance(reg, bool):
             option = int(reg)
             if option == RegressionOptions.NO_REGRESSION:
                 return result
-            if option not in (RegressionOptions.SUBTRACT_MEAN, RegressionOptions.SUBTRACT_LINEAR):
-                raise UDFException(f"CoMUDF: unrecognized regression option {reg!r}; use -1, 0, 1 or a (3, 2) array")
-            if not usable.any():
-                return result
             if option == RegressionOptions.SUBTRACT_MEAN:
-                result[0] = field[usable].mean(axis=0)
+                # the mean of no positions is NaN (LiberTEM's np.mean), without numpy's warning
+                result[0] = field[usable].mean(axis=0) if usable.any() else np.nan
                 return result
-            inp = self._regression_input(coords)
-            result[:] = np.linalg.lstsq(inp[usable], field[usable], rcond=None)[0]
-            return result
+            if option == RegressionOptions.SUBTRACT_LINEAR:
+                inp = self._regression_input(coords)
+                result[:] = np.linalg.lstsq(inp[usable], field[usable], rcond=None)[0]
+                return result
+            raise UDFException(f"CoMUDF: unrecognized regression option {reg!r}; use -1, 0, 1 or a (3, 2) array")
         arr = np.asarray(reg, dtype=np.float64)
         if arr.shape != (3, 2):
             raise UDFException(f"CoMUDF: regression {reg!r} is not an option (-1, 0, 1) and not shaped (3, 2)")
@@ -427,7 +446,7 @@ class CoMUDF(UDF):
     def get_field_results(self, field_y: np.ndarray, field_x: np.ndarray) -> dict[str, np.ndarray]:
         """Results derived from the field on the full 2D nav grid (LiberTEM's hook for subclasses such as iCoM).
 
-        ``field_y``/``field_x`` are nav-shaped, zero where there is no field.
+        ``field_y``/``field_x`` are nav-shaped, NaN outside the ROI (as LiberTEM passes them).
         Return nav-shaped arrays; :meth:`get_results` keeps the ROI positions.
         """
         return {
@@ -438,25 +457,24 @@ class CoMUDF(UDF):
 
     def get_results(self) -> dict[str, Any]:
         m = np.asarray(self.results.moments, dtype=np.float64).reshape(-1, 3)
+        merged = self.meta.get_valid_nav_mask()
+        merged = np.ones(len(m), dtype=bool) if merged is None else np.asarray(merged, dtype=bool).reshape(-1)
+        # positions not merged yet have no moments (LiberTEM's zeroed buffer): a zero shift, like empty frames
+        m = np.where(merged[:, None], m, 0.0)
         cy, cx = self.centre()
-        with np.errstate(invalid="ignore", divide="ignore"):
-            com = m[:, 1:] / m[:, :1]
-        com[m[:, 0] == 0] = np.nan
-        shifts = com - np.array([cy, cx])
-        field_y, field_x = apply_correction(shifts[:, 0], shifts[:, 1], self.params.scan_rotation,
-                                            bool(self.params.flip_y))
+        shift_y, shift_x = center_shifts(m[:, 0], m[:, 1], m[:, 2], cy, cx)
+        shifts = np.stack([shift_y, shift_x], axis=1)
+        com = shifts + np.array([cy, cx])
+        field_y, field_x = apply_correction(shift_y, shift_x, self.params.scan_rotation, bool(self.params.flip_y))
         field = np.stack([field_y, field_x], axis=1)
 
         coords = self._nav_coords()
-        merged = self.meta.get_valid_nav_mask()
-        merged = np.ones(len(m), dtype=bool) if merged is None else np.asarray(merged, dtype=bool).reshape(-1)
-        usable = merged & np.isfinite(field).all(axis=1)
-        regression = self.get_regression(field, usable, coords)
+        regression = self.get_regression(field, merged, coords)
         if not np.allclose(regression, 0):
             if np.allclose(regression[1:], 0):
-                field[usable] -= regression[0]
+                field[merged] -= regression[0]
             else:
-                field[usable] -= self._regression_input(coords[usable]) @ regression
+                field[merged] -= self._regression_input(coords[merged]) @ regression
 
         results: dict[str, Any] = {
             "raw_com": com,
@@ -468,14 +486,11 @@ class CoMUDF(UDF):
         }
         nav = self.meta.dataset_shape.nav.to_tuple()
         if len(nav) == 2:
-            grid = np.zeros(nav + (2,))
-            grid[coords[usable, 0], coords[usable, 1]] = field[usable]
+            grid = np.full(nav + (2,), np.nan)  # no field outside the ROI (LiberTEM's NaN-filled buffer)
+            grid[coords[:, 0], coords[:, 1]] = field
             derived = self.get_field_results(field_y=grid[..., 0], field_x=grid[..., 1])
             for name, arr in derived.items():
-                arr = np.asarray(arr)
-                values = arr[coords[:, 0], coords[:, 1]].astype(np.float64)
-                values[~usable] = np.nan
-                results[name] = values
+                results[name] = np.asarray(arr)[coords[:, 0], coords[:, 1]].astype(np.float64)
         else:
             results["magnitude"] = magnitude(field[:, 0], field[:, 1])
             results["divergence"] = np.full(len(m), np.nan)
