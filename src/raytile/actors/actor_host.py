@@ -32,6 +32,8 @@ __all__ = ["ActorHost", "RemoteRun", "find_run", "POLL_S"]
 
 log = logging.getLogger(__name__)
 
+#: Ray's resource of the head node.
+HEAD_NODE_RESOURCE = "node:__internal_head__"
 #: The longest one poll of the actor waits for a newer result (then it polls again).
 POLL_S = 1.0
 #: With a progress reporter, polls return at least this often so that the bar moves.
@@ -57,8 +59,10 @@ class ActorHost(RunHost):
     def __init__(self, executor_kwargs: dict):
         self.name = NAME_PREFIX + uuid.uuid4().hex[:12]
         owner = ray.get_runtime_context().get_job_id()
-        self.actor = _RemoteCoordinator.options(name=self.name, namespace=NAMESPACE, lifetime="detached").remote(
-            executor_kwargs, owner)
+        self.actor = _RemoteCoordinator.options(
+            name=self.name, namespace=NAMESPACE, lifetime="detached",
+            resources={HEAD_NODE_RESOURCE: 0.001},  # on the head node, like a driver: not among busy workers
+        ).remote(executor_kwargs, owner)
         self._description: dict | None = None
         self._described_at = 0.0
         self._closed = False
