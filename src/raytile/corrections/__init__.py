@@ -2,11 +2,11 @@
 
 ``raytile.corrections.coordinates`` holds the 2x2 matrices LiberTEM's
 ``com.py`` and its users build scan rotations and flips from;
-``CorrectionSet`` (dark frame, gain map, excluded pixels) is raytile's own
-:class:`raytile.io.corrections.CorrectionSet`, the one ``ctx.run_udf(...,
-corrections=...)`` takes. It is looked up on first access, so that importing
-the coordinate helpers (which :mod:`raytile.udf.com` does) does not load the
-I/O layer.
+``CorrectionSet`` (dark frame, gain map, excluded pixels; LiberTEM's
+constructor and getters) is :class:`raytile.io.corrections.CorrectionSet`,
+the one ``ctx.run_udf(..., corrections=...)`` takes. It is looked up on
+first access, so that importing the coordinate helpers (which
+:mod:`raytile.udf.com` does) does not load the I/O layer.
 
 >>> from raytile.corrections import CorrectionSet, coordinates
 >>> CorrectionSet.__module__
