@@ -84,9 +84,12 @@ def drive(address: str, path, nav, sig, parts: int, repeat: int) -> tuple[str, f
     """Run SumUDF from a fresh driver process on ``address``: (placement, best run s, connect+first s)."""
     env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
     env.pop("RAY_ADDRESS", None)
-    proc = subprocess.run([sys.executable, "-c", DRIVER, address, str(path), repr(nav), repr(sig), str(parts),
-                           str(repeat)], capture_output=True, text=True, env=env, timeout=600)
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")), None)
+    for _attempt in range(2):  # Ray Client's server start fails now and then on a busy machine: once more
+        proc = subprocess.run([sys.executable, "-c", DRIVER, address, str(path), repr(nav), repr(sig), str(parts),
+                               str(repeat)], capture_output=True, text=True, env=env, timeout=600)
+        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")), None)
+        if line is not None:
+            break
     if line is None:
         raise RuntimeError(f"driver on {address} failed:\n{proc.stderr[-3000:]}")
     _, placement, best, first = line.split()

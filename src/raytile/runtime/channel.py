@@ -72,8 +72,10 @@ class SnapshotChannel:
         return None
 
     def _pump(self) -> None:
+        final = False
         while True:
-            if not self._demand.wait(IDLE_CHECK_S) and not self._run_over():
+            # after the final snapshot the run's end follows at once: take it without waiting for demand
+            if not final and not self._demand.wait(IDLE_CHECK_S) and not self._run_over():
                 continue
             self._demand.clear()
             item = self._outbox.take()  # a snapshot, else the terminal item (the run is over)
@@ -83,6 +85,7 @@ class SnapshotChannel:
                     self._terminal = item
                 else:
                     self._snapshot, self._snapshot_seq = item, self._seq
+                    final = bool(getattr(item, "finished", False))
             if self._on_change is not None:
                 self._on_change()
             if self._terminal is not None:

@@ -67,6 +67,7 @@ class Coordinator:
         self._coalesced = 0
         self._received = {"bytes": 0, "results": 0}
         self._cpu_s = 0.0
+        self._wall_s = 0.0
         self._acc: ResultAccumulator | None = ResultAccumulator(
             [u.copy() for u in plan.udfs], plan.params.dataset_shape, plan.params.roi, plan.metas(),
             plan.partition_offsets, plan.total_partitions,
@@ -119,8 +120,9 @@ class Coordinator:
     @property
     def stats(self) -> dict:
         """What this coordinator received, ``bytes`` of result buffers in ``results`` results, and its
-        thread's CPU seconds (``cpu_s``, complete once the run ended): the cost of coordinating."""
-        return {**self._received, "cpu_s": self._cpu_s}
+        thread's CPU seconds (``cpu_s``) and wall seconds from start to end (``wall_s``), complete once
+        the run ended: the cost of coordinating."""
+        return {**self._received, "cpu_s": self._cpu_s, "wall_s": self._wall_s}
 
     # -- the run ---------------------------------------------------------------
     def _main(self) -> None:
@@ -128,7 +130,7 @@ class Coordinator:
         span.set_attribute("raytile.run_id", self.run_id)
         span.set_attribute("raytile.partitions", len(self._plan.tasks))
         terminal: Any = FINISHED
-        cpu0 = time.thread_time()
+        cpu0, wall0 = time.thread_time(), time.perf_counter()
         try:
             with tracing.use_span(span):
                 self._begin()
@@ -151,6 +153,7 @@ class Coordinator:
             span.end()
             self._end()
             self._cpu_s = time.thread_time() - cpu0
+            self._wall_s = time.perf_counter() - wall0
             self.outbox.put_terminal(terminal)  # last: the consumer sees the run's end after progress is final
 
     def _begin(self) -> None:
