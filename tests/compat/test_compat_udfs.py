@@ -535,6 +535,28 @@ def test_builtin_comudf_against_libertem(executor, lt_ctx, tmp_path, request):
             ctx.close()
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # LiberTEM's np.mean over no positions
+@pytest.mark.filterwarnings("ignore:'where' used without 'out'")  # LiberTEM's com.py, on empty frames
+def test_builtin_comudf_empty_roi_against_libertem(lt_ctx):
+    """No position selected: the mean regression is NaN (LiberTEM's mean over nothing), the linear one zero.
+
+    Values only: the ``valid_mask`` of the ``single`` buffer ``regression`` is
+    False on raytile (nothing merged) and True on LiberTEM; that is the
+    runtime's, not CoMUDF's.
+    """
+    ported = load_ported("from libertem.udf.com import CoMUDF, RegressionOptions\n", "ported_com_import")
+    lt_mod = _lt_module("libertem.udf.com")
+    roi = np.zeros(NAV, dtype=bool)
+    with rt.Context(executor="inline") as ctx:
+        got = ctx.run_udf(dataset=_load(ctx, "memory", ""), roi=roi, udf=_com_udfs(ported))
+    want = lt_ctx.run_udf(dataset=_load(lt_ctx, "memory", ""), roi=roi, udf=_com_udfs(lt_mod))
+    for g, w in zip(got, want):
+        for k in w:
+            np.testing.assert_allclose(np.asarray(g[k].data), np.asarray(w[k].data), rtol=1e-5, atol=1e-5,
+                                       equal_nan=True, err_msg=f"empty ROI[{k}]")
+    assert np.isnan(np.asarray(got[1]["regression"].data)[0]).all()
+
+
 def test_every_libertem_udf_module_imports_map():
     """The check tool on LiberTEM's UDF modules: every imported name maps."""
     import libertem.udf as lt_udf
