@@ -20,7 +20,7 @@ lt_detector = pytest.importorskip("libertem.io.corrections.detector")
 import sparse  # noqa: E402
 
 import raytile as rt  # noqa: E402
-from raytile.common.errors import ConfigValidationError, DataSetException  # noqa: E402
+from raytile.common.errors import ConfigValidationError, DataSetException, RepairValueError  # noqa: E402
 from raytile.compat import load_ported  # noqa: E402
 from raytile.corrections import CorrectionSet  # noqa: E402
 
@@ -177,10 +177,11 @@ def test_allow_empty_matches_libertem(form, lt_ctx, rt_ctx, udfs, raw_path):
     # the default, allow_empty=False: LiberTEM refuses in the constructor
     with pytest.raises(lt_detector.RepairValueError):
         lt_corr.CorrectionSet(excluded_pixels=lt_form(UNREPAIRABLE))
-    with pytest.raises(ConfigValidationError, match=r"\(0, 15\), \(10, 10\) have no.*allow_empty=True"):
+    with pytest.raises(RepairValueError, match=r"\(0, 15\), \(10, 10\) have no.*allow_empty=True") as caught:
         # raytile too, or (pixel coordinates: the signal shape is not known yet) when the run starts
         cs = CorrectionSet(excluded_pixels=rt_form(UNREPAIRABLE))
         rt_ctx.run_udf(dataset=_load(rt_ctx, "memory", raw_path), udf=udfs[1](), corrections=cs)
+    assert isinstance(caught.value, ValueError) and isinstance(caught.value, ConfigValidationError)
     # allow_empty=True: those pixels keep their (dark/gain-corrected) values, the others are patched
     dark, gain = _dark_gain()
     for kind in ("memory", "raw"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "RaytileError", "DataSetException", "UDFException", "UnsafeCastError", "UDFRunCancelled", "BackendError",
-    "ExecutorError", "ConfigValidationError", "StageFailed", "PipelineStateError", "StageActorDied",
+    "ExecutorError", "ConfigValidationError", "RepairValueError", "StageFailed", "PipelineStateError", "StageActorDied",
 ]
 
 
@@ -60,6 +60,13 @@ class ExecutorError(RaytileError):
 
 class ConfigValidationError(RaytileError):
     """A configuration (data set parameters, pipeline config) does not validate."""
+
+
+class RepairValueError(ConfigValidationError, ValueError):
+    """Excluded pixels of a ``CorrectionSet`` have no neighbour to be repaired from (``allow_empty=False``).
+
+    Also a ``ValueError``, as LiberTEM's ``RepairValueError``, so ported ``except`` clauses keep working.
+    """
 
 
 class StageFailed(RaytileError):

@@ -32,7 +32,7 @@ import numpy as np
 import sparse
 import sparseconverter
 
-from raytile.common.errors import ConfigValidationError, DataSetException
+from raytile.common.errors import ConfigValidationError, DataSetException, RepairValueError
 from raytile.common.shape import Shape
 from raytile.common.tiling import TilingScheme
 
@@ -364,11 +364,11 @@ def repair_sources(mask: np.ndarray) -> list[tuple[tuple[int, ...], np.ndarray]]
 
 
 def _check_repairable(mask: np.ndarray) -> None:
-    """``ConfigValidationError`` naming the excluded pixels that have no neighbour to be repaired from."""
+    """``RepairValueError`` naming the excluded pixels that have no neighbour to be repaired from."""
     empty = [c for c, nb in repair_sources(mask) if len(nb) == 0]
     if empty:
         listed = ", ".join(map(str, empty[:10])) + (f" and {len(empty) - 10} more" if len(empty) > 10 else "")
-        raise ConfigValidationError(
+        raise RepairValueError(
             f"CorrectionSet: excluded_pixels {listed} have no non-excluded neighbour to be repaired from "
             "(allow_empty=False); pass allow_empty=True to leave them uncorrected"
         )

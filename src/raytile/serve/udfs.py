@@ -98,7 +98,7 @@ BUILTINS: tuple[UDFSpec, ...] = (
     UDFSpec("com", CoMUDF, _obj({"cy": {"type": ["number", "null"]}, "cx": {"type": ["number", "null"]},
                                  "r": {"type": ["number", "null"], "minimum": 0},
                                  "ri": {"type": "number", "minimum": 0}}),
-            "centre of mass of each frame within ri <= d <= r of (cy, cx) (r null: no limit)", _com_kwargs),
+            "centre of mass of each frame within ri < d <= r of (cy, cx) (r null: no limit)", _com_kwargs),
     UDFSpec("masks", ApplyMasksUDF,
             _obj({"masks": {"type": "array", "items": MASK_SCHEMA, "minItems": 1, "maxItems": 64},
                   "use_sparse": {"type": ["boolean", "null"]}}, ["masks"]),
