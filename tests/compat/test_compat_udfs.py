@@ -538,12 +538,8 @@ def test_builtin_comudf_against_libertem(executor, lt_ctx, tmp_path, request):
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # LiberTEM's np.mean over no positions
 @pytest.mark.filterwarnings("ignore:'where' used without 'out'")  # LiberTEM's com.py, on empty frames
 def test_builtin_comudf_empty_roi_against_libertem(lt_ctx):
-    """No position selected: the mean regression is NaN (LiberTEM's mean over nothing), the linear one zero.
-
-    Values only: the ``valid_mask`` of the ``single`` buffer ``regression`` is
-    False on raytile (nothing merged) and True on LiberTEM; that is the
-    runtime's, not CoMUDF's.
-    """
+    """No position selected: the mean regression is NaN (LiberTEM's mean over nothing), the linear one zero;
+    the ``valid_mask`` of every buffer as LiberTEM's (sig and single buffers valid, nav ones not)."""
     ported = load_ported("from libertem.udf.com import CoMUDF, RegressionOptions\n", "ported_com_import")
     lt_mod = _lt_module("libertem.udf.com")
     roi = np.zeros(NAV, dtype=bool)
@@ -554,6 +550,7 @@ def test_builtin_comudf_empty_roi_against_libertem(lt_ctx):
         for k in w:
             np.testing.assert_allclose(np.asarray(g[k].data), np.asarray(w[k].data), rtol=1e-5, atol=1e-5,
                                        equal_nan=True, err_msg=f"empty ROI[{k}]")
+            np.testing.assert_array_equal(np.asarray(g[k].valid_mask), np.asarray(w[k].valid_mask), err_msg=k)
     assert np.isnan(np.asarray(got[1]["regression"].data)[0]).all()
 
 

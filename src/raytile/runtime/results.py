@@ -231,7 +231,8 @@ class ResultAccumulator:
                 valid = np.asarray(mask)
             return ResultBuffer("nav", arr, data, valid)
         kind = decl.kind if decl is not None else "single"
-        valid = np.full(arr.shape, bool(self._damage.any())) if mask is None else mask
+        # sig and single results are valid as they stand (partial merges included), as in LiberTEM
+        valid = np.ones(arr.shape, dtype=bool) if mask is None else mask
         return ResultBuffer(kind, arr, arr, valid)
 
 
