@@ -15,7 +15,7 @@ import ray
 __all__ = ["ProgressActor", "TileReporter", "PROGRESS_FLUSH_S"]
 
 #: Progress messages from a worker are batched to at most one per this many seconds.
-PROGRESS_FLUSH_S = 0.02
+PROGRESS_FLUSH_S = 0.1
 
 
 class TileReporter:
