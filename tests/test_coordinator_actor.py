@@ -177,6 +177,24 @@ def test_worker_killed_mid_run_gives_the_exact_result(actx, data):
     assert pid not in {w["pid"] for w in actx.workers} and len(actx.workers) == 2
 
 
+def test_a_killed_coordinator_actor_fails_its_runs_clearly_and_is_replaced(ray_context, data):
+    import ray
+
+    from raytile.common.errors import CoordinatorDied
+
+    with rt.Context(coordinator="actor", cpus=2) as ctx:
+        ds = ctx.load("memory", data=data, num_partitions=8)
+        run = ctx.run_udf_iter(dataset=ds, udf=ScaledSumUDF(delay=0.3))
+        first = ctx._host.actor
+        with pytest.raises(CoordinatorDied, match="died"):
+            for i, _ in enumerate(run):
+                if i == 0:
+                    ray.kill(first, no_restart=True)
+        res = ctx.run_udf(dataset=ds, udf=rt.SumUDF())  # a new actor, the memory data shared with it again
+        np.testing.assert_allclose(res["intensity"].data, data.sum(axis=(0, 1)))
+        assert ctx._host.actor is not first
+
+
 def test_memory_frames_are_released_with_the_dataset(actx, data):
     import gc
 

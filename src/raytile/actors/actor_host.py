@@ -22,7 +22,7 @@ from ray import exceptions as rex
 
 from raytile.actors.coordinator_actor import NAME_PREFIX, NAMESPACE, CoordinatorActor
 from raytile.actors.executor import MERGE_INTERVAL_S, join_ray
-from raytile.common.errors import ExecutorError
+from raytile.common.errors import CoordinatorDied, ExecutorError
 from raytile.runtime.channel import is_terminal
 from raytile.runtime.host import RunHost, RunSource
 from raytile.runtime.plan import RunPlan
@@ -57,15 +57,36 @@ class ActorHost(RunHost):
     placement = "actor"
 
     def __init__(self, executor_kwargs: dict):
+        self._executor_kwargs = executor_kwargs
+        self._owner = ray.get_runtime_context().get_job_id()
+        #: memory data sets shared with the actor, by key: shared again with a replacement actor
+        self._datasets: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        self._closed = False
+        self._start_actor()
+
+    def _start_actor(self) -> None:
         self.name = NAME_PREFIX + uuid.uuid4().hex[:12]
-        owner = ray.get_runtime_context().get_job_id()
         self.actor = _RemoteCoordinator.options(
             name=self.name, namespace=NAMESPACE, lifetime="detached",
             resources={HEAD_NODE_RESOURCE: 0.001},  # on the head node, like a driver: not among busy workers
-        ).remote(executor_kwargs, owner)
+        ).remote(self._executor_kwargs, self._owner)
         self._description: dict | None = None
         self._described_at = 0.0
-        self._closed = False
+
+    def _ask(self, method: str, *args: Any, what: str) -> Any:
+        """Call the actor's ``method``; if the actor died, start a new one (sharing the loaded memory
+        data sets with it again) and call that."""
+        if self._closed:
+            raise ExecutorError("this Context is closed")
+        try:
+            return _call(getattr(self.actor, method).remote(*args), START_TIMEOUT_S, what)
+        except CoordinatorDied:
+            log.warning("the coordinator actor %s died; starting a new one", self.name)
+            self._start_actor()
+            for key, dataset in list(self._datasets.items()):
+                _call(self.actor.share_dataset.remote(key, _memory_frames(dataset)), START_TIMEOUT_S,
+                      "share a data set")
+            return _call(getattr(self.actor, method).remote(*args), START_TIMEOUT_S, what)
 
     @classmethod
     def make(cls, cpus: int | None = None, gpus: int | None = None, address: str | None = None,
@@ -81,7 +102,7 @@ class ActorHost(RunHost):
         """The workers as they were at most ``DESCRIBE_TTL_S`` ago (started with the first call)."""
         now = time.monotonic()
         if self._description is None or now - self._described_at > DESCRIBE_TTL_S:
-            self._description = _call(self.actor.describe.remote(), START_TIMEOUT_S, "start its workers")
+            self._description = self._ask("describe", what="start its workers")
             self._described_at = now
         return self._description
 
@@ -99,8 +120,7 @@ class ActorHost(RunHost):
         return list(self._describe()["workers"])
 
     def run_function(self, fn: Callable, *args: Any) -> Any:
-        status, value = _call(self.actor.run_function.remote(fn, args), START_TIMEOUT_S,
-                              f"run {getattr(fn, '__name__', fn)}")
+        status, value = self._ask("run_function", fn, args, what=f"run {getattr(fn, '__name__', fn)}")
         if status == "error":
             raise value
         return value
@@ -108,20 +128,17 @@ class ActorHost(RunHost):
     def prepare_dataset(self, dataset: Any) -> None:
         """Send a memory data set's frames to the actor once; it owns their object-store copy (so a
         detached run keeps them when this process exits), released when ``dataset`` goes."""
-        from raytile.io.formats.memory import MemoryPartition
-
-        frames = {p.idx: p.data for p in dataset.get_partitions()
-                  if isinstance(p, MemoryPartition) and isinstance(p.data, np.ndarray)}
+        frames = _memory_frames(dataset)
         if not frames:
             return
-        _call(self.actor.share_dataset.remote(id(dataset), frames), START_TIMEOUT_S, "share a data set")
-        weakref.finalize(dataset, _release, self.actor, id(dataset))
+        self._ask("share_dataset", id(dataset), frames, what="share a data set")
+        self._datasets[id(dataset)] = dataset
+        weakref.finalize(dataset, _release, weakref.ref(self), id(dataset))
 
     def start(self, plan: RunPlan, progress: ProgressReporter | None, final_only: bool,
               detached: bool, span: Any = None) -> RunSource:
-        status, value = _call(self.actor.start.remote(plan.without_frames(), final_only, detached,
-                                                       progress is not None),
-                              START_TIMEOUT_S, "start a run")
+        status, value = self._ask("start", plan.without_frames(), final_only, detached, progress is not None,
+                                  what="start a run")
         if status == "error":
             raise value
         return RemoteRun(self.actor, value, progress, owner=True)
@@ -147,11 +164,18 @@ def attach_run(run_id: str, actor: Any = None) -> tuple["RemoteRun", Sequence[An
     of the cluster does."""
     if not isinstance(run_id, str) or not run_id:
         raise ExecutorError(f"run_id must be a run's id (UDFRun.run_id), got {run_id!r}")
-    host = actor if actor is not None and ray.get(actor.has_run.remote(run_id)) else find_run(run_id)
+    host = actor if actor is not None and _has_run(actor, run_id) else find_run(run_id)
     status, value = ray.get(host.attach.remote(run_id))
     if status == "error":
         raise value
     return RemoteRun(host, run_id, None, owner=False), value
+
+
+def _has_run(actor: Any, run_id: str) -> bool:
+    try:
+        return bool(ray.get(actor.has_run.remote(run_id), timeout=10))
+    except (rex.RayActorError, rex.GetTimeoutError):
+        return False
 
 
 def find_run(run_id: str) -> Any:
@@ -161,10 +185,10 @@ def find_run(run_id: str) -> Any:
             continue
         try:
             actor = ray.get_actor(entry["name"], namespace=NAMESPACE)
-            if ray.get(actor.has_run.remote(run_id), timeout=10):
-                return actor
-        except Exception as e:  # noqa: BLE001  (an actor that is exiting)
-            log.debug("asking %s for run %s: %s", entry["name"], run_id, e)
+        except ValueError:  # it exited meanwhile
+            continue
+        if _has_run(actor, run_id):
+            return actor
     raise ExecutorError(
         f"no run {run_id!r} on this cluster: it ended and its result was dropped, or it was not started "
         "with coordinator='actor' (runs coordinated in a driver cannot be attached)")
@@ -176,12 +200,23 @@ def _call(ref: Any, timeout: float, what: str) -> Any:
     except rex.GetTimeoutError:
         raise ExecutorError(f"the coordinator actor did not {what} within {timeout:.0f} s") from None
     except rex.RayActorError as e:
-        raise ExecutorError(f"the coordinator actor died ({type(e).__name__}); create a new Context") from None
+        raise CoordinatorDied(f"the coordinator actor died before it could {what} ({type(e).__name__})") from None
 
 
-def _release(actor: Any, key: int) -> None:
+def _memory_frames(dataset: Any) -> dict[int, np.ndarray]:
+    """A memory data set's frames per partition index (empty for other data sets)."""
+    from raytile.io.formats.memory import MemoryPartition
+
+    return {p.idx: p.data for p in dataset.get_partitions()
+            if isinstance(p, MemoryPartition) and isinstance(p.data, np.ndarray)}
+
+
+def _release(host_ref: "weakref.ref[ActorHost]", key: int) -> None:
+    host = host_ref()
+    if host is None or host._closed:
+        return
     try:
-        actor.release_dataset.remote(key)
+        host.actor.release_dataset.remote(key)
     except Exception:  # noqa: BLE001  (the actor or this process is shutting down)
         pass
 
@@ -247,8 +282,9 @@ class RemoteRun:
             status, seq, item, progress, self._end = ray.get(
                 self._actor.next.remote(self._run_id, self._seq, wait))
         except rex.RayActorError as e:
-            status, seq, item, progress = "error", 0, ExecutorError(
-                f"the coordinator actor of run {self._run_id[:8]} died ({type(e).__name__})"), self._seen
+            status, seq, item, progress = "error", 0, CoordinatorDied(
+                f"the coordinator actor of run {self._run_id[:8]} died ({type(e).__name__}); the run is lost, "
+                "the Context starts a new actor for its next run"), self._seen
         if self._progress is not None:
             replay_progress(self._progress, self._run_id, self._seen, progress)
             self._seen = progress

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "RaytileError", "DataSetException", "UDFException", "UnsafeCastError", "UDFRunCancelled", "BackendError",
-    "ExecutorError", "ConfigValidationError", "RepairValueError", "StageFailed", "PipelineStateError", "StageActorDied",
+    "ExecutorError", "CoordinatorDied", "ConfigValidationError", "RepairValueError", "StageFailed", "PipelineStateError", "StageActorDied",
 ]
 
 
@@ -91,6 +91,14 @@ class StageFailed(RaytileError):
 
 class PipelineStateError(RaytileError):
     """An operation does not fit the pipeline's state (stepping a failed or stopped pipeline...)."""
+
+
+class CoordinatorDied(ExecutorError):
+    """The coordinator actor of a Context (``coordinator="actor"``) died; its runs in flight end with this.
+
+    The Context starts a new one for its next call (and shares its loaded
+    memory data sets with it again).
+    """
 
 
 class StageActorDied(ExecutorError):
