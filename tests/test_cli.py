@@ -221,3 +221,19 @@ def test_ray_executor_falls_back_to_inline_when_missing(demo, tmp_path, monkeypa
     data = np.fromfile(raws[0], dtype=np.uint16).reshape(NAV + SIG)
     with np.load(out) as npz:
         np.testing.assert_array_equal(npz["sumsig"], data.sum(axis=(2, 3), dtype=np.int64))
+
+
+@pytest.mark.ray
+def test_run_with_the_coordinator_as_an_actor(demo, tmp_path, capsys, ray_context):
+    _, _, _, raws = demo
+    data = np.fromfile(raws[0], dtype=np.uint16).reshape(NAV + SIG)
+    out = tmp_path / "res.npz"
+    rc = main(["run", "--format", "raw", "--path", str(raws[0]), "--nav-shape", "4,8", "--sig-shape", "256x256",
+               "--dtype", "uint16", "--udf", "sumsig", "--out", str(out), "--coordinator", "actor",
+               "--no-progress"])
+    assert rc == 0, capsys.readouterr().err
+    with np.load(out) as npz:
+        np.testing.assert_array_equal(npz["sumsig"], data.sum(axis=(2, 3), dtype=np.int64))
+    rc = main(["run", "--format", "raw", "--path", str(raws[0]), "--nav-shape", "4,8", "--sig-shape", "256x256",
+               "--dtype", "uint16", "--executor", "inline", "--coordinator", "actor", "--out", str(out)])
+    assert rc == 2 and "coordinator='actor' needs executor='ray'" in capsys.readouterr().err

@@ -223,8 +223,12 @@ def positive_float(text: str) -> float:
     return v
 
 
-def make_context(executor: str, log=print):
-    """A Context on ``executor``; "ray" falls back to inline if the Ray executor is not available."""
+def make_context(executor: str, log=print, address: str | None = None, coordinator: str = "auto"):
+    """A Context on ``executor``; "ray" falls back to inline if the Ray executor is not available.
+
+    ``address`` (Ray only): a cluster to join ("auto", "host:6379", "ray://host:10001"); None: the
+    local Ray, started if none runs. ``coordinator``: see ``Context``.
+    """
     import raytile as rt
 
     if executor == "ray":
@@ -233,7 +237,11 @@ def make_context(executor: str, log=print):
         except ImportError as e:
             log(f"note: the Ray executor is not available ({e}); running inline instead")
             executor = "inline"
-    return rt.Context(executor=executor), executor
+    if executor == "inline":
+        if address is not None:
+            raise CLIError(f"--address {address} needs the Ray executor")
+        return rt.Context(executor="inline", coordinator=coordinator), executor
+    return rt.Context(executor="ray", address=address, coordinator=coordinator), executor
 
 
 def ring_udf(sig_shape: tuple[int, ...], radii: Sequence[float] | None = None,
@@ -331,7 +339,7 @@ def cmd_demo(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     t0 = time.perf_counter()
-    ctx, executor = make_context(args.executor)
+    ctx, executor = make_context(args.executor, address=args.address, coordinator=args.coordinator)
     try:
         ds = ctx.load("raw", path=str(path), nav_shape=nav_shape, sig_shape=sig_shape, dtype="uint16")
         print(f"start-up: {time.perf_counter() - t0:.2f} s ({executor} executor and the data set, once per session)")
@@ -383,7 +391,7 @@ def cmd_run(args) -> int:
             kwargs[key] = value
     if args.sync_offset:
         kwargs["sync_offset"] = args.sync_offset
-    ctx, executor = make_context(args.executor)
+    ctx, executor = make_context(args.executor, address=args.address, coordinator=args.coordinator)
     try:
         ds = ctx.load(args.format, **kwargs)
         sig_shape = ds.shape.sig.to_tuple()
@@ -532,6 +540,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _executor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--executor", choices=("ray", "inline"), default="ray",
                    help="ray (default; falls back to inline if unavailable) or inline")
+    p.add_argument("--address", default=None,
+                   help="Ray cluster to join: auto, host:6379 or ray://host:10001 (default: local Ray)")
+    p.add_argument("--coordinator", choices=("auto", "driver", "actor"), default="auto",
+                   help="where runs are coordinated: this process (driver) or an actor on the cluster "
+                        "(default auto: actor for ray:// addresses)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
