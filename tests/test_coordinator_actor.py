@@ -171,7 +171,7 @@ def test_worker_killed_mid_run_gives_the_exact_result(actx, data):
             os.kill(pid, signal.SIGKILL)
         final = part
     np.testing.assert_allclose(final.buffers[0]["intensity"].data, data.sum(axis=(0, 1)))
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 90  # a new actor process starts at Ray's niceness 15: slow on a busy machine
     while len(actx.workers) < 2 and time.monotonic() < deadline:  # the pool replaced it
         time.sleep(0.2)
     assert pid not in {w["pid"] for w in actx.workers} and len(actx.workers) == 2

@@ -6,7 +6,9 @@ import pytest
 
 pytest.importorskip("ray")
 
-from raytile.actors.pool import PLACEMENT_TIMEOUT_S, NodeInfo, Slot, SlotState, plan_pool  # noqa: E402
+from raytile.actors.pool import (  # noqa: E402
+    PLACEMENT_TIMEOUT_S, STARTUP_TIMEOUT_S, NodeInfo, Slot, SlotState, plan_pool,
+)
 
 NOW = 1000.0
 
@@ -45,6 +47,15 @@ def test_an_actor_not_placed_in_time_is_retired_and_fixed_mode_tries_again():
                      max_workers=None, now=NOW, backoff={})
     assert plan.retire == (stuck,)
     assert plan.start == (("cpu", None),)  # the fresh one still counts; one more to reach 2
+
+
+def test_a_placed_actor_still_starting_gets_the_longer_startup_timeout():
+    slow = slot("cpu", "a", SlotState.STARTING, started=NOW - PLACEMENT_TIMEOUT_S - 1)
+    args = dict(nodes=[NodeInfo("a", 1, 0)], slots=[slow], fixed=None, max_workers=None, now=NOW, backoff={})
+    assert plan_pool(**args).retire == (slow,)  # no process: not placed in time
+    assert plan_pool(**args, placed=frozenset({slow.name})).retire == ()  # it has a process: let it start
+    late = dict(args, now=slow.started_at + STARTUP_TIMEOUT_S + 1)
+    assert plan_pool(**late, placed=frozenset({slow.name})).retire == (slow,)
 
 
 def test_fixed_mode_ignores_node_sizes():

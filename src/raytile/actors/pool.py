@@ -7,8 +7,9 @@ Each worker actor holds one CPU slot (``num_cpus=1``) or one GPU. The pool
   (``NodeAffinitySchedulingStrategy``), up to ``max_workers``;
 - gives tasks only to actors that answered a ``ping`` (a replacement that is
   still starting takes none, so nothing queues on an actor that may never
-  be placed); an actor not alive within ``PLACEMENT_TIMEOUT_S`` is retired
-  and the node it was meant for is not tried again for ``NODE_BACKOFF_S``;
+  be placed); an actor without a process after ``PLACEMENT_TIMEOUT_S`` (or
+  not alive after ``STARTUP_TIMEOUT_S`` with one) is retired and the node
+  it was meant for is not tried again for ``NODE_BACKOFF_S``;
 - retires the actors of a node that left the cluster and of an actor that
   died (their tasks fail with a Ray actor error and are retried elsewhere
   by the coordinator), and starts replacements where there is room.
@@ -36,12 +37,17 @@ from raytile.actors.cache import Ledger
 from raytile.actors.worker import DATA_CACHE, PARAMS_CACHE, WorkerActor
 
 __all__ = ["WorkerPool", "Slot", "SlotState", "NodeInfo", "PoolPlan", "plan_pool", "PLACEMENT_TIMEOUT_S",
+           "STARTUP_TIMEOUT_S",
            "REFRESH_S", "NODE_BACKOFF_S"]
 
 log = logging.getLogger(__name__)
 
-#: How long a new actor may take to be placed and started before it is retired.
+#: How long a new actor may take to be placed (to get a process) before it is retired.
 PLACEMENT_TIMEOUT_S = 20.0
+#: How long a placed actor (it has a process) may take to start: on a node whose CPUs are saturated a
+#: process at Ray's worker niceness (15) needed minutes; retiring it at PLACEMENT_TIMEOUT_S and starting
+#: another never got a replacement up (measured with two busy-looping processes on 2 cores).
+STARTUP_TIMEOUT_S = 300.0
 #: How often the monitor looks at the cluster's nodes.
 REFRESH_S = 1.0
 #: How long a node where an actor could not be placed is left alone.
@@ -101,19 +107,23 @@ class PoolPlan:
 
 
 def plan_pool(*, nodes: Sequence[NodeInfo], slots: Sequence[Slot], fixed: dict[str, int] | None,
-              max_workers: int | None, now: float, backoff: dict[str, float]) -> PoolPlan:
+              max_workers: int | None, now: float, backoff: dict[str, float],
+              placed: frozenset[str] = frozenset()) -> PoolPlan:
     """Decide which actors to start and which to retire.
 
     ``fixed`` (``{"cpu": n, "cuda": m}``) keeps that many actors anywhere in
     the cluster; ``None`` (elastic) wants one CPU actor per CPU and one GPU
     actor per GPU of every alive node, at most ``max_workers`` in all.
     Slots on nodes that are gone and slots that did not start in time are
-    retired; ``backoff`` (node id -> until when) holds nodes to leave alone.
+    retired: ``PLACEMENT_TIMEOUT_S``, or ``STARTUP_TIMEOUT_S`` for the
+    slots named in ``placed`` (their actor has a process, it is starting);
+    ``backoff`` (node id -> until when) holds nodes to leave alone.
     """
     alive = {n.node_id: n for n in nodes}
     retire = [s for s in slots if not s.dead and (
         (s.node_id is not None and s.node_id not in alive)
-        or (s.state is SlotState.STARTING and now - s.started_at > PLACEMENT_TIMEOUT_S)
+        or (s.state is SlotState.STARTING
+            and now - s.started_at > (STARTUP_TIMEOUT_S if s.name in placed else PLACEMENT_TIMEOUT_S))
     )]
     live = [s for s in slots if not s.dead and s not in retire]
     start: list[tuple[str, str | None]] = []
@@ -143,6 +153,21 @@ def alive_nodes() -> list[NodeInfo]:
         NodeInfo(n["NodeID"], int(n["Resources"].get("CPU", 0)), int(n["Resources"].get("GPU", 0)))
         for n in ray.nodes() if n.get("Alive")
     ]
+
+
+def _with_process(slots: Sequence[Slot]) -> frozenset[str]:
+    """Names of the slots whose actor has a process already (placed, still starting), from the GCS's
+    actor table; none if it cannot be read."""
+    placed = set()
+    for slot in slots:
+        try:
+            from ray._private import state
+
+            if state.actors(slot.actor._actor_id.hex()).get("Pid"):
+                placed.add(slot.name)
+        except Exception as e:  # noqa: BLE001  (an internal API: then the placement timeout applies)
+            log.debug("actor table unavailable for %s: %s", slot.name, e)
+    return frozenset(placed)
 
 
 class WorkerPool:
@@ -221,8 +246,12 @@ class WorkerPool:
         nodes = alive_nodes() if nodes is None else nodes
         with self._lock:
             now = time.monotonic()
+            overdue = [s for s in self._slots
+                       if s.state is SlotState.STARTING and now - s.started_at > PLACEMENT_TIMEOUT_S]
+        placed = _with_process(overdue)
+        with self._lock:
             plan = plan_pool(nodes=nodes, slots=self._slots, fixed=self._fixed, max_workers=self._max_workers,
-                             now=now, backoff=self._backoff)
+                             now=now, backoff=self._backoff, placed=placed)
             for slot in plan.retire:
                 if slot.state is SlotState.STARTING and slot.node_id is not None:
                     self._backoff[slot.node_id] = now + NODE_BACKOFF_S
