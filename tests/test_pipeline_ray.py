@@ -100,8 +100,10 @@ def test_dead_actor_is_reported_and_restart_rebuilds(ray_context):
         local.step(3)
         p.read("commands")  # drain: with two steps in flight, step 3 could otherwise finish after the kill
         ray.kill(p._placement.actors["control"])
+        attempts = 0
         with pytest.raises(StageActorDied) as ei:  # noticed when a step that needs the dead actor is awaited
             for _ in range(3):
+                attempts += 1
                 p.step(1)
         assert ei.value.group == "control"
         assert set(ei.value.stages) == {"reconstructor", "matvec", "integrator", "clip", "log"}
@@ -116,7 +118,8 @@ def test_dead_actor_is_reported_and_restart_rebuilds(ray_context):
         np.testing.assert_allclose(p.read("commands"), local.read("commands"), rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(p.sink("log"), local.sink("log"), rtol=1e-6, atol=1e-7)
         assert len(p.sink("log")) == 4  # the replaced actor's stages started over
-        assert len(p.sink("sensor_log")) >= 7  # the living actor kept its state (and ran the failed step)
+        # the living actor kept its state: 3 steps, then those of the failed attempts it got to run, then 4
+        assert 3 + 4 <= len(p.sink("sensor_log")) <= 3 + attempts + 4, (len(p.sink("sensor_log")), attempts)
     finally:
         p.close()
         local.close()
