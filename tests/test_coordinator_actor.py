@@ -150,6 +150,20 @@ def test_several_viewers_in_one_process(actx, data):
     assert seen["viewer"].finished
 
 
+def test_runs_lists_a_live_run_in_the_api_and_the_cli(actx, data, capsys):
+    from raytile.cli import main
+
+    ds = actx.load("memory", data=data, num_partitions=8)
+    run = actx.run_udf_iter(dataset=ds, udf=ScaledSumUDF(delay=0.3))
+    listed = {r["run_id"]: r for r in actx.runs()}
+    assert run.run_id in listed
+    assert listed[run.run_id]["udfs"] == ["ScaledSumUDF"] and not listed[run.run_id]["detached"]
+    assert main(["runs"]) == 0
+    assert run.run_id in capsys.readouterr().out
+    final = list(run)[-1]
+    np.testing.assert_allclose(final.buffers[0]["intensity"].data, data.sum(axis=(0, 1)))
+
+
 def test_a_viewer_can_cancel_the_run_for_everyone(actx, data):
     ds = actx.load("memory", data=data, num_partitions=8)
     run = actx.run_udf_iter(dataset=ds, udf=ScaledSumUDF(delay=0.3))
@@ -289,6 +303,7 @@ def test_bad_input_is_named(actx, inline_ctx, ray_context, data):
         inline_ctx.run_udf_iter(dataset=ds, udf=rt.SumUDF(), detached="yes")
     with pytest.raises(ExecutorError, match="coordinator='actor'"):
         ray_context.attach("0" * 32)
+    assert ray_context.runs() == [] and inline_ctx.runs() == []  # driver-coordinated runs are not reachable
     with pytest.raises(ExecutorError, match="no run"):
         actx.attach("0" * 32)
     with pytest.raises(ExecutorError, match="run_id must be"):

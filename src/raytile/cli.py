@@ -443,6 +443,34 @@ def cmd_info(args) -> int:
     return 0
 
 
+def cmd_runs(args) -> int:
+    """List the runs coordinator actors hold on a cluster (to attach to, or to find a detached one)."""
+    import ray
+
+    from raytile.actors.actor_host import list_runs
+
+    joined = ray.is_initialized()
+    if not joined:
+        try:
+            ray.init(address=args.address or "auto", logging_level=logging.ERROR, log_to_driver=False)
+        except Exception as e:  # noqa: BLE001 - reported, not raised
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise CLIError(f"cannot connect to the Ray cluster at {args.address or 'auto'!r}: {first}") from None
+    try:
+        runs = list_runs()
+    finally:
+        if not joined:
+            ray.shutdown()
+    if not runs:
+        print("no runs (only runs of Contexts with coordinator='actor' are listed)")
+        return 0
+    print(f"{'run id':<34}{'state':<9}{'detached':<10}{'viewers':<9}udfs")
+    for r in runs:
+        print(f"{r['run_id']:<34}{'over' if r['over'] else 'running':<9}{str(r['detached']):<10}"
+              f"{r['viewers']:<9}{','.join(r['udfs'])}")
+    return 0
+
+
 def _ray_status(address: str | None) -> str:
     try:
         import ray
@@ -526,6 +554,10 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="versions, Ray cluster resources, known formats")
     i.add_argument("--address", default=None, help="Ray cluster address (default: a local one, if running)")
     i.set_defaults(func=cmd_info)
+
+    rs = sub.add_parser("runs", help="runs on a Ray cluster that can be attached to (coordinator='actor')")
+    rs.add_argument("--address", default=None, help="Ray cluster address (default: auto)")
+    rs.set_defaults(func=cmd_runs)
 
     from raytile.serve.cli import add_serve_parser  # imports no Ray Serve until `raytile serve` runs
 

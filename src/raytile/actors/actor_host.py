@@ -28,7 +28,7 @@ from raytile.runtime.host import RunHost, RunSource
 from raytile.runtime.plan import RunPlan
 from raytile.runtime.progress import ProgressReporter, ProgressState, replay_progress
 
-__all__ = ["ActorHost", "RemoteRun", "find_run", "POLL_S"]
+__all__ = ["ActorHost", "RemoteRun", "find_run", "list_runs", "POLL_S"]
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +146,9 @@ class ActorHost(RunHost):
     def attach(self, run_id: str) -> tuple[RunSource, Sequence[Any]]:
         return attach_run(run_id, self.actor)
 
+    def list_runs(self) -> list[dict]:
+        return list_runs()
+
     def close(self) -> None:
         """Cancel this Context's runs (not the detached ones) and let the actor end."""
         if self._closed:
@@ -169,6 +172,23 @@ def attach_run(run_id: str, actor: Any = None) -> tuple["RemoteRun", Sequence[An
     if status == "error":
         raise value
     return RemoteRun(host, run_id, None, owner=False), value
+
+
+def list_runs() -> list[dict]:
+    """The runs every coordinator actor of the cluster holds: ``run_id``, ``udfs`` (class names),
+    ``detached``, ``over``, ``viewers`` and ``coordinator`` (the actor's name)."""
+    found = []
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        name = entry.get("name", "")
+        if entry.get("namespace") != NAMESPACE or not name.startswith(NAME_PREFIX):
+            continue
+        try:
+            runs = ray.get(ray.get_actor(name, namespace=NAMESPACE).runs.remote(), timeout=10)
+        except Exception as e:  # noqa: BLE001  (an actor that is exiting)
+            log.debug("listing the runs of %s: %s", name, e)
+            continue
+        found += [{**run, "coordinator": name} for run in runs]
+    return found
 
 
 def _has_run(actor: Any, run_id: str) -> bool:

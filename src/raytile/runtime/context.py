@@ -157,6 +157,14 @@ class Context:
         source, udfs = self._host.attach(run_id)
         return UDFRun(source, udfs, cancel_on_leave=False)
 
+    def runs(self) -> list[dict]:
+        """The runs on the cluster that :meth:`attach` can reach (``coordinator="actor"`` only; empty
+        otherwise): ``run_id``, ``udfs``, ``detached``, ``over``, ``viewers``, ``coordinator``.
+
+        >>> [r["run_id"] for r in ctx.runs() if r["detached"] and not r["over"]]
+        """
+        return self._host.list_runs()
+
     def _start(self, dataset: DataSet, udf: Any, roi: Any, corrections: Any, backends: Iterable[str] | None,
                progress: bool | ProgressReporter, final_only: bool, detached: bool = False) -> UDFRun:
         span = tracing.start_span("raytile.run")

@@ -118,6 +118,10 @@ class RunHost(ABC):
     def attach(self, run_id: str) -> tuple[RunSource, Sequence[Any]]:
         """Another viewer of the live run ``run_id``: its source and the run's UDFs."""
 
+    def list_runs(self) -> list[dict]:
+        """Runs other processes can attach to (those coordinated by actors on the cluster)."""
+        return []
+
     @abstractmethod
     def close(self) -> None:
         """Release the workers (runs started ``detached`` go on where the host allows it)."""
