@@ -16,13 +16,13 @@ import uuid
 import weakref
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import ray
 from ray import exceptions as rex
 
 from raytile.actors.coordinator_actor import NAME_PREFIX, NAMESPACE, CoordinatorActor
 from raytile.actors.executor import MERGE_INTERVAL_S, join_ray
 from raytile.common.errors import CoordinatorDied, ExecutorError
+from raytile.io.formats.memory import dense_frames
 from raytile.runtime.channel import is_terminal
 from raytile.runtime.host import RunHost, RunSource
 from raytile.runtime.plan import RunPlan
@@ -84,7 +84,7 @@ class ActorHost(RunHost):
             log.warning("the coordinator actor %s died; starting a new one", self.name)
             self._start_actor()
             for key, dataset in list(self._datasets.items()):
-                _call(self.actor.share_dataset.remote(key, _memory_frames(dataset)), START_TIMEOUT_S,
+                _call(self.actor.share_dataset.remote(key, dense_frames(dataset)), START_TIMEOUT_S,
                       "share a data set")
             return _call(getattr(self.actor, method).remote(*args), START_TIMEOUT_S, what)
 
@@ -128,7 +128,7 @@ class ActorHost(RunHost):
     def prepare_dataset(self, dataset: Any) -> None:
         """Send a memory data set's frames to the actor once; it owns their object-store copy (so a
         detached run keeps them when this process exits), released when ``dataset`` goes."""
-        frames = _memory_frames(dataset)
+        frames = dense_frames(dataset)
         if not frames:
             return
         self._ask("share_dataset", id(dataset), frames, what="share a data set")
@@ -141,6 +141,8 @@ class ActorHost(RunHost):
                                   what="start a run")
         if status == "error":
             raise value
+        if span is not None:
+            span.end()  # planning ends here; the run itself is traced in the coordinator actor
         return RemoteRun(self.actor, value, progress, owner=True)
 
     def attach(self, run_id: str) -> tuple[RunSource, Sequence[Any]]:
@@ -221,14 +223,6 @@ def _call(ref: Any, timeout: float, what: str) -> Any:
         raise ExecutorError(f"the coordinator actor did not {what} within {timeout:.0f} s") from None
     except rex.RayActorError as e:
         raise CoordinatorDied(f"the coordinator actor died before it could {what} ({type(e).__name__})") from None
-
-
-def _memory_frames(dataset: Any) -> dict[int, np.ndarray]:
-    """A memory data set's frames per partition index (empty for other data sets)."""
-    from raytile.io.formats.memory import MemoryPartition
-
-    return {p.idx: p.data for p in dataset.get_partitions()
-            if isinstance(p, MemoryPartition) and isinstance(p.data, np.ndarray)}
 
 
 def _release(host_ref: "weakref.ref[ActorHost]", key: int) -> None:

@@ -210,11 +210,10 @@ class RayExecutor(Executor):
 
         The copy lives as long as the DataSet (see :mod:`raytile.actors.shared_frames`).
         """
-        from raytile.io.formats.memory import MemoryPartition
+        from raytile.io.formats.memory import dense_frames
 
         self._forget_released()
-        frames = {p.idx: p.data for p in dataset.get_partitions()
-                  if isinstance(p, MemoryPartition) and isinstance(p.data, np.ndarray)}
+        frames = dense_frames(dataset)
         if frames:
             self.shared.share(dataset, frames)
 

@@ -178,8 +178,6 @@ class Context:
             tracing.record_error(span, e)
             span.end()
             raise
-        if self._host.placement == "actor":
-            span.end()  # the run itself is traced in the coordinator actor
         return UDFRun(source, plan.udfs, cancel_on_leave=not detached)
 
     def run_udf(

@@ -12,7 +12,7 @@ from raytile.io.dataset import DataSet, DataSetMeta, Partition
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 
-__all__ = ["MemoryDataSet", "MemoryPartition"]
+__all__ = ["MemoryDataSet", "MemoryPartition", "dense_frames"]
 
 
 def _is_sparse(data: Any) -> bool:
@@ -108,3 +108,10 @@ class MemoryDataSet(DataSet):
             MemoryPartition(self.meta, sl, idx, self._flat[sl.origin[0]:sl.origin[0] + sl.shape[0]])
             for idx, sl in enumerate(self.get_slices())
         ]
+
+
+def dense_frames(dataset: Any) -> dict[int, np.ndarray]:
+    """The dense in-memory frames of a data set per partition index, for executors to share with their
+    workers once; empty for file-backed and sparse data sets (their tasks carry or read their data)."""
+    return {p.idx: p.data for p in dataset.get_partitions()
+            if isinstance(p, MemoryPartition) and isinstance(p.data, np.ndarray)}
