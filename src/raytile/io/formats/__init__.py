@@ -18,6 +18,8 @@ _FORMATS: dict[str, str] = {
     "tiled": "raytile.io.formats.tiled:TiledDataSet",
     "sparse_memory": "raytile.io.formats.sparse:SparseMemoryDataSet",
     "npz_csr": "raytile.io.formats.sparse:NPZCSRDataSet",
+    "k2is": "raytile.io.formats.k2is:K2ISDataSet",
+    "frms6": "raytile.io.formats.frms6:FRMS6DataSet",
 }
 
 

@@ -3,7 +3,8 @@
 The layout, as LiberTEM documents and reads it:
 
 - the 1860 x 2048 detector is cut into 8 sectors of 1860 x 256 pixels, one
-  file each (``<name>_1.bin`` .. ``<name>_8.bin``, sector 0 leftmost);
+  file each (``<name>_1.bin`` .. ``<name>_8.bin``, sector 0 leftmost; the
+  ``.gtg`` is ``<name>_.gtg``);
 - a sector's frame is 32 blocks of ``0x5758`` bytes: a 40-byte big-endian
   header, then 930 x 16 pixels as 12-bit values packed two in three bytes,
   least significant bits first (``p0 = b0 | (b1 & 0xF) << 8``,
@@ -106,7 +107,7 @@ def write_k2is(directory: str | os.PathLike, frames: np.ndarray, name: str = "k2
                 frame = frames[fi] if 0 <= fi < n else None
                 shutter = fi >= inactive_frames
                 f.write(_block(frame, s, idx, first_frame_id + fi, first_block_count + p, shutter))
-    gtg = os.path.join(directory, f"{name}.gtg")
+    gtg = os.path.join(directory, f"{name}_.gtg")
     tags: dict = {"Test": {"Writer": 1}}
     if scan_shape is not None:
         tags["SI Dimensions"] = {"Size X": int(scan_shape[1]), "Size Y": int(scan_shape[0])}
