@@ -92,6 +92,13 @@ def check_dtype(value: Any, spec: ParamSpec) -> np.dtype:
     return dtype
 
 
+def check_bool(value: Any, spec: ParamSpec) -> bool:
+    """``True`` or ``False`` (Python or numpy bools; not 0/1, not strings)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise _Invalid("True or False")
+    return bool(value)
+
+
 def check_str(value: Any, spec: ParamSpec) -> str:
     if not isinstance(value, str):
         raise _Invalid("a string")
@@ -149,6 +156,7 @@ CHECKS: dict[str, Callable[[Any, ParamSpec], Any]] = {
     "int": check_int,
     "shape": check_shape,
     "dtype": check_dtype,
+    "bool": check_bool,
     "str": check_str,
     "path": check_path,
     "paths": check_paths,
