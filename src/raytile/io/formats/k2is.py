@@ -16,7 +16,11 @@ touches a few dozen headers, not the data). A ``.gtg`` holding
 starts one frame before the shutter flag (LiberTEM: "the sync flag appears
 to be set one frame too late"); otherwise a time series of every
 shutter-active frame. ``sync_offset`` defaults to the number of frames
-before the shutter flag, with LiberTEM's meaning in each mode.
+before the shutter flag: nav position ``i`` reads synced frame
+``i + sync_offset - 1`` in a scan (as LiberTEM) and ``i + sync_offset`` in a
+time series (LiberTEM reads ``i + sync_offset + (frames before the flag)``
+there, skipping those frames twice; the two agree when the shutter flag is
+set from the first frame on). Frames outside the synced data read as zeros.
 
 Reading: the partitions' base shape is one block, ``(1, 930, 16)``; the
 negotiated tiles are whole blocks (``adjust_tileshape``), so each tile is
@@ -432,6 +436,7 @@ class K2ISDataSet(FileDataSet):
         return {"path": path}
 
     def _do_initialize(self) -> DataSetMeta:
+        _base(self._path)  # the extension first: a file of another format gets that said
         if not os.path.exists(self._path):
             raise DataSetException(f"file not found: {self._path}")
         files, gtg = sector_files(self._path)
@@ -443,9 +448,10 @@ class K2ISDataSet(FileDataSet):
         if not -count < user < count:
             raise DataSetException(f"{self._path}: sync_offset {user} must lie in ({-count}, {count}): "
                                    f"the data set holds {count} frames")
-        # LiberTEM's mapping: nav position i reads synced frame base + i + sync_offset
+        # nav position i reads synced frame base + i + sync_offset; in a scan that is i + user - 1 (LiberTEM's
+        # split into a file start and an offset), in a time series i + user (LiberTEM: i + user + native)
         if self._time_series:
-            sync_offset, base = user, native
+            sync_offset, base = user, 0
         elif user >= native:
             sync_offset, base = user - native, native - 1
         elif user > 0:
