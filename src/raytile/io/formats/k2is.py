@@ -23,8 +23,10 @@ there, skipping those frames twice; the two agree when the shutter flag is
 set from the first frame on). Frames outside the synced data read as zeros.
 
 Reading: the partitions' base shape is one block, ``(1, 930, 16)``; the
-negotiated tiles are whole blocks (``adjust_tileshape``), so each tile is
-one read range per block and frame, decoded by numba in the worker
+negotiated tiles are whole blocks (``adjust_tileshape``), and a tile wider
+than one sector becomes a deeper one of the sector's width (930 x 256: 16
+blocks stored back to back) of about the same size, unless the UDFs need
+whole frames. Each tile is one read range per block and frame, decoded by numba in the worker
 (:func:`decode_k2is_tile`) straight into the tile's dtype, on every IO
 backend (``mmap`` decodes from the file map; ``buffered``/``direct`` read
 each nav block's ranges, coalesced per sector and frame, into a buffer
@@ -68,6 +70,8 @@ SIG_SHAPE = (2 * BLOCK_ROWS, NUM_SECTORS * SECTOR_W)
 FRAME_BYTES = BLOCKS_PER_FRAME * BLOCK_SIZE
 SYNC_WORD = 0xFFFF0055
 SHUTTER_ACTIVE = 0x1
+#: Deepest tile ``adjust_tileshape`` makes when it trades width for depth.
+DEEPEST = 32
 #: Block headers read at a time while looking for a block count or frame change.
 _SCAN = 256
 
@@ -291,11 +295,15 @@ def k2is_read_ranges(frames, depth, rects, lo, hi, offsets, rr_per_tile):
 def decode_k2is_tile(inp, rr_tile, n_rr, file_idx, out):
     """Decode the blocks of one tile that read sector ``file_idx`` from ``inp`` into the flat tile ``out``.
 
-    A block is 930 rows of 16 pixels, 24 bytes a row, two pixels in three
-    bytes (``p0 = b0 | (b1 & 0xF) << 8``, ``p1 = b1 >> 4 | b2 << 4``), written
-    straight into ``out``'s dtype. ``file_idx == -1`` zero-fills the blocks
-    of frames outside the data.
+    A block is 930 rows of 16 pixels, 24 bytes a row: a stream of 12-bit
+    values, least significant bits first (``p0 = b0 | (b1 & 0xF) << 8``,
+    ``p1 = b1 >> 4 | b2 << 4``). A row is read as three little-endian 64-bit
+    words and its 16 pixels cut out by shifts, written straight into
+    ``out``'s dtype (measured: 2.4 GB/s of input a core, against 0.6-1.2
+    GB/s decoding three bytes at a time). ``file_idx == -1`` zero-fills the
+    blocks of frames outside the data.
     """
+    m = np.uint64(0xFFF)
     for i in range(n_rr):
         if rr_tile[i, RR_FILE] != file_idx:
             continue
@@ -306,17 +314,28 @@ def decode_k2is_tile(inp, rr_tile, n_rr, file_idx, out):
                 out[o + r * w:o + r * w + BLOCK_COLS] = 0
             continue
         src = rr_tile[i, RR_START]
+        words = inp[src:src + DATA_SIZE].view(np.uint64)
         for r in range(BLOCK_ROWS):
-            b = src + r * 24
             p = o + r * w
-            for q in range(8):
-                b0 = np.uint16(inp[b])
-                b1 = np.uint16(inp[b + 1])
-                b2 = np.uint16(inp[b + 2])
-                out[p] = b0 | ((b1 & 0x0F) << 8)
-                out[p + 1] = (b1 >> 4) | (b2 << 4)
-                b += 3
-                p += 2
+            w0 = words[3 * r]
+            w1 = words[3 * r + 1]
+            w2 = words[3 * r + 2]
+            out[p] = w0 & m
+            out[p + 1] = (w0 >> np.uint64(12)) & m
+            out[p + 2] = (w0 >> np.uint64(24)) & m
+            out[p + 3] = (w0 >> np.uint64(36)) & m
+            out[p + 4] = (w0 >> np.uint64(48)) & m
+            out[p + 5] = ((w0 >> np.uint64(60)) | (w1 << np.uint64(4))) & m
+            out[p + 6] = (w1 >> np.uint64(8)) & m
+            out[p + 7] = (w1 >> np.uint64(20)) & m
+            out[p + 8] = (w1 >> np.uint64(32)) & m
+            out[p + 9] = (w1 >> np.uint64(44)) & m
+            out[p + 10] = ((w1 >> np.uint64(56)) | (w2 << np.uint64(8))) & m
+            out[p + 11] = (w2 >> np.uint64(4)) & m
+            out[p + 12] = (w2 >> np.uint64(16)) & m
+            out[p + 13] = (w2 >> np.uint64(28)) & m
+            out[p + 14] = (w2 >> np.uint64(40)) & m
+            out[p + 15] = (w2 >> np.uint64(52)) & m
 
 
 class K2ISDecoder(Decoder):
@@ -385,7 +404,15 @@ class K2ISPartition(FilePartition):
         if not self.fileset.native_sig:
             return (tileshape[0],) + sig
         depth, h, w = tileshape
-        return (depth, max(BLOCK_ROWS, h // BLOCK_ROWS * BLOCK_ROWS), max(BLOCK_COLS, w // BLOCK_COLS * BLOCK_COLS))
+        h = max(BLOCK_ROWS, h // BLOCK_ROWS * BLOCK_ROWS)
+        w = max(BLOCK_COLS, w // BLOCK_COLS * BLOCK_COLS)
+        if w > SECTOR_W:
+            # Rather deeper tiles of one sector's width than wide shallow ones, same size in pixels:
+            # a 930 x 256 tile is 16 blocks stored back to back, and summing over frames amortises
+            # (measured, inline SumUDF: (1, 930, 1024) 0.35 GB/s, (4, 930, 256) 0.69 GB/s).
+            depth = min(max(depth, depth * h * w // (BLOCK_ROWS * SECTOR_W)), DEEPEST, max(self.shape[0], 1))
+            h, w = BLOCK_ROWS, SECTOR_W
+        return (depth, h, w)
 
 
 class K2ISDataSet(FileDataSet):
