@@ -357,7 +357,9 @@ class _FrameReader:
     """Reads chunk bytes (file map or ``pread``) and decodes them with :func:`raytile.io.bslz4.decode_chunks`."""
 
     def __init__(self, part: DectrisPartition):
+        assert part.codec is not None
         self.part = part
+        self.codec: int = part.codec
         self.maps: dict[int, np.ndarray] = {}
         self.scratch = np.empty(0, np.uint8)
         if part.codec != bslz4.CODEC_RAW:
@@ -375,7 +377,7 @@ class _FrameReader:
             if hi > lo:
                 with open(lf.path, "rb", buffering=0) as fh:
                     fh.seek(lo)
-                    got = fh.readinto(memoryview(self.scratch[:hi - lo]))
+                    got = fh.readinto(self.scratch[:hi - lo].data)
             return self.scratch[:got], np.where(ok, offsets - lo, -1)
         m = self.maps.get(fi)
         if m is None:
@@ -400,11 +402,11 @@ class _FrameReader:
                 out[a:b][unwritten] = 0
                 keep = ~unwritten
                 target = np.ascontiguousarray(rows[a:b][keep])
-                status = bslz4.decode_chunks(buf, offs[keep], szs[keep], skp[keep], part.codec,
+                status = bslz4.decode_chunks(buf, offs[keep], szs[keep], skp[keep], self.codec,
                                              part.frame_dtype.itemsize, target)
                 rows[a:b][keep] = target
             else:
-                status = bslz4.decode_chunks(buf, offs, szs, skp, part.codec, part.frame_dtype.itemsize, rows[a:b])
+                status = bslz4.decode_chunks(buf, offs, szs, skp, self.codec, part.frame_dtype.itemsize, rows[a:b])
             if status < 0:
                 i, what = bslz4.split_status(status)
                 bad = int(local[~unwritten][i])
