@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from raytile.analysis.api import AnalysisMethods
 from raytile.common.errors import ConfigValidationError, ExecutorError
 from raytile.io.dataset import DataSet
 from raytile.io.formats import get_format
@@ -19,7 +20,7 @@ from raytile.udf.base import UDF
 __all__ = ["Context"]
 
 
-class Context:
+class Context(AnalysisMethods):
     """Loads data sets and runs UDFs on them.
 
     >>> ctx = Context()                      # local Ray (started if none is running)
@@ -35,6 +36,9 @@ class Context:
     (``run_udf_iter(..., detached=True)``). ``"auto"`` (default) picks
     ``"actor"`` for Ray Client (``ray://``) addresses, else ``"driver"``.
     See docs/coordinator.md.
+
+    LiberTEM's Analysis API (``ctx.run(ctx.create_ring_analysis(...))``)
+    comes from :class:`~raytile.analysis.api.AnalysisMethods`.
     """
 
     def __init__(self, executor: str | Executor = "ray", coordinator: str = "auto", **executor_kwargs: Any):
