@@ -49,6 +49,12 @@ def to_sparse(a: Any, shape: Sequence[int] | None = None) -> sparse.COO:
             raise ValueError(f"cannot cast coordinates with more than one truth value {values}")
         value = values.pop()
         return sparse.COO.from_iter(items, shape=tuple(shape), fill_value=not value, dtype=bool)
+    if isinstance(a, sparse.COO):
+        return a
+    if sp.issparse(a):
+        # directly, not through sparseconverter: its scipy -> pydata path first probes
+        # pydata sparse's GCXS with numba-compiled code, seconds in every fresh process
+        return sparse.COO.from_scipy_sparse(a.tocoo())
     return sparseconverter.for_backend(a, sparseconverter.SPARSE_COO)
 
 

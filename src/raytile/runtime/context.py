@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from raytile.analysis.api import AnalysisMethods
 from raytile.common.errors import ConfigValidationError, ExecutorError
 from raytile.io.dataset import DataSet
 from raytile.io.formats import get_format
 from raytile.runtime import tracing
 from raytile.runtime.executor import Executor
+from raytile.runtime.notebook import NotebookMethods
 from raytile.runtime.host import DriverHost, RunHost, choose_placement
 from raytile.runtime.plan import make_plan
 from raytile.runtime.progress import ProgressReporter, TqdmProgressReporter
@@ -19,7 +21,7 @@ from raytile.udf.base import UDF
 __all__ = ["Context"]
 
 
-class Context:
+class Context(AnalysisMethods, NotebookMethods):
     """Loads data sets and runs UDFs on them.
 
     >>> ctx = Context()                      # local Ray (started if none is running)
@@ -35,6 +37,11 @@ class Context:
     (``run_udf_iter(..., detached=True)``). ``"auto"`` (default) picks
     ``"actor"`` for Ray Client (``ray://``) addresses, else ``"driver"``.
     See docs/coordinator.md.
+
+    LiberTEM's Analysis API (``ctx.run(ctx.create_ring_analysis(...))``)
+    comes from :class:`~raytile.analysis.api.AnalysisMethods`; ``map``,
+    ``export_dataset``, ``display`` and ``make_with`` from
+    :class:`~raytile.runtime.notebook.NotebookMethods`.
     """
 
     def __init__(self, executor: str | Executor = "ray", coordinator: str = "auto", **executor_kwargs: Any):

@@ -154,20 +154,30 @@ class ApplyMasksUDF(UDF):
         """Whole tiles, or frame by frame with ``shifts`` (each frame has its own shift)."""
         return "tile" if self.params.shifts is None else "frame"
 
+    def _check_count(self, masks: MaskContainer) -> None:
+        """``mask_count`` must be the number of masks the factories make (computes them)."""
+        p = self.params
+        if p.mask_count is None:
+            return
+        made = masks.computed_masks.shape[0]
+        if made != int(p.mask_count):
+            raise UDFException(f"{type(self).__name__}: mask_count={p.mask_count} but the factories make "
+                               f"{made} masks")
+
     def get_result_buffers(self):
         masks = self._masks()
-        p = self.params
-        if p.mask_count is not None and p.mask_dtype is None:  # the masks are made anyway (for their dtype)
-            made = masks.computed_masks.shape[0]
-            if made != int(p.mask_count):
-                raise UDFException(f"{type(self).__name__}: mask_count={p.mask_count} but the factories make "
-                                   f"{made} masks")
+        if self.params.mask_dtype is None:  # the masks are made anyway (for their dtype)
+            self._check_count(masks)
         dtype = np.result_type(self.meta.input_dtype, masks.dtype)
         return {"intensity": self.buffer(kind="nav", extra_shape=(len(masks),), dtype=dtype, where="device")}
 
     def get_task_data(self) -> dict[str, Any]:
         backend = BACKEND_CUPY if self.meta.array_backend in CUPY_BACKENDS else BACKEND_NUMPY
-        return {"engine": ApplyMasksEngine(self._masks(backend), self.meta, use_torch=self.params.use_torch)}
+        masks = self._masks(backend)
+        # with mask_count and mask_dtype both given the main node never makes the masks: the workers,
+        # which make them anyway, check the count before a wrongly shaped result is filled
+        self._check_count(masks)
+        return {"engine": ApplyMasksEngine(masks, self.meta, use_torch=self.params.use_torch)}
 
     def process_tile(self, tile) -> None:
         out = self.results.intensity

@@ -1,0 +1,88 @@
+"""Results as RGB(A) images: what ``AnalysisResult.visualized`` holds.
+
+:func:`visualize_simple` maps a 2D array to RGBA bytes through a matplotlib
+colour map (``gist_earth`` as LiberTEM) on a linear or logarithmic, outlier-
+robust scale (:func:`~raytile.viz.scale.robust_limits`), considering only the
+positions in ``damage`` (merged, inside the ROI). :func:`rgb_from_2dvector`
+shows a vector field: the direction as hue, the length as saturation and
+brightness. LiberTEM uses colorcet's isoluminant cyclic map in CIELUV for
+the latter; raytile uses matplotlib's HSV conversion (no colorcet or
+scikit-image needed), so the colours differ slightly, the shape and the
+meaning do not.
+
+>>> import numpy as np
+>>> visualize_simple(np.arange(6.0).reshape(2, 3)).shape
+(2, 3, 4)
+>>> rgb_from_2dvector(y=np.zeros((2, 2)), x=np.ones((2, 2))).shape
+(2, 2, 3)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from raytile.viz.scale import robust_limits, valid_values
+
+__all__ = ["visualize_simple", "rgb_from_2dvector", "DEFAULT_COLORMAP"]
+
+#: The colour map of :func:`visualize_simple` when none is given (LiberTEM's choice).
+DEFAULT_COLORMAP = "gist_earth"
+
+
+def visualize_simple(result: Any, colormap: Any = None, logarithmic: bool = False, vmin: float | None = None,
+                     vmax: float | None = None, damage: Any = None) -> np.ndarray:
+    """``result`` (2D) as RGBA ``uint8`` ``(Y, X, 4)``.
+
+    ``damage``: a bool map (or True) of the positions that count for the
+    scale; None counts the non-zero ones. ``logarithmic`` shifts the data to
+    start at 1 and uses a log scale. NaN positions (outside a ROI) come out
+    in the colour map's "bad" colour.
+    """
+    from matplotlib import colormaps, colors
+
+    data = np.asarray(result)
+    if data.dtype.kind == "c":
+        data = np.abs(data)
+    data = data.astype(np.float64)
+    if logarithmic:
+        finite = data[np.isfinite(data)]
+        data = data - (finite.min() if finite.size else 0.0) + 1
+    if vmin is None or vmax is None:
+        valid = (data != 0) if damage is None else damage
+        qmin, qmax = robust_limits(valid_values(data, valid)) if np.any(valid) else (1.0, 1.0)
+        vmin = qmin if vmin is None else vmin
+        vmax = qmax if vmax is None else vmax
+    norm_cls = colors.LogNorm if logarithmic else colors.Normalize
+    if logarithmic:
+        vmin = max(vmin, 1e-12)
+        vmax = max(vmax, vmin)
+    norm = norm_cls(vmin=vmin, vmax=vmax)
+    cmap = colormaps[DEFAULT_COLORMAP if colormap is None else colormap] \
+        if colormap is None or isinstance(colormap, str) else colormap
+    with np.errstate(invalid="ignore", divide="ignore"):
+        normalized = norm(data.reshape(-1)).reshape(data.shape)
+    return np.asarray(cmap(normalized, bytes=True))
+
+
+def rgb_from_2dvector(y: Any, x: Any, vmax: float | None = None) -> np.ndarray:
+    """The vector field ``(y, x)`` as RGB ``uint8`` ``(*shape, 3)``: hue = direction, brightness = length.
+
+    ``vmax`` is the length shown at full brightness (default: the longest
+    finite vector).
+    """
+    from matplotlib.colors import hsv_to_rgb
+
+    y = np.asarray(y, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float64)
+    length = np.sqrt(np.abs(y) ** 2 + np.abs(x) ** 2)
+    if vmax is None:
+        finite = length[np.isfinite(length)]
+        vmax = float(finite.max()) if finite.size else 1.0
+    if not vmax:
+        vmax = 1.0
+    scaled = np.nan_to_num(np.minimum(length / vmax, 1.0))
+    hue = (np.nan_to_num(np.arctan2(-y, -x)) + np.pi) / (2 * np.pi)
+    hsv = np.stack([hue, scaled, scaled], axis=-1)
+    return (hsv_to_rgb(hsv) * 255).astype(np.uint8)
