@@ -265,8 +265,48 @@ def test_stage_metrics_window_against_numpy():
     snap = m.snapshot()
     last = execs[-WINDOW:] / 1e6
     assert snap["steps"] == n
-    assert snap["mean_ms"] == pytest.approx(execs.mean() / 1e6)
+    assert snap["first_ms"] == pytest.approx(execs[0] / 1e6)
+    assert snap["mean_ms"] == pytest.approx(execs[1:].mean() / 1e6)  # the steady state: after the first step
     assert snap["p50_ms"] == pytest.approx(np.percentile(last, 50))
     assert snap["p99_ms"] == pytest.approx(np.percentile(last, 99))
     assert snap["jitter_ms"] == pytest.approx((np.diff(starts[-WINDOW:]) / 1e6).std())
-    assert snap["hz"] == pytest.approx((n - 1) / ((starts[-1] - starts[0]) / 1e9))
+    assert snap["hz"] == pytest.approx((n - 2) / ((starts[-1] - starts[1]) / 1e9))
+
+
+@register_stage
+class SlowFirst(Kernel):
+    """Copies its input; its first step sleeps ``first_s`` (a one-time cost, as numba compiling)."""
+
+    kind = "test.slow_first"
+    defaults: ClassVar[Mapping[str, Any]] = {"first_s": 0.3}
+
+    def compute_into(self, trigger_input, output, auxiliary_inputs):
+        if self.current_time == 0:
+            time.sleep(self.params["first_s"])
+        output[...] = trigger_input
+
+
+def test_status_reports_first_step_apart_from_steady_rate():
+    from raytile.pipeline.metrics import StageMetrics
+
+    # a slow first step (1 s), then 0.4 ms steps every 0.5 ms: the steady state is 2000 Hz
+    m = StageMetrics()
+    m.record(0, 1_000_000_000)
+    for k in range(1, 101):
+        m.record(1_000_000_000 + (k - 1) * 500_000, 400_000)
+    snap = m.snapshot()
+    assert snap["first_ms"] == pytest.approx(1000.0)
+    assert snap["mean_ms"] == pytest.approx(0.4) and snap["p99_ms"] == pytest.approx(0.4)
+    assert snap["hz"] == pytest.approx(2000.0)  # with the first step counted it was ~99 Hz
+    assert snap["jitter_ms"] == pytest.approx(0.0)
+
+    # through status(): a stage whose first trigger sleeps 0.3 s
+    p = Pipeline.from_dict(add(frames_config(), {"c": ([8, 8], "uint16")},
+                               {"name": "c", "kind": "test.slow_first", "input": "frame", "output": "c"})).build()
+    p.step(40)
+    st = p.status()
+    c = st["stages"]["c"]
+    assert c["steps"] == 40 and c["first_ms"] >= 300.0
+    assert c["mean_ms"] < 100.0  # the steady steps copy 8x8 pixels; the sleep is not in their mean
+    assert c["hz"] > 38 / 0.3  # counted from the second step on (with the first in, < 130 Hz)
+    assert st["loop"]["first_ms"] >= 300.0

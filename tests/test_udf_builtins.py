@@ -439,3 +439,34 @@ def test_builtins_exported():
                  "AutoUDF", "NoOpUDF"):
         assert getattr(rt.udf, name) is getattr(rt, name)
         assert issubclass(getattr(rt.udf, name), UDF)
+
+
+@pytest.mark.parametrize("make", [
+    lambda **kw: rt.udf.SumUDF(**kw),
+    lambda **kw: rt.udf.SumSigUDF(**kw),
+    lambda **kw: rt.udf.StdDevUDF(**kw),
+    lambda **kw: rt.udf.LogsumUDF(**kw),
+    lambda **kw: rt.udf.PickUDF(**kw),
+    lambda **kw: rt.udf.NoOpUDF(**kw),
+    lambda **kw: rt.udf.SignalMaxUDF(**kw),
+    lambda **kw: rt.udf.CoMUDF(**kw),
+    lambda **kw: rt.udf.AutoUDF(f=np.sum, **kw),
+    lambda **kw: rt.udf.ApplyMasksUDF(mask_factories=[lambda: np.ones((4, 4))], **kw),
+    lambda **kw: rt.udf.FEMUDF(center=(2, 2), rad_in=1, rad_out=2, **kw),
+    lambda **kw: rt.udf.CrystallinityUDF(rad_in=1, rad_out=2, **kw),
+], ids=["sum", "sumsig", "stddev", "logsum", "pick", "noop", "signalmax", "com", "auto", "masks", "fem",
+        "crystallinity"])
+def test_builtin_udf_rejects_unknown_parameter(make):
+    # SumUDF(dtyp="float64") used to be accepted and ignored; LiberTEM's constructors raise TypeError
+    with pytest.raises(TypeError, match="dtyp"):
+        make(dtyp="float64")
+    udf = make()  # the known parameters still work, and a partition's copy is built from them
+    assert type(udf.copy_for_partition(0, 1, None)) is type(udf)
+
+
+def test_sum_udf_dtype_is_used(inline_ctx):
+    data = np.full((3, 4, 4), 2**31 - 1, np.int64)
+    ds = inline_ctx.load("memory", data=data)
+    res = inline_ctx.run_udf(dataset=ds, udf=SumUDF(dtype="float64"))["intensity"].data
+    assert res.dtype == np.float64
+    np.testing.assert_array_equal(res, data.sum(axis=0).astype(np.float64))

@@ -226,8 +226,9 @@ def positive_float(text: str) -> float:
 def make_context(executor: str, log=print, address: str | None = None, coordinator: str = "auto"):
     """A Context on ``executor``; "ray" falls back to inline if the Ray executor is not available.
 
-    ``address`` (Ray only): a cluster to join ("auto", "host:6379", "ray://host:10001"); None: the
-    local Ray, started if none runs. ``coordinator``: see ``Context``.
+    ``address`` (Ray only): a cluster to join ("auto", "host:6379", "ray://host:10001"); None: a
+    private local Ray of this process, started beside any other Ray on the machine (never joining
+    one, RAY_ADDRESS or not; see :mod:`raytile.actors.ray_start`). ``coordinator``: see ``Context``.
     """
     import raytile as rt
 
@@ -241,7 +242,7 @@ def make_context(executor: str, log=print, address: str | None = None, coordinat
         if address is not None:
             raise CLIError(f"--address {address} needs the Ray executor")
         return rt.Context(executor="inline", coordinator=coordinator), executor
-    return rt.Context(executor="ray", address=address, coordinator=coordinator), executor
+    return rt.Context(executor="ray", address=address or "local", coordinator=coordinator), executor
 
 
 def ring_udf(sig_shape: tuple[int, ...], radii: Sequence[float] | None = None,
@@ -448,11 +449,13 @@ def cmd_runs(args) -> int:
     import ray
 
     from raytile.actors.actor_host import list_runs
+    from raytile.actors.ray_start import start_ray
 
     joined = ray.is_initialized()
     if not joined:
         try:
-            ray.init(address=args.address or "auto", logging_level=logging.ERROR, log_to_driver=False)
+            start_ray(args.address or "auto", need_workers=False,
+                      init_kwargs={"logging_level": logging.ERROR, "log_to_driver": False})
         except Exception as e:  # noqa: BLE001 - reported, not raised
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise CLIError(f"cannot connect to the Ray cluster at {args.address or 'auto'!r}: {first}") from None
@@ -484,8 +487,10 @@ def _ray_status(address: str | None) -> str:
                     and not os.path.exists("/tmp/ray/ray_current_cluster"):
                 return "no cluster running here (start one with `ray start --head`, or pass --address)"
             addr = "auto"
+        from raytile.actors.ray_start import start_ray
+
         try:
-            ray.init(address=addr, logging_level=logging.ERROR, log_to_driver=False)
+            start_ray(addr, need_workers=False, init_kwargs={"logging_level": logging.ERROR, "log_to_driver": False})
         except Exception as e:  # noqa: BLE001 - any connection failure is reported, not raised
             return f"could not connect to {addr!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
         try:
@@ -573,7 +578,8 @@ def _executor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--executor", choices=("ray", "inline"), default="ray",
                    help="ray (default; falls back to inline if unavailable) or inline")
     p.add_argument("--address", default=None,
-                   help="Ray cluster to join: auto, host:6379 or ray://host:10001 (default: local Ray)")
+                   help="Ray cluster to join: auto, host:6379 or ray://host:10001 (default: a private local "
+                        "Ray, started beside any other Ray on this machine; RAY_ADDRESS is not used)")
     p.add_argument("--coordinator", choices=("auto", "driver", "actor"), default="auto",
                    help="where runs are coordinated: this process (driver) or an actor on the cluster "
                         "(default auto: actor for ray:// addresses)")

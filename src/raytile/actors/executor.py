@@ -28,6 +28,7 @@ from raytile.actors import resources
 from raytile.actors.cache import pack
 from raytile.actors.shared_frames import SharedFrames
 from raytile.actors.progress import ProgressActor
+from raytile.actors.ray_start import start_ray
 from raytile.actors.pool import REFRESH_S, Slot, WorkerPool
 from raytile.common.errors import ConfigValidationError, ExecutorError, UDFRunCancelled
 from raytile.runtime.executor import Executor, NoWorkerReady, ProgressSink, TaskHandle, TaskNotRun, WorkerLost
@@ -510,65 +511,17 @@ class RayExecutor(Executor):
 
 def join_ray(address: str | None, cpus: int | None, gpus: int | None, max_workers: int | None,
              min_workers: int | None, init_kwargs: dict) -> None:
-    """Check the worker counts, join or start Ray (unless this process has already), and ask the
-    autoscaler for ``min_workers`` CPUs. See :meth:`RayExecutor.make` for the arguments."""
+    """Check the worker counts, join or start Ray (:func:`~raytile.actors.ray_start.start_ray`, unless this
+    process has already), and ask the autoscaler for ``min_workers`` CPUs. See :meth:`RayExecutor.make`."""
     for name, value in (("cpus", cpus), ("gpus", gpus), ("max_workers", max_workers),
                         ("min_workers", min_workers)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise ConfigValidationError(f"{name} must be a non-negative integer, got {value!r}")
     if max_workers is not None and max_workers < 1:
         raise ConfigValidationError(f"max_workers must be at least 1, got {max_workers!r}")
-    if not ray.is_initialized():
-        _init_ray(address, cpus, gpus, init_kwargs)
+    start_ray(address, cpus=cpus, gpus=gpus, autoscaling=bool(min_workers), init_kwargs=init_kwargs)
     if min_workers:
         _request_workers(min_workers)
-
-
-def _init_ray(address: str | None, cpus: int | None, gpus: int | None, init_kwargs: dict) -> None:
-    """``ray.init`` for :meth:`RayExecutor.make`, with Ray's errors turned into ExecutorErrors that say what to do."""
-    kwargs = dict(init_kwargs)
-    if address is None or address == "local":
-        kwargs.setdefault("include_dashboard", False)
-        if cpus is not None:
-            kwargs.setdefault("num_cpus", cpus)
-        if gpus is not None:
-            kwargs.setdefault("num_gpus", gpus)
-    if address is not None:
-        kwargs["address"] = address
-    if address is not None and address.startswith("ray://"):
-        _enable_token_auth_for_client()
-    try:
-        ray.init(**kwargs)
-    except ModuleNotFoundError as e:
-        raise ExecutorError(
-            f"connecting to {address!r} needs Ray Client, which plain ray lacks ({e}); "
-            'install it with pip install "raytile[client]"'
-        ) from None
-    except ValueError as e:
-        raise ExecutorError(
-            f"cannot start Ray with cpus={cpus}, gpus={gpus}: a Ray cluster is already running on this machine "
-            f"({e}). Use rt.Context.make_local(...) for a private instance beside it, or "
-            "rt.Context.connect('auto') to join it"
-        ) from None
-    except ConnectionError as e:
-        raise ExecutorError(
-            f"cannot connect to the Ray cluster at {address!r}: {e}. If the cluster uses Ray's token "
-            "authentication, set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) to the "
-            "token `ray get-auth-token` prints on the head node"
-        ) from None
-
-
-def _enable_token_auth_for_client() -> None:
-    """Turn Ray's token authentication on in this process if a token is available, as a direct
-    driver's ``ray.init`` does (Ray >= 2.52); Ray Client does not, and a cluster with token
-    authentication then lets the connection time out (measured: 30 s, then "connection timeout")."""
-    try:
-        from ray._private.authentication.authentication_token_setup import (
-            maybe_enable_token_auth_if_token_available,
-        )
-    except ImportError:  # a Ray without token authentication
-        return
-    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
 def _this_node() -> str | None:

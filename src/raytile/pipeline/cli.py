@@ -83,10 +83,10 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
                 st = p.status()
                 loop = st["loop"]
                 print(f"{placement}: {int(loop['steps'])} steps, {loop['hz']:,.0f} Hz, p50 {loop['p50_ms']:.2f} ms, "
-                      f"p99 {loop['p99_ms']:.2f} ms")
+                      f"p99 {loop['p99_ms']:.2f} ms (first step {loop.get('first_ms', 0):.1f} ms apart)")
                 for name, s in st["stages"].items():
                     print(f"  {name:<16} {s['kind']:<18} steps {s.get('steps', 0):>7}  mean {s.get('mean_ms', 0):.3f} ms"
-                          f"  p99 {s.get('p99_ms', 0):.3f} ms  {s.get('hz', 0):,.0f} Hz")
+                          f"  p99 {s.get('p99_ms', 0):.3f} ms  {s.get('hz', 0):,.0f} Hz  first {s.get('first_ms', 0):.1f} ms")
                 for name in (args.show.split(",") if args.show else []):
                     print(f"{name} = {p.read(name.strip())}")
             return 0

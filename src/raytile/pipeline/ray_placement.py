@@ -55,11 +55,11 @@ BUILD_TIMEOUT_S = 120.0
 
 def ensure_ray() -> None:
     """Join the local Ray cluster that is running, or start one (all cores, no dashboard), unless this
-    process is connected already."""
-    import ray
+    process is connected already (:func:`raytile.actors.ray_start.start_ray`, Ray's convention: a joined
+    cluster is named in one log line)."""
+    from raytile.actors.ray_start import start_ray
 
-    if not ray.is_initialized():
-        ray.init(include_dashboard=False, log_to_driver=False)
+    start_ray(None, need_workers=False, init_kwargs={"log_to_driver": False})
 
 
 class GroupHost:

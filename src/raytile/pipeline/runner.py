@@ -69,6 +69,7 @@ class Pipeline:
         #: held by the loop around each step: reads from other threads see whole steps
         self._step_lock = threading.RLock()
         self._spacing: list[int] = []
+        self._first_step_ns: int | None = None  #: the pipeline's first step, one-time costs included
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], placement: str = "in-process", base_dir: str = ".",
@@ -188,7 +189,10 @@ class Pipeline:
                 with self._step_lock:
                     if self._patches:
                         self._apply_patches()
+                    t0 = time.perf_counter_ns() if self._first_step_ns is None else 0
                     placement.step(self.t)
+                    if self._first_step_ns is None:
+                        self._first_step_ns = time.perf_counter_ns() - t0
                     self.t += 1
                     done += 1
                     self._note_spacing()
@@ -392,20 +396,24 @@ class Pipeline:
 
     # -- status ------------------------------------------------------------------------------------------
     def metrics(self) -> dict[str, dict[str, Any]]:
-        """Per stage: steps, mean_ms, p50_ms, p99_ms, jitter_ms, hz."""
+        """Per stage: steps, first_ms (the first step), and mean_ms, p50_ms, p99_ms, jitter_ms, hz of the
+        steady state (the steps after the first; see :class:`~raytile.pipeline.metrics.StageMetrics`)."""
         if self._placement is None:
             return {s.name: {"steps": 0} for s in self.config.stages}
         with self._step_lock:
             return self._placement.metrics()
 
     def loop_metrics(self) -> dict[str, float]:
-        """Rate and spacing of whole steps: hz, p50_ms, p99_ms over the latest steps."""
+        """Rate and spacing of whole steps: hz, p50_ms, p99_ms over the latest steps (the spacing of
+        steps within one ``step``/``run`` call, so the very first step is not among them), and first_ms,
+        the pipeline's first step (its one-time costs)."""
+        first = 0.0 if self._first_step_ns is None else self._first_step_ns / 1e6
         sp = np.asarray(self._spacing[-4096:], np.float64) / 1e6
         if sp.size == 0:
-            return {"hz": 0.0, "p50_ms": 0.0, "p99_ms": 0.0, "steps": float(self._steps_run)}
+            return {"hz": 0.0, "p50_ms": 0.0, "p99_ms": 0.0, "steps": float(self._steps_run), "first_ms": first}
         p50, p99 = np.percentile(sp, [50, 99])
         return {"hz": float(1e3 / sp.mean()), "p50_ms": float(p50), "p99_ms": float(p99),
-                "steps": float(self._steps_run)}
+                "steps": float(self._steps_run), "first_ms": first}
 
     def status(self) -> dict[str, Any]:
         """State of the pipeline and of each stage with its metrics; the error (stage, traceback) if failed."""

@@ -40,7 +40,7 @@ def add_serve_parser(sub: Any) -> argparse.ArgumentParser:
                    help="a server-side module whose UDF classes clients may name (repeatable)")
     s.add_argument("--max-runs", type=int, default=8, help="runs going on at once (default 8; 429 beyond)")
     s.add_argument("--address", default=None,
-                   help="Ray cluster to join ('auto' on a cluster node; default: a local Ray)")
+                   help="Ray cluster to join ('auto' on a cluster node; default: a private local Ray)")
     s.set_defaults(func=cmd_serve)
     return s
 
@@ -57,9 +57,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigValidationError(f"raytile serve needs the serve extra (pip install -e '.[serve]'): {e}") from None
 
     app = build_app(args.data_root, token=args.token, max_runs=args.max_runs, udf_modules=args.udf_module)
+    from raytile.actors.ray_start import start_ray
+
     started_ray = not ray.is_initialized()
-    if started_ray:
-        ray.init(address=args.address, include_dashboard=False)
+    if started_ray:  # no --address: a private local Ray, never another one running on this machine
+        start_ray(args.address or "local")
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

@@ -56,8 +56,8 @@ class FEMUDF(UDF):
         >>> ctx.run_udf(dataset=ds, udf=fem)["intensity"].data.shape  # the nav shape
     """
 
-    def __init__(self, center: Sequence[float], rad_in: float, rad_out: float, **kwargs: Any):
-        super().__init__(center=center, rad_in=rad_in, rad_out=rad_out, **kwargs)
+    def __init__(self, center: Sequence[float], rad_in: float, rad_out: float):
+        super().__init__(center=center, rad_in=rad_in, rad_out=rad_out)
 
     def get_preferred_input_dtype(self) -> np.dtype:
         return self.USE_NATIVE_DTYPE  # converted to float64 per tile

@@ -119,11 +119,10 @@ class ApplyMasksUDF(UDF):
 
     def __init__(self, mask_factories: Union[MaskFactory, Sequence[MaskFactory]], use_torch: bool = True,
                  use_sparse: bool | str | None = None, mask_count: int | None = None, mask_dtype: Any = None,
-                 preferred_dtype: Any = None, backends: Sequence[str] | None = None, shifts: Any = None,
-                 **kwargs: Any):
+                 preferred_dtype: Any = None, backends: Sequence[str] | None = None, shifts: Any = None):
         super().__init__(mask_factories=mask_factories, use_torch=use_torch, use_sparse=use_sparse,
                          mask_count=mask_count, mask_dtype=mask_dtype, preferred_dtype=preferred_dtype,
-                         backends=None if backends is None else tuple(backends), shifts=shifts, **kwargs)
+                         backends=None if backends is None else tuple(backends), shifts=shifts)
 
     def _masks(self, backend: str = BACKEND_NUMPY) -> MaskContainer:
         """The masks as a container for array backend ``backend`` (nothing computed yet)."""

@@ -26,10 +26,10 @@ class AutoUDF(UDF):
         >>> res["result"].data.shape  # nav + (sig_w,)
     """
 
-    def __init__(self, f: Callable[[np.ndarray], Any], input_dtype: Any = "float32", **kwargs: Any):
+    def __init__(self, f: Callable[[np.ndarray], Any], input_dtype: Any = "float32"):
         if not callable(f):
             raise UDFException(f"AutoUDF needs a callable f, got {f!r}")
-        super().__init__(f=f, input_dtype=input_dtype, **kwargs)
+        super().__init__(f=f, input_dtype=input_dtype)
 
     def get_preferred_input_dtype(self):
         dt = self.params.input_dtype

@@ -310,12 +310,12 @@ class CoMUDF(UDF):
 
     def __init__(self, com_params: CoMParams | None = None, cy: float | None = None, cx: float | None = None,
                  r: float = math.inf, ri: float | None = 0.0, scan_rotation: float = 0.0, flip_y: bool = False,
-                 regression: RegressionOptionsT = RegressionOptions.NO_REGRESSION, **kwargs: Any):
+                 regression: RegressionOptionsT = RegressionOptions.NO_REGRESSION):
         flat: dict[str, Any] = dict(cy=cy, cx=cx, r=r, ri=ri, scan_rotation=scan_rotation, flip_y=flip_y,
                                     regression=regression)
         if com_params is not None:
             flat.update(self._unpack_com_params(com_params))
-        super().__init__(**flat, **kwargs)
+        super().__init__(**flat)
 
     @staticmethod
     def _unpack_com_params(com_params: Any) -> dict[str, Any]:

@@ -68,8 +68,8 @@ class CrystallinityUDF(UDF):
     """
 
     def __init__(self, rad_in: float, rad_out: float, real_center: Sequence[float] | None = None,
-                 real_rad: float | None = None, **kwargs: Any):
-        super().__init__(rad_in=rad_in, rad_out=rad_out, real_center=real_center, real_rad=real_rad, **kwargs)
+                 real_rad: float | None = None):
+        super().__init__(rad_in=rad_in, rad_out=rad_out, real_center=real_center, real_rad=real_rad)
 
     def get_result_buffers(self):
         if len(self.meta.dataset_shape.sig) != 2:

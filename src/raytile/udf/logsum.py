@@ -23,6 +23,9 @@ class LogsumUDF(UDF):
         True
     """
 
+    def __init__(self) -> None:
+        super().__init__()  # no parameters: an unknown keyword is a TypeError, as in LiberTEM
+
     def get_backends(self) -> tuple[str, ...]:
         return (self.BACKEND_NUMPY, self.BACKEND_CUPY)
 

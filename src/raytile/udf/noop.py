@@ -10,8 +10,8 @@ __all__ = ["NoOpUDF"]
 class NoOpUDF(UDF):
     """Touches every tile, computes nothing. Use it to time reading and task overhead."""
 
-    def __init__(self, preferred_input_dtype=UDF.USE_NATIVE_DTYPE, **kwargs):
-        super().__init__(preferred_input_dtype=preferred_input_dtype, **kwargs)
+    def __init__(self, preferred_input_dtype=UDF.USE_NATIVE_DTYPE):
+        super().__init__(preferred_input_dtype=preferred_input_dtype)
 
     def get_preferred_input_dtype(self):
         return self.params.preferred_input_dtype

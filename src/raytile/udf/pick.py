@@ -37,6 +37,9 @@ class PickUDF(UDF):
         >>> frame = ctx.run_udf(dataset=ds, udf=PickUDF(), roi=roi)["intensity"].data[0]
     """
 
+    def __init__(self) -> None:
+        super().__init__()  # no parameters: an unknown keyword is a TypeError, as in LiberTEM
+
     def get_preferred_input_dtype(self):
         return self.USE_NATIVE_DTYPE
 

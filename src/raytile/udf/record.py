@@ -71,9 +71,9 @@ class RecordUDF(UDF):
         True
     """
 
-    def __init__(self, filename: str | os.PathLike, _is_master: bool = True, **kwargs: Any):
+    def __init__(self, filename: str | os.PathLike, _is_master: bool = True):
         self._is_master = _is_master
-        super().__init__(filename=os.path.abspath(os.fspath(filename)), **kwargs)
+        super().__init__(filename=os.path.abspath(os.fspath(filename)))
 
     def get_preferred_input_dtype(self) -> np.dtype:
         return self.USE_NATIVE_DTYPE

@@ -46,8 +46,8 @@ class SignalMaxUDF(UDF):
         True
     """
 
-    def __init__(self, **kwargs: Any):
-        super().__init__(**kwargs)
+    def __init__(self) -> None:
+        super().__init__()
 
     def get_preferred_input_dtype(self) -> np.dtype:
         return self.USE_NATIVE_DTYPE

@@ -51,6 +51,9 @@ class StdDevUDF(UDF):
         True
     """
 
+    def __init__(self) -> None:
+        super().__init__()  # no parameters: an unknown keyword is a TypeError, as in LiberTEM
+
     def get_preferred_input_dtype(self) -> np.dtype:
         return self.USE_NATIVE_DTYPE  # converted to float64 per tile
 

@@ -27,8 +27,8 @@ class SumUDF(UDF):
         True
     """
 
-    def __init__(self, dtype: Any = "float32", **kwargs: Any):
-        super().__init__(dtype=dtype, **kwargs)
+    def __init__(self, dtype: Any = "float32"):
+        super().__init__(dtype=dtype)
 
     def get_preferred_input_dtype(self) -> np.dtype:
         # Read the data as it is and accumulate in ``dtype``: no converted copy of each tile.

@@ -1,0 +1,177 @@
+"""One way to start or join Ray: :func:`start_ray`, used by the Context, the CLI, Serve and pipelines.
+
+Where Ray comes from is decided here, and nowhere else:
+
+- ``address="local"``: a private Ray instance of this process, started beside
+  any other Ray on the machine and never joining one. The ``raytile`` commands
+  use it when no ``--address`` is given.
+- ``address=None``: Ray's own convention, as ``ray.init()`` (what
+  ``rt.Context()`` does): join the cluster named by ``RAY_ADDRESS`` or started
+  with ``ray start`` on this machine, else start a local instance. Joining is
+  said in one log line naming the cluster and its resources, so that nobody
+  runs on a shared cluster without knowing.
+- ``"auto"``, ``"host:6379"``, ``"ray://host:10001"``: join that cluster.
+
+If this process is connected to Ray already, that connection is used as it
+is. Unless told a cluster need not host workers, a cluster without the CPUs
+(or GPUs) a worker needs is an :class:`~raytile.common.errors.ExecutorError`
+at once, naming what is missing, instead of a wait for workers that never
+start.
+
+>>> info = start_ray("local", cpus=2)        # doctest: +SKIP
+>>> info.started, info.address               # doctest: +SKIP
+(True, '127.0.0.1:61234')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Mapping
+
+import ray
+
+from raytile.common.errors import ExecutorError
+
+__all__ = ["RayStart", "start_ray", "describe_resources", "check_can_host_workers"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class RayStart:
+    """What :func:`start_ray` did: ``started`` a Ray of this process's own (then it is this process's to
+    shut down), or joined the cluster at ``address``; ``resources`` are the cluster's total resources."""
+
+    started: bool
+    joined_existing: bool
+    address: str | None
+    resources: dict[str, float]
+
+
+def start_ray(address: str | None = None, *, cpus: int | None = None, gpus: int | None = None,
+              need_workers: bool = True, autoscaling: bool = False,
+              init_kwargs: Mapping[str, Any] | None = None) -> RayStart:
+    """Join or start Ray as the module doc says, then check the cluster can host workers.
+
+    ``cpus``/``gpus``: the workers the caller will start (a private instance gets that many CPUs and
+    GPUs; None: one per CPU and GPU of the cluster). ``need_workers=False`` skips the check (listing
+    runs, printing the cluster's resources). ``autoscaling=True`` (the caller asked the autoscaler
+    for workers) skips it too: nodes may still come. ``init_kwargs`` go to ``ray.init``.
+    """
+    connected_here = not ray.is_initialized()
+    if connected_here:
+        info = _init(address, cpus, gpus, dict(init_kwargs or {}))
+    else:
+        info = RayStart(False, True, _gcs_address(), _resources())
+    if need_workers and not autoscaling:
+        try:
+            check_can_host_workers(info.resources, cpus, gpus, info.address)
+        except ExecutorError:
+            if connected_here:  # leave this process as it was: no Ray
+                ray.shutdown()
+            raise
+    return info
+
+
+def _init(address: str | None, cpus: int | None, gpus: int | None, kwargs: dict[str, Any]) -> RayStart:
+    if address is None or address == "local":
+        kwargs.setdefault("include_dashboard", False)
+        if cpus is not None:  # a new instance is sized as asked (joining one with a size is refused)
+            kwargs.setdefault("num_cpus", cpus)
+        if gpus is not None:
+            kwargs.setdefault("num_gpus", gpus)
+    if address is not None:
+        kwargs["address"] = address
+    if address is not None and address.startswith("ray://"):
+        _enable_token_auth_for_client()
+    try:
+        ray.init(**kwargs)
+    except ModuleNotFoundError as e:
+        raise ExecutorError(
+            f"connecting to {address!r} needs Ray Client, which plain ray lacks ({e}); "
+            'install it with pip install "raytile[client]"'
+        ) from None
+    except ValueError as e:
+        raise ExecutorError(
+            f"cannot start Ray with cpus={cpus}, gpus={gpus}: a Ray cluster is already running on this machine "
+            f"({e}). Use rt.Context.make_local(...) for a private instance beside it, or "
+            "rt.Context.connect('auto') to join it"
+        ) from None
+    except ConnectionError as e:
+        raise ExecutorError(
+            f"cannot connect to the Ray cluster at {address!r}: {e}. If the cluster uses Ray's token "
+            "authentication, set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) to the "
+            "token `ray get-auth-token` prints on the head node"
+        ) from None
+    started = _started_here()
+    info = RayStart(started, not started, _gcs_address(), _resources())
+    if address is None and not started:
+        # Ray's convention found a cluster (RAY_ADDRESS or `ray start`): say so, in one line
+        log.warning("joined the running Ray cluster at %s (found through RAY_ADDRESS or `ray start`): %s; "
+                    "for a private local Ray use rt.Context.make_local()", info.address,
+                    describe_resources(info.resources))
+    return info
+
+
+def _started_here() -> bool:
+    """Whether ``ray.init`` in this process started the Ray instance (it is the head node's starter)."""
+    node = getattr(getattr(ray, "_private").worker, "_global_node", None)
+    return bool(node is not None and getattr(node, "head", False))
+
+
+def _gcs_address() -> str | None:
+    try:
+        return str(ray.get_runtime_context().gcs_address)
+    except Exception:  # noqa: BLE001  (Ray Client drivers have no GCS address of their own)
+        return None
+
+
+def _resources() -> dict[str, float]:
+    try:
+        return {k: float(v) for k, v in ray.cluster_resources().items()}
+    except Exception:  # noqa: BLE001
+        return {}
+
+
+def describe_resources(resources: Mapping[str, float]) -> str:
+    """``"1 node, 2 CPU, 0 GPU, 10.0 GiB memory"`` for a cluster's total resources."""
+    nodes = sum(1 for k in resources if k.startswith("node:") and k != "node:__internal_head__")
+    mem = resources.get("memory", 0.0) / 2**30
+    return (f"{nodes} node{'s' if nodes != 1 else ''}, {resources.get('CPU', 0.0):g} CPU, "
+            f"{resources.get('GPU', 0.0):g} GPU, {mem:.1f} GiB memory")
+
+
+def check_can_host_workers(resources: Mapping[str, float], cpus: int | None, gpus: int | None,
+                           address: str | None = None) -> None:
+    """ExecutorError, naming what is missing, if a cluster with ``resources`` cannot host the workers
+    asked for: ``cpus``/``gpus`` workers, or with both None at least one CPU or GPU worker."""
+    have_cpu, have_gpu = resources.get("CPU", 0.0), resources.get("GPU", 0.0)
+    where = f"the Ray cluster at {address}" if address else "the Ray cluster"
+    missing = []
+    if cpus is None and gpus is None:
+        if have_cpu < 1 and have_gpu < 1:
+            missing.append("a CPU or a GPU for one worker (it has 0 CPU and 0 GPU)")
+    else:
+        if cpus and have_cpu < 1:
+            missing.append(f"a CPU for its {cpus} CPU worker(s) (it has {have_cpu:g} CPU)")
+        if gpus and have_gpu < gpus:
+            missing.append(f"{gpus} GPU(s) for its GPU workers (it has {have_gpu:g} GPU)")
+    if missing:
+        raise ExecutorError(
+            f"{where} cannot host raytile's worker actors: it lacks {' and '.join(missing)} "
+            f"({describe_resources(resources)}). Start a private local Ray instead "
+            "(rt.Context.make_local(), or the raytile commands without --address), or add nodes with CPUs")
+
+
+def _enable_token_auth_for_client() -> None:
+    """Turn Ray's token authentication on in this process if a token is available, as a direct
+    driver's ``ray.init`` does (Ray >= 2.52); Ray Client does not, and a cluster with token
+    authentication then lets the connection time out (measured: 30 s, then "connection timeout")."""
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # a Ray without token authentication
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
