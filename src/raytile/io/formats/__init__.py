@@ -18,6 +18,9 @@ _FORMATS: dict[str, str] = {
     "tiled": "raytile.io.formats.tiled:TiledDataSet",
     "sparse_memory": "raytile.io.formats.sparse:SparseMemoryDataSet",
     "npz_csr": "raytile.io.formats.sparse:NPZCSRDataSet",
+    "empad": "raytile.io.formats.empad:EMPADDataSet",
+    "mrc": "raytile.io.formats.mrc:MRCDataSet",
+    "blo": "raytile.io.formats.blo:BloDataSet",
 }
 
 
