@@ -21,6 +21,7 @@ _FORMATS: dict[str, str] = {
     "empad": "raytile.io.formats.empad:EMPADDataSet",
     "mrc": "raytile.io.formats.mrc:MRCDataSet",
     "blo": "raytile.io.formats.blo:BloDataSet",
+    "dm": "raytile.io.formats.dm:DMDataSet",
 }
 
 

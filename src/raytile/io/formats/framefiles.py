@@ -122,8 +122,12 @@ class FrameFileDataSet(FileDataSet):
             raise DataSetException(f"{self.format_name}: not a regular file: {path}")
         return os.path.getsize(path)
 
-    def _do_initialize(self) -> DataSetMeta:
+    def _check_inputs(self) -> None:
+        """Before reading headers: the given file exists (DataSetException naming it)."""
         self._check_path(self._path)
+
+    def _do_initialize(self) -> DataSetMeta:
+        self._check_inputs()
         layout = self._layout = self._read_layout()
         where = layout.files[0].path if len(layout.files) == 1 else (
             f"{layout.files[0].path} (+{len(layout.files) - 1} files)")
@@ -138,7 +142,7 @@ class FrameFileDataSet(FileDataSet):
         check_sync_offset(where, self._sync_offset, n_nav, n_file)
         if self._sync_offset == 0 and n_file < n_nav:
             raise DataSetException(
-                f"{where}: the file holds {n_file} frames of {tuple(layout.sig_shape)}, but nav_shape {tuple(nav)} "
+                f"{where}: the file{'s hold' if len(layout.files) > 1 else ' holds'} {n_file} frames of {tuple(layout.sig_shape)}, but nav_shape {tuple(nav)} "
                 f"needs {n_nav}; the file is too short or nav_shape is wrong (a sync_offset pads with blank frames)"
             )
         if self._sync_offset == 0 and n_file > n_nav:
