@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from typing import Generator
 
@@ -13,12 +14,24 @@ from raytile.io.backends.base import (Block, FrameBlock, FrameFile, FramesJob, I
 
 
 @lru_cache(maxsize=256)
-def _map_bytes(path: str) -> np.ndarray:
-    """The whole file as a read-only uint8 map, cached per process."""
+def _map_file(path: str, identity: tuple[int, int, int, int]) -> np.ndarray:
     try:
         return np.memmap(path, mode="r", dtype=np.uint8)
     except (OSError, ValueError) as e:
         raise DataSetException(f"{path}: cannot memory-map the file: {e}") from None
+
+
+def _map_bytes(path: str) -> np.ndarray:
+    """The whole file as a read-only uint8 map, cached per process and per version of the file.
+
+    The cache key holds the file's device, inode, size and mtime, so a file
+    written again under the same path is mapped afresh, not read stale.
+    """
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise DataSetException(f"{path}: cannot memory-map the file: {e}") from None
+    return _map_file(path, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
 
 
 def map_frames(path: str, job: FramesJob, f: FrameFile) -> np.ndarray:

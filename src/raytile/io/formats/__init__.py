@@ -21,6 +21,10 @@ _FORMATS: dict[str, str] = {
     "npz_csr": "raytile.io.formats.sparse:NPZCSRDataSet",
     "k2is": "raytile.io.formats.k2is:K2ISDataSet",
     "frms6": "raytile.io.formats.frms6:FRMS6DataSet",
+    "empad": "raytile.io.formats.empad:EMPADDataSet",
+    "mrc": "raytile.io.formats.mrc:MRCDataSet",
+    "blo": "raytile.io.formats.blo:BloDataSet",
+    "dm": "raytile.io.formats.dm:DMDataSet",
 }
 
 
