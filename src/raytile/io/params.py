@@ -92,6 +92,13 @@ def check_dtype(value: Any, spec: ParamSpec) -> np.dtype:
     return dtype
 
 
+def check_bool(value: Any, spec: ParamSpec) -> bool:
+    """``True`` or ``False`` (Python or numpy bool; not 0/1, not a string)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise _Invalid("True or False")
+    return bool(value)
+
+
 def check_str(value: Any, spec: ParamSpec) -> str:
     if not isinstance(value, str):
         raise _Invalid("a string")
@@ -147,6 +154,7 @@ def check_corrections(value: Any, spec: ParamSpec) -> CorrectionSet:
 #: Parameter kinds and their checks: each returns the canonical value or raises ``_Invalid``.
 CHECKS: dict[str, Callable[[Any, ParamSpec], Any]] = {
     "int": check_int,
+    "bool": check_bool,
     "shape": check_shape,
     "dtype": check_dtype,
     "str": check_str,
