@@ -268,7 +268,7 @@ class MIBDataSet(FileDataSet):
 
     def _scan(self) -> tuple[MIBFrameHeader, list[File]]:
         """The first header and the files in frame order, every file's first and last frame checked."""
-        found = []
+        found: list[tuple[str, MIBFrameHeader]] = []
         first: MIBFrameHeader | None = None
         for p in mib_filenames(self._path, self._disable_glob):
             h = _file_header(p)
@@ -284,7 +284,7 @@ class MIBDataSet(FileDataSet):
         found.sort(key=lambda ph: ph[1].sequence)
         stride = first.frame_stride
         seq0 = found[0][1].sequence
-        files = []
+        files: list[File] = []
         for i, (p, h) in enumerate(found):
             size = os.path.getsize(p)
             n, rest = divmod(size, stride)

@@ -126,10 +126,10 @@ def write_mib(prefix: str | os.PathLike, frames: np.ndarray, mode: str = "U16", 
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    frames = np.asarray(frames)
-    frames = frames.reshape((-1,) + frames.shape[-2:])
-    n = frames.shape[0]
-    depth = int(mode[1:]) if mode.startswith("R") else int(mode[1:])
+    arr = np.asarray(frames)
+    frames = arr.reshape((-1, arr.shape[-2], arr.shape[-1]))
+    n = int(frames.shape[0])
+    depth = int(mode[1:])
     data, header_x, header_y = encode_frame_data(frames, mode, quad)
     chips = 4 if quad else 1
     header_bytes = 768 if quad else 384
