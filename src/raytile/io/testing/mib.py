@@ -127,7 +127,7 @@ def write_mib(prefix: str | os.PathLike, frames: np.ndarray, mode: str = "U16", 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     arr = np.asarray(frames)
-    frames = arr.reshape((-1, arr.shape[-2], arr.shape[-1]))
+    frames: np.ndarray = arr.reshape((-1, arr.shape[-2], arr.shape[-1]))
     n = int(frames.shape[0])
     depth = int(mode[1:])
     data, header_x, header_y = encode_frame_data(frames, mode, quad)
