@@ -127,10 +127,10 @@ def write_mib(prefix: str | os.PathLike, frames: np.ndarray, mode: str = "U16", 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     arr = np.asarray(frames)
-    frames: np.ndarray = arr.reshape((-1, arr.shape[-2], arr.shape[-1]))
-    n = int(frames.shape[0])
+    stack: np.ndarray = arr.reshape((-1, arr.shape[-2], arr.shape[-1]))
+    n = int(stack.shape[0])
     depth = int(mode[1:])
-    data, header_x, header_y = encode_frame_data(frames, mode, quad)
+    data, header_x, header_y = encode_frame_data(stack, mode, quad)
     chips = 4 if quad else 1
     header_bytes = 768 if quad else 384
     pixel_depth = "R64" if mode.startswith("R") else mode
