@@ -319,6 +319,21 @@ class DataSet(metaclass=DataSetType):
             kwargs[name] = value
         return validate_params(owner, cls.get_params_schema(), kwargs)
 
+    @classmethod
+    def detect_params(cls, path: str) -> dict[str, Any] | None:
+        """The constructor parameters this format finds in the file at ``path``, or None if not its file.
+
+        Used by ``ctx.load("auto", path=...)`` (:mod:`raytile.io.formats.auto`):
+        formats look at the extension, magic bytes and header only (no full
+        read) and return at least ``{"path": ...}``. A file that is clearly
+        this format's but broken may raise DataSetException naming the
+        problem. The base class places no file.
+
+        >>> NPYDataSet.detect_params("scan.npy")  # doctest: +SKIP
+        {'path': 'scan.npy'}
+        """
+        return None
+
     @abstractmethod
     def _do_initialize(self) -> DataSetMeta:
         """Read headers and return the data set's meta (may run on a worker)."""

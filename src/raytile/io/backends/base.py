@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Generator, Iterator
+from typing import Any, Callable, Generator, Iterator
 
 import numpy as np
 
@@ -61,6 +61,10 @@ class FramesJob(ReadJob):
     file_dtype: np.dtype        # the dtype of the stored pixels
     frame_stride: int           # bytes from one frame to the next
     frame_header: int           # bytes before a frame's first pixel
+    #: Decodes frames whose pixels numpy cannot view (raw MIB, ...): an object with ``frame_bytes``
+    #: (pixel bytes per frame) and ``decode(frames, out, origin)``, ``frames`` the ``(n, frame_bytes)``
+    #: uint8 bytes of a tile's frames, ``out`` the tile to fill, ``origin`` its signal slice's origin.
+    frame_decoder: Any = None
 
 
 @dataclass
@@ -131,9 +135,11 @@ def frame_segments(job: FramesJob) -> Iterator[tuple[int, int, list[Segment]]]:
 def view_frames(raw: np.ndarray, job: FramesJob, n: int) -> np.ndarray:
     """``n`` frames ``(n, *sig)`` of ``job.file_dtype`` from the bytes ``raw`` (``n`` strides from a
     frame's start on): a view, strided when frames have headers or footers."""
+    rows = raw[:n * job.frame_stride].reshape(n, job.frame_stride)
+    if job.frame_decoder is not None:  # the decoder reads the frames' bytes
+        return rows[:, job.frame_header:job.frame_header + job.frame_decoder.frame_bytes]
     sig = job.scheme.dataset_shape.sig.to_tuple()
     frame_bytes = math.prod(sig) * job.file_dtype.itemsize
-    rows = raw[:n * job.frame_stride].reshape(n, job.frame_stride)
     return rows[:, job.frame_header:job.frame_header + frame_bytes].view(job.file_dtype).reshape((n,) + sig)
 
 
@@ -187,7 +193,9 @@ class IOBackend:
         blocks = self._frame_blocks(job)
         try:
             for b0, count, parts in blocks:
-                whole = len(parts) == 1 and parts[0][1].shape[0] == count and parts[0][1].dtype == dest
+                decoder = job.frame_decoder
+                whole = (decoder is None and len(parts) == 1 and parts[0][1].shape[0] == count
+                         and parts[0][1].dtype == dest)
                 gaps = sum(p[1].shape[0] for p in parts) < count
                 for s_idx, sl in enumerate(scheme.slices):
                     if whole:
@@ -200,7 +208,11 @@ class IOBackend:
                         if gaps:
                             data[...] = 0
                         for k, frames in parts:
-                            np.copyto(data[k:k + frames.shape[0]], frames[sig_index[s_idx]], casting="unsafe")
+                            if decoder is not None:
+                                decoder.decode(frames, data[k:k + frames.shape[0]], sl.origin)
+                            else:
+                                np.copyto(data[k:k + frames.shape[0]], frames[sig_index[s_idx]],
+                                          casting="unsafe")
                     yield DataTile(data, tile_slice(b0, count, s_idx), s_idx)
         finally:
             blocks.close()

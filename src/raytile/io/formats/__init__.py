@@ -25,6 +25,8 @@ _FORMATS: dict[str, str] = {
     "mrc": "raytile.io.formats.mrc:MRCDataSet",
     "blo": "raytile.io.formats.blo:BloDataSet",
     "dm": "raytile.io.formats.dm:DMDataSet",
+    "mib": "raytile.io.formats.mib:MIBDataSet",
+    "auto": "raytile.io.formats.auto:AutoDataSet",
 }
 
 

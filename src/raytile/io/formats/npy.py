@@ -54,6 +54,19 @@ class NPYDataSet(FileDataSet):
         self._sig_shape = sig_shape
         self._sync_offset = sync_offset
 
+    @classmethod
+    def detect_params(cls, path: str) -> dict | None:
+        """``{"path": path}`` for a file starting with the .npy magic ``\\x93NUMPY``."""
+        try:
+            with open(path, "rb") as f:
+                magic = f.read(6)
+        except OSError:
+            return None
+        if magic != b"\x93NUMPY":
+            return None
+        read_npy_header(path)  # a broken header: DataSetException naming it
+        return {"path": path}
+
     def _do_initialize(self) -> DataSetMeta:
         check_file(self._path)
         shape, dtype, fortran, offset = read_npy_header(self._path)

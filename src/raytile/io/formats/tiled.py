@@ -118,6 +118,19 @@ class TiledDataSet(FileDataSet):
         self._path = path
         self._nav_shape = nav_shape
 
+    @classmethod
+    def detect_params(cls, path: str) -> dict | None:
+        """``{"path": path}`` for a file starting with the tiled magic (its header is checked)."""
+        try:
+            with open(path, "rb") as f:
+                magic = f.read(len(MAGIC))
+        except OSError:
+            return None
+        if magic != MAGIC:
+            return None
+        read_tiled_header(path)
+        return {"path": path}
+
     def _do_initialize(self) -> DataSetMeta:
         if not os.path.isfile(self._path):
             raise DataSetException(f"file not found: {self._path}")
