@@ -34,7 +34,8 @@ class Negotiator:
     Inputs are: each UDF's method (``partition`` wants whole partitions,
     ``frame`` whole frames, ``tile`` anything), its
     ``get_tiling_preferences()`` (``depth`` and ``total_size`` in bytes), the
-    partition's ``get_base_shape`` (a tile shape is a multiple of it) and its
+    partition's ``get_base_shape`` (a tile shape is a multiple of it), its
+    ``get_io_size`` (the tile size when no UDF asks for one) and its
     ``adjust_tileshape`` veto.
     """
 
@@ -58,7 +59,7 @@ class Negotiator:
         if "partition" in methods:
             tileshape = (max(frames, 1),) + sig_shape
         else:
-            depth, total_size = self._preferences(udfs, frames)
+            depth, total_size = self._preferences(udfs, frames, partition.get_io_size() or DEFAULT_TILE_BYTES)
             whole_frames = "frame" in methods
             tileshape = self._fit(depth, total_size, itemsize, sig_shape, base_shape, whole_frames)
             tileshape = tuple(int(v) for v in partition.adjust_tileshape(tileshape, roi))
@@ -67,7 +68,7 @@ class Negotiator:
         )
 
     @staticmethod
-    def _preferences(udfs: Sequence["UDF"], frames: int) -> tuple[int, float]:
+    def _preferences(udfs: Sequence["UDF"], frames: int, default_size: int = DEFAULT_TILE_BYTES) -> tuple[int, float]:
         depths: list[int] = []
         sizes: list[float] = []
         for udf in udfs:
@@ -88,7 +89,7 @@ class Negotiator:
                 sizes.append(size)
         depth = min(depths) if depths else DEFAULT_DEPTH
         depth = max(1, min(depth, frames))
-        size = min(sizes) if sizes else DEFAULT_TILE_BYTES
+        size = min(sizes) if sizes else default_size
         if not depths and size == math.inf:
             depth = frames
         return depth, size

@@ -145,7 +145,7 @@ class DriverHost(RunHost):
 
     @property
     def workers(self) -> list[dict]:
-        return list(getattr(self.executor, "workers", []))
+        return list(self.executor.workers)
 
     def run_function(self, fn: Callable, *args: Any) -> Any:
         return self.executor.run_function(fn, *args)
