@@ -167,10 +167,12 @@ def _json_path(spec: ParamSpec) -> dict[str, Any]:
 
 
 #: Each parameter kind's JSON schema as a client sends it (Serve builds a format's request schema from
-#: these and the format's ``params_schema``), or None for kinds only Python can give. A new kind is
-#: declared here beside its check; a new format needs no change in serve/.
+#: these and the format's ``params_schema``), or None for kinds only Python can give (a kind missing
+#: here counts as such). A new kind is declared here beside its check; a new format needs no change in
+#: serve/.
 JSON_FORMS: dict[str, Callable[[ParamSpec], dict[str, Any]] | None] = {
     "int": _json_int,
+    "bool": lambda spec: {"type": "boolean"},
     "shape": lambda spec: {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1,
                            "maxItems": 8},
     "dtype": lambda spec: {"type": "string", "minLength": 1, "maxLength": 16,
@@ -182,21 +184,19 @@ JSON_FORMS: dict[str, Callable[[ParamSpec], dict[str, Any]] | None] = {
                            "minItems": 1, "maxItems": 100_000, "format": "path"},
     "choice": lambda spec: {"type": "string", "enum": list(spec["choices"])},
     "array": None,
+    "iterable": None,
     "corrections": None,
 }
 
 
 def json_schema(spec: ParamSpec) -> dict[str, Any] | None:
     """The JSON schema of one declared parameter as a client sends it, or None if only Python can give
-    it (arrays, correction sets).
+    it (arrays, iterables, correction sets, kinds without an entry in :data:`JSON_FORMS`).
 
     >>> json_schema({"type": "int", "min": 1})["minimum"]
     1
     """
-    kind = spec["type"]
-    if kind not in JSON_FORMS:
-        raise ConfigValidationError(f"parameter kind {kind!r} declares no JSON form (raytile.io.params.JSON_FORMS)")
-    form = JSON_FORMS[kind]
+    form = JSON_FORMS.get(spec["type"])
     return None if form is None else form(spec)
 
 
