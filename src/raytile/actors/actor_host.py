@@ -55,7 +55,7 @@ class ActorHost(RunHost):
     initialised already.
     """
 
-    placement = "actor"
+    coordinator = "actor"
 
     def __init__(self, executor_kwargs: dict):
         self._executor_kwargs = executor_kwargs

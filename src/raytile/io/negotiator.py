@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import numpy as np
 
@@ -12,9 +12,8 @@ from raytile.common.tiling import TilingScheme
 
 if TYPE_CHECKING:
     from raytile.io.dataset import Partition
-    from raytile.udf.base import UDF
 
-__all__ = ["Negotiator", "DEFAULT_TILE_BYTES", "DEFAULT_DEPTH"]
+__all__ = ["Negotiator", "TilingClient", "DEFAULT_TILE_BYTES", "DEFAULT_DEPTH"]
 
 #: Tile size in bytes aimed for when no UDF asks for another: large enough that per-tile
 #: overhead vanishes (measured: 1 MiB -> 4 MiB took inline SumUDF from 0.71x to 0.91x of
@@ -26,6 +25,20 @@ DEFAULT_DEPTH = 32
 
 def _round_down_to(value: int, base: int) -> int:
     return max(base, (value // base) * base)
+
+
+class TilingClient(Protocol):
+    """What the negotiator asks of a UDF (:class:`raytile.udf.base.UDF` provides it): its method and its
+    tiling preferences, with the special values it spells them with."""
+
+    TILE_DEPTH_DEFAULT: int
+    TILE_DEPTH_MAX: int
+    TILE_SIZE_BEST_FIT: int
+    TILE_SIZE_MAX: int
+
+    def get_method(self) -> str: ...
+
+    def get_tiling_preferences(self) -> dict[str, int]: ...
 
 
 class Negotiator:
@@ -41,7 +54,7 @@ class Negotiator:
 
     def get_scheme(
         self,
-        udfs: Sequence["UDF"],
+        udfs: Sequence[TilingClient],
         partition: "Partition",
         read_dtype: np.dtype,
         roi: np.ndarray | None = None,
@@ -68,7 +81,7 @@ class Negotiator:
         )
 
     @staticmethod
-    def _preferences(udfs: Sequence["UDF"], frames: int, default_size: int = DEFAULT_TILE_BYTES) -> tuple[int, float]:
+    def _preferences(udfs: Sequence[TilingClient], frames: int, default_size: int = DEFAULT_TILE_BYTES) -> tuple[int, float]:
         depths: list[int] = []
         sizes: list[float] = []
         for udf in udfs:

@@ -184,7 +184,7 @@ class SparseMemoryDataSet(DataSet):
             shape = Shape(tuple(nav) + tuple(sig), sig_dims=len(sig))
             if shape.size != math.prod(full):
                 raise DataSetException(f"sparse_memory data of shape {full} cannot be viewed as nav {nav} x sig {sig}")
-            from raytile.udf._tiles import pydata_to_csr
+            from raytile.common.csr import pydata_to_csr
 
             flat = data.reshape((math.prod(nav),) + tuple(sig))
             csr = pydata_to_csr(flat)
