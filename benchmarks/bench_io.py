@@ -62,7 +62,6 @@ def read_all(ds, io_backend=None, dtype=None, frames=None) -> float:
     udf = rt.udf.SumUDF()
     part = ds.get_partitions()
     scheme = Negotiator().get_scheme([udf], part[0], np.dtype(dtype or ds.dtype))
-    kw = {"io_backend": io_backend} if io_backend else {}
     roi = None
     if frames is not None:
         roi = np.zeros(ds.shape.nav.size, dtype=bool)
@@ -70,7 +69,9 @@ def read_all(ds, io_backend=None, dtype=None, frames=None) -> float:
         part = part[:1]
     t = time.perf_counter()
     for p in part:
-        for tile in p.get_tiles(scheme, roi=roi, dest_dtype=dtype, **kw):
+        if io_backend:
+            p.io_backend = io_backend
+        for tile in p.get_tiles(scheme, roi=roi, dest_dtype=dtype):
             consume(tile.data)
     return time.perf_counter() - t
 

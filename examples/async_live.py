@@ -21,14 +21,14 @@ from raytile.cli import default_cache_dir, demo_file, demo_shape, make_context
 from raytile.udf import ApplyMasksUDF, masks
 
 
-def ring(sig, ri, ro):
+def ring_factories(sig, ri, ro):
     """Mask factories for ApplyMasksUDF: one ring around the signal centre."""
     return [functools.partial(masks.ring, sig[0] / 2, sig[1] / 2, ri, ro, tuple(sig))]
 
 
 async def live(ctx, ds, sig, recompute: bool) -> None:
     old, new = (sig[0] * 0.25, sig[0] * 0.45), (sig[0] * 0.12, sig[0] * 0.2)
-    run = ctx.run_udf_iter(dataset=ds, udf=ApplyMasksUDF(mask_factories=ring(sig, *old)), sync=False)
+    run = ctx.run_udf_iter(dataset=ds, udf=ApplyMasksUDF(mask_factories=ring_factories(sig, *old)), sync=False)
     patched = False
     async for part in run:
         adf = part.buffers[0]["intensity"].data[..., 0]
@@ -36,7 +36,7 @@ async def live(ctx, ds, sig, recompute: bool) -> None:
               f"{part.damage.fraction:5.0%} of the scan, mean ADF so far {adf[part.damage.data].mean():10.1f}")
         if not patched and part.damage.fraction >= 0.25:
             print(f"--> ring radii {old} -> {new} (recompute={recompute})")
-            run.update_parameters([{"mask_factories": ring(sig, *new)}], recompute=recompute)
+            run.update_parameters([{"mask_factories": ring_factories(sig, *new)}], recompute=recompute)
             patched = True
     versions = part.param_versions
     print(f"finished: partitions per params version {dict(sorted(_count(versions.values()).items()))}")

@@ -2,16 +2,51 @@
 
 The Ray cluster is one local instance per test session (num_cpus=2, no
 dashboard), started on first use and shut down at the end.
+
+Every test that uses Ray carries the ``ray`` mark, so ``pytest -m "not ray"`` starts no Ray:
+the ``ctx`` fixture's "ray" parameter carries it, tests that request ``ray_context`` or
+``serve_url`` get it at collection, and a test without the mark that calls ``ray.init``
+fails with a message saying so (the guard below).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import pytest
 
 import raytile as rt
+
+
+RAY_FIXTURES = frozenset({"ray_context", "serve_url"})
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test that requests the session's Ray cluster (directly or through a fixture) ``ray``."""
+    for item in items:
+        if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.ray)
+
+
+@pytest.fixture(autouse=True)
+def _no_ray_without_the_mark(request, monkeypatch):
+    """A test without the ``ray`` mark must not start Ray: ``-m "not ray"`` would start it anyway."""
+    if request.node.get_closest_marker("ray") is not None:
+        return
+    ray = sys.modules.get("ray")
+    if ray is None:
+        try:
+            import ray
+        except ImportError:
+            return
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"{request.node.nodeid} starts Ray but has no @pytest.mark.ray: "
+                             "mark it, or use the ray_context / ctx fixtures, which carry the mark")
+
+    monkeypatch.setattr(ray, "init", refuse)
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +90,7 @@ def inline_ctx():
     return rt.Context(executor="inline")
 
 
-@pytest.fixture(params=["inline", "ray"])
+@pytest.fixture(params=["inline", pytest.param("ray", marks=pytest.mark.ray)])
 def ctx(request):
     """Runs a test once per executor: inline and Ray."""
     if request.param == "inline":

@@ -17,6 +17,7 @@ from raytile.runtime.plan import make_plan
 from raytile.runtime.results import UDFResults
 
 from _ray_udfs import ScaledSumUDF
+from _wait import wait_until
 
 
 def _viewer(channel: SnapshotChannel, delay: float, out: list) -> None:
@@ -65,9 +66,7 @@ def test_no_viewer_still_drains_the_run_and_keeps_one_snapshot(inline_ctx):
     coordinator = Coordinator(inline_ctx.executor, make_plan(ds, rt.SumUDF()))
     coordinator.start()
     channel = SnapshotChannel(coordinator.outbox, lambda: not coordinator.running)
-    deadline = time.monotonic() + 10
-    while channel.terminal is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: channel.terminal is not None, timeout=10, what="the channel's terminal")
     assert channel.terminal is FINISHED
     assert channel.latest.finished
     np.testing.assert_allclose(channel.latest.buffers[0]["intensity"].data, data.sum(axis=(0, 1)))
@@ -79,9 +78,7 @@ def test_the_run_s_exception_reaches_the_viewers():
     channel = SnapshotChannel(box, lambda: True)
     error = RuntimeError("boom")
     box.put_terminal(error)
-    deadline = time.monotonic() + 5
-    while channel.peek(0) is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: channel.peek(0) is not None, timeout=5, interval=0.01, what="the run's exception")
     assert channel.peek(0) == (1, error)
 
 

@@ -17,7 +17,8 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.ray
+# ray start (up to 180 s) and two client attempts of up to 240 s each
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(720)]
 
 CLIENT = """
 import numpy as np, raytile as rt

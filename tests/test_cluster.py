@@ -26,7 +26,8 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.ray
+# the scenarios run in one subprocess of up to 300 s, counted in the first test's setup
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(420)]
 
 SCENARIOS = ["run_across_nodes", "sigkill_one_worker", "node_added_mid_run", "sigkill_two_workers",
              "actor_coordinator_across_nodes", "node_removed_spare_cpus", "node_removed_no_spare", "make_local_beside_a_running_cluster"]

@@ -25,6 +25,7 @@ from raytile.common.errors import ConfigValidationError, ExecutorError, UDFRunCa
 from raytile.runtime.progress import ProgressReporter
 
 from _ray_udfs import RingUDF, ScaledSumUDF, ring_mask
+from _wait import wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -185,9 +186,8 @@ def test_worker_killed_mid_run_gives_the_exact_result(actx, data):
             os.kill(pid, signal.SIGKILL)
         final = part
     np.testing.assert_allclose(final.buffers[0]["intensity"].data, data.sum(axis=(0, 1)))
-    deadline = time.monotonic() + 90  # a new actor process starts at Ray's niceness 15: slow on a busy machine
-    while len(actx.workers) < 2 and time.monotonic() < deadline:  # the pool replaced it
-        time.sleep(0.2)
+    # the pool replaced it; a new actor process starts at Ray's niceness 15: slow on a busy machine
+    wait_until(lambda: len(actx.workers) >= 2, timeout=90, interval=0.2, what="a replacement worker")
     assert pid not in {w["pid"] for w in actx.workers} and len(actx.workers) == 2
 
 
@@ -226,9 +226,7 @@ def test_memory_frames_are_released_with_the_dataset(actx, data):
     assert shared() == before + 1
     del ds
     gc.collect()
-    deadline = time.monotonic() + 10
-    while shared() != before and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: shared() == before, timeout=10, interval=0.1, what="the shared frames released")
     assert shared() == before
 
 
@@ -283,9 +281,8 @@ def test_driver_that_dies_leaves_no_coordinator_behind(actx, data):
     """)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_id = proc.stdout.split("RUN ")[1].split()[0]
-    deadline = time.monotonic() + 60
-    while _coordinator_names() - before and time.monotonic() < deadline:
-        time.sleep(0.5)
+    wait_until(lambda: not (_coordinator_names() - before), timeout=60, interval=0.5,
+               what="the dead driver's coordinator actor gone")
     assert not (_coordinator_names() - before), "the dead driver's coordinator actor is still there"
     with pytest.raises(ExecutorError, match="no run"):
         actx.attach(run_id)

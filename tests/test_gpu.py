@@ -202,6 +202,7 @@ def test_capture_equals_uncaptured(gpu_ctx, with_roi):
     np.testing.assert_allclose(cap["sum"].data, sel.sum(axis=0), rtol=1e-5)
 
 
+@pytest.mark.ray
 def test_gpu_worker_actor():
     """A run on Context.make_local(cpus=4, gpus=1) whose CUDA tasks land on the GPU actor."""
     pytest.importorskip("ray")

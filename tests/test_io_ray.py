@@ -13,6 +13,8 @@ from raytile.io.formats.tiled import write_tiled
 from raytile.udf import SumSigUDF, SumUDF
 from test_io_formats import whole_frame_patch_reference
 
+pytestmark = pytest.mark.ray
+
 NAV, SIG = (4, 6), (16, 12)
 
 

@@ -151,6 +151,9 @@ def test_negotiator_base_shape_with_frame_and_tile_methods():
         def adjust_tileshape(self, t, roi):
             return t
 
+        def get_io_size(self):  # no read size of its own: the negotiator's default
+            return None
+
     class T(rt.UDF):
         def get_tiling_preferences(self):
             return {"depth": 3, "total_size": 64}

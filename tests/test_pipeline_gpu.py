@@ -66,7 +66,10 @@ def test_gpu_ao_loop_equals_cpu_and_is_captured():
 
 
 def test_gpu_config_validates_without_a_gpu():
-    Pipeline.from_dict(gpu_ao())  # validation imports no cupy; copy is the one stage taking any storage
+    p = Pipeline.from_dict(gpu_ao())  # validation imports no cupy; copy is the one stage taking any storage
+    level = {name: i for i, lvl in enumerate(p.levels) for name in lvl}
+    assert level["camera"] == 0 and level["upload"] == 1  # the copy onto the GPU runs right after the camera
+    assert p.state == "created" and set(level) == {st["name"] for st in gpu_ao()["stages"]}
 
 
 def test_gpu_stage_needs_gpu_streams():

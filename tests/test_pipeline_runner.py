@@ -13,6 +13,7 @@ from raytile.common.errors import ConfigValidationError
 from raytile.pipeline import Kernel, Pipeline, PipelineConfig, PipelineStateError, StageFailed, register_stage
 from raytile.pipeline.kernels.sources import sh_frame_bank
 from raytile.pipeline.order import trigger_levels
+from _wait import wait_until
 
 
 @register_stage
@@ -137,9 +138,7 @@ def test_background_pause_resume_stop_and_live_update():
     cfg["stages"][0]["params"]["rate_hz"] = 1000.0
     p = Pipeline.from_dict(cfg).build()
     p.run(background=True)
-    deadline = time.monotonic() + 5
-    while p.t < 5 and time.monotonic() < deadline:
-        time.sleep(0.005)
+    wait_until(lambda: p.t >= 5, timeout=5, interval=0.005, what="five background steps")
     with pytest.raises(PipelineStateError, match="background run"):
         p.step()
     p.pause()
@@ -150,8 +149,7 @@ def test_background_pause_resume_stop_and_live_update():
     assert p.t == t0
     p.update_parameters("scale", scale=-2.0)  # queued, applied before the next step
     p.resume()
-    while p.t < t0 + 3 and time.monotonic() < deadline:
-        time.sleep(0.005)
+    wait_until(lambda: p.t >= t0 + 3, timeout=5, interval=0.005, what="three steps after resume")
     p.stop()
     assert p.state == "stopped" and p.t >= t0 + 3
     frames = bank().astype(np.float32)
@@ -176,7 +174,7 @@ def test_values_sync_and_async():
         return out
 
     got = anyio.run(consume)
-    p.wait(5)
+    assert p.wait(5) == "built"
     np.testing.assert_array_equal(got[-1], 2.0 * frames[16 % 5])
     assert p.state == "built" and p.t == 17
     for k, _ in enumerate(p.values("s")):  # endless run started by the loop; leaving it stops the run

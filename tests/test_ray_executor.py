@@ -15,6 +15,7 @@ from raytile.common.errors import UDFException
 from raytile.runtime.progress import ProgressReporter
 
 from _ray_udfs import FailingUDF, InputFlagsUDF, RefOffsetSumUDF, ScaledSumUDF, SlowTileUDF, WriteInputUDF
+from _wait import wait_until
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
@@ -87,9 +88,8 @@ def test_killed_worker_is_replaced_and_result_equals_clean_run(ray_context, data
     assert last.finished and last.partitions_done == 8
     np.testing.assert_array_equal(last.buffers[0]["intensity"].data, clean)
     np.testing.assert_array_equal(clean, 2.0 * data.sum(axis=(0, 1)))
-    deadline = time.monotonic() + 60
-    while len(ex.actors) < 2 and time.monotonic() < deadline:  # the replacement takes tasks once it is alive
-        time.sleep(0.05)
+    # the replacement takes tasks once it is alive
+    wait_until(lambda: len(ex.actors) >= 2, timeout=60, what="a replacement actor")
     assert victim._actor_id not in [a._actor_id for a in ex.actors]
     assert len(ex.actors) == 2
     ray.get([a.ping.remote() for a in ex.actors], timeout=60)
@@ -157,15 +157,16 @@ def test_close_kills_actors(ray_context, data):
     assert np.array_equal(res["intensity"].data, data.sum(axis=(0, 1)))
     actors = ex.actors
     ctx.close()
-    deadline = time.monotonic() + 30
-    for a in actors:
-        while True:
-            try:
-                ray.get(a.ping.remote(), timeout=5)
-            except ray.exceptions.RayActorError:
-                break
-            assert time.monotonic() < deadline, "actor survived Context.close()"
-            time.sleep(0.1)
+
+    def dead(a) -> bool:
+        try:
+            ray.get(a.ping.remote(), timeout=5)
+        except ray.exceptions.RayActorError:
+            return True
+        return False
+
+    wait_until(lambda: all(dead(a) for a in actors), timeout=30, interval=0.1,
+               what="every actor ended by Context.close()")
 
 
 def test_task_is_resubmitted_when_its_worker_lacks_a_cached_value(ray_context, data, monkeypatch):

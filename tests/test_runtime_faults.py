@@ -17,6 +17,7 @@ from raytile.runtime.progress import ProgressReporter
 from raytile.runtime.results import UDFResults
 
 from _ray_udfs import BadMergeUDF, SlowTileUDF, WideSingleUDF
+from _wait import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +82,7 @@ def test_dropped_memory_datasets_are_released_on_driver_and_workers(ray_context)
     ray_context.executor.prepare_dataset(ray_context.load("memory", data=np.zeros((2, 2, 2, 2))))
     assert len(ex.shared) <= base_shared + 1
     assert len(core.get_all_reference_counts()) <= base_refs + 4
-    deadline = time.monotonic() + 10
-    while max(_worker_data_cached(ex)) > 4 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: max(_worker_data_cached(ex)) <= 4, timeout=10, what="the workers' dropped views")
     assert max(_worker_data_cached(ex)) <= 4  # views of 80 dropped partitions are gone, not kept
 
 

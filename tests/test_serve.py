@@ -19,6 +19,7 @@ httpx = pytest.importorskip("httpx")
 from raytile.serve.encoding import decode_npy  # noqa: E402
 from raytile.serve.roi import encode_bitmap  # noqa: E402
 from raytile.udf import ApplyMasksUDF, SumSigUDF, SumUDF, masks  # noqa: E402
+from _wait import wait_until  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -57,9 +58,7 @@ def server(serve_url, data, ray_context):
     yield serve_url
     serve.delete("raytile")
     # the replica's Context actors end with it; later tests (test_soak counts actors) find none left
-    deadline = time.monotonic() + 60
-    while _alive_actors() > alive_before and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(lambda: _alive_actors() <= alive_before, timeout=60, interval=0.2, what="the replica's actors ended")
     assert _alive_actors() <= alive_before
 
 
@@ -98,13 +97,11 @@ def arrays(message) -> list[dict[str, np.ndarray]]:
 
 
 def wait_released(client, run_id, timeout=20.0) -> dict:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
+    def released() -> dict | None:
         st = client.get(f"/v1/runs/{run_id}").json()
-        if st["released"]:
-            return st
-        time.sleep(0.05)
-    raise AssertionError(f"run {run_id} still holds its coordinator after {timeout} s: {st}")
+        return st if st["released"] else None
+
+    return wait_until(released, timeout=timeout, what=f"run {run_id} to release its coordinator")
 
 
 RING = {"shape": "ring", "cy": 16, "cx": 16, "ri": 4, "ro": 10}

@@ -7,10 +7,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
+from _wait import wait_until
 
 pytest.importorskip("ray.serve")
 httpx = pytest.importorskip("httpx")
@@ -38,15 +38,14 @@ def test_raytile_serve_runs_and_stops_on_ctrl_c(tmp_path):
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+        def healthy() -> bool:
             try:
-                if httpx.get(f"{url}/v1/healthz", timeout=2).status_code == 200:
-                    break
+                return httpx.get(f"{url}/v1/healthz", timeout=2).status_code == 200
             except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            time.sleep(0.5)
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                return False
+
+        wait_until(healthy, timeout=120, interval=0.5, what="raytile serve to answer /v1/healthz")
         auth = {"Authorization": "Bearer t0k"}
         r = httpx.post(f"{url}/v1/runs", headers=auth, timeout=60,
                        json={"dataset": {"format": "npy", "params": {"path": "a.npy"}}, "udfs": [{"name": "sum"}]})

@@ -17,7 +17,7 @@ import raytile as rt
 from raytile.runtime.progress import ProgressReporter
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 RUNS = 300
 WARM_UP = 60

@@ -8,7 +8,7 @@
 (256, 256)
 """
 
-from raytile import udf
+from raytile import actors, udf  # actors: registers Ray's run hosts (imports no Ray until used)
 from raytile.common.errors import (
     BackendError, ConfigValidationError, DataSetException, ExecutorError, RaytileError, UDFException,
     UDFRunCancelled,

@@ -390,10 +390,10 @@ _ACTOR_CASES = ("CoMUDF-ring", "PickUDF", "MaxUDF (docs)", "NavGradientUDF (get_
 
 def _executor_params():
     for name in _params():
-        for executor in ("inline", "ray"):
-            yield pytest.param(name.values[0], executor, marks=name.marks, id=f"{name.id}-{executor}")
+        yield pytest.param(name.values[0], "inline", marks=name.marks, id=f"{name.id}-inline")
+        yield pytest.param(name.values[0], "ray", marks=(*name.marks, pytest.mark.ray), id=f"{name.id}-ray")
         if name.values[0] in _ACTOR_CASES:
-            yield pytest.param(name.values[0], "actor", marks=name.marks, id=f"{name.id}-actor")
+            yield pytest.param(name.values[0], "actor", marks=(*name.marks, pytest.mark.ray), id=f"{name.id}-actor")
 
 
 @pytest.mark.filterwarnings("ignore:'where' used without 'out'")  # LiberTEM's com.py, on empty frames
@@ -421,7 +421,8 @@ def test_ported_udf_matches_libertem(name, executor, lt_ctx, raw_path, request):
 
 
 @pytest.mark.parametrize("variant", ["ported", "builtin"])
-@pytest.mark.parametrize("executor", ["inline", "ray", "actor"])
+@pytest.mark.parametrize("executor", ["inline", pytest.param("ray", marks=pytest.mark.ray),
+                                      pytest.param("actor", marks=pytest.mark.ray)])
 def test_recordudf_matches_libertem(variant, executor, lt_ctx, raw_path, tmp_path, request):
     """RecordUDF writes the data set to .npy: the files agree; with an ROI both refuse.
 
@@ -497,7 +498,7 @@ def _com_udfs(mod):
 
 
 @pytest.mark.filterwarnings("ignore:'where' used without 'out'")  # LiberTEM's com.py, on empty frames
-@pytest.mark.parametrize("executor", ["inline", "ray"])
+@pytest.mark.parametrize("executor", ["inline", pytest.param("ray", marks=pytest.mark.ray)])
 def test_builtin_comudf_against_libertem(executor, lt_ctx, tmp_path, request):
     """``from libertem.udf.com import CoMUDF`` -> ``from raytile.udf.com import CoMUDF``: same results.
 

@@ -19,8 +19,9 @@ from typing import Any, Callable, Sequence
 import ray
 from ray import exceptions as rex
 
-from raytile.actors.coordinator_actor import NAME_PREFIX, NAMESPACE, CoordinatorActor
+from raytile.actors.coordinator_actor import NAME_PREFIX, NAMESPACE, CoordinatorActor, RunUpdate
 from raytile.actors.executor import MERGE_INTERVAL_S, join_ray
+from raytile.actors.reply import Reply, ReplyStatus
 from raytile.common.errors import CoordinatorDied, ExecutorError
 from raytile.io.formats.memory import dense_frames
 from raytile.runtime.channel import is_terminal
@@ -54,7 +55,7 @@ class ActorHost(RunHost):
     initialised already.
     """
 
-    placement = "actor"
+    coordinator = "actor"
 
     def __init__(self, executor_kwargs: dict):
         self._executor_kwargs = executor_kwargs
@@ -120,10 +121,9 @@ class ActorHost(RunHost):
         return list(self._describe()["workers"])
 
     def run_function(self, fn: Callable, *args: Any) -> Any:
-        status, value = self._ask("run_function", fn, args, what=f"run {getattr(fn, '__name__', fn)}")
-        if status == "error":
-            raise value
-        return value
+        name = getattr(fn, "__name__", fn)
+        reply: Reply = self._ask("run_function", fn, args, what=f"run {name}")
+        return reply.unwrap(f"run_function({name})")
 
     def prepare_dataset(self, dataset: Any) -> None:
         """Send a memory data set's frames to the actor once; it owns their object-store copy (so a
@@ -137,13 +137,12 @@ class ActorHost(RunHost):
 
     def start(self, plan: RunPlan, progress: ProgressReporter | None, final_only: bool,
               detached: bool, span: Any = None) -> RunSource:
-        status, value = self._ask("start", plan.without_frames(), final_only, detached, progress is not None,
-                                  what="start a run")
-        if status == "error":
-            raise value
+        reply: Reply = self._ask("start", plan.without_frames(), final_only, detached, progress is not None,
+                                 what="start a run")
+        run_id = reply.unwrap("start a run")
         if span is not None:
             span.end()  # planning ends here; the run itself is traced in the coordinator actor
-        return RemoteRun(self.actor, value, progress, owner=True)
+        return RemoteRun(self.actor, run_id, progress, owner=True)
 
     def attach(self, run_id: str) -> tuple[RunSource, Sequence[Any]]:
         return attach_run(run_id, self.actor)
@@ -170,10 +169,9 @@ def attach_run(run_id: str, actor: Any = None) -> tuple["RemoteRun", Sequence[An
     if not isinstance(run_id, str) or not run_id:
         raise ExecutorError(f"run_id must be a run's id (UDFRun.run_id), got {run_id!r}")
     host = actor if actor is not None and _has_run(actor, run_id) else find_run(run_id)
-    status, value = ray.get(host.attach.remote(run_id))
-    if status == "error":
-        raise value
-    return RemoteRun(host, run_id, None, owner=False), value
+    reply: Reply = ray.get(host.attach.remote(run_id))
+    udfs = reply.unwrap(f"attach to run {run_id}")
+    return RemoteRun(host, run_id, None, owner=False), udfs
 
 
 def list_runs() -> list[dict]:
@@ -293,19 +291,22 @@ class RemoteRun:
             return self._end
         wait = min(timeout, PROGRESS_POLL_S) if self._progress is not None else timeout
         try:
-            status, seq, item, progress, self._end = ray.get(
-                self._actor.next.remote(self._run_id, self._seq, wait))
+            reply: Reply = ray.get(self._actor.next.remote(self._run_id, self._seq, wait))
         except rex.RayActorError as e:
-            status, seq, item, progress = "error", 0, CoordinatorDied(
+            reply = Reply.error(CoordinatorDied(
                 f"the coordinator actor of run {self._run_id[:8]} died ({type(e).__name__}); the run is lost, "
-                "the Context starts a new actor for its next run"), self._seen
+                "the Context starts a new actor for its next run"))
+        if reply.status is ReplyStatus.ERROR:  # the run's end, as the viewer's next item
+            return reply.payload
+        update: RunUpdate = reply.unwrap(f"the next result of run {self._run_id[:8]}")
+        self._end = update.end
         if self._progress is not None:
-            replay_progress(self._progress, self._run_id, self._seen, progress)
-            self._seen = progress
-        if status == "wait":
+            replay_progress(self._progress, self._run_id, self._seen, update.progress)
+            self._seen = update.progress
+        if reply.status is ReplyStatus.WAIT:
             return None
-        self._seq = seq
-        return item
+        self._seq = update.seq
+        return update.item
 
 
 def _leave(actor: Any, run_id: str, left: list) -> None:

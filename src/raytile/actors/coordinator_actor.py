@@ -35,13 +35,14 @@ from typing import Any, Callable
 
 import ray
 
+from raytile.actors.reply import Reply
 from raytile.common.errors import ExecutorError
 from raytile.runtime.channel import SnapshotChannel
 from raytile.runtime.coordinator import Coordinator
 from raytile.runtime.plan import RunPlan
 from raytile.runtime.progress import ProgressState, ProgressTally
 
-__all__ = ["CoordinatorActor", "HostedRun", "runs_to_drop", "NAMESPACE", "NAME_PREFIX", "REAP_S",
+__all__ = ["CoordinatorActor", "HostedRun", "RunUpdate", "runs_to_drop", "NAMESPACE", "NAME_PREFIX", "REAP_S",
            "DETACHED_KEEP_S", "MAX_KEPT"]
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,18 @@ REAP_S = 2.0
 DETACHED_KEEP_S = 3600.0
 #: At most this many ended runs are kept (the oldest are dropped first).
 MAX_KEPT = 16
+
+
+@dataclass(frozen=True)
+class RunUpdate:
+    """What :meth:`CoordinatorActor.next` tells a viewer: the newest item's sequence number, the item
+    (a snapshot, or the run's end), the run's progress, and the run's end if the item is the final
+    snapshot (one round trip less for the viewer), else None."""
+
+    seq: int
+    item: Any
+    progress: ProgressState
+    end: Any = None
 
 
 @dataclass
@@ -131,12 +144,12 @@ class CoordinatorActor:
         return {"num_workers": ex.num_workers, "device_classes": ex.device_classes, "workers": ex.workers,
                 "shared_datasets": len(ex.shared)}
 
-    async def run_function(self, fn: Callable, args: tuple) -> tuple[str, Any]:
+    async def run_function(self, fn: Callable, args: tuple) -> Reply:
         try:
             ex = await self._ensure_executor()
-            return "ok", await asyncio.to_thread(ex.run_function, fn, *args)
+            return Reply.ok(await asyncio.to_thread(ex.run_function, fn, *args))
         except Exception as e:  # noqa: BLE001  (raised again in the driver as it is)
-            return "error", e
+            return Reply.error(e)
 
     async def share_dataset(self, key: int, frames: dict) -> None:
         """Put a loaded memory data set's frames into the object store (this actor owns the copy)."""
@@ -148,9 +161,10 @@ class CoordinatorActor:
             self._executor.shared.release(key)
 
     # -- runs ----------------------------------------------------------------------
-    async def start(self, plan: RunPlan, final_only: bool, detached: bool, progress: bool) -> tuple[str, Any]:
+    async def start(self, plan: RunPlan, final_only: bool, detached: bool, progress: bool) -> Reply:
         """Start coordinating a run planned by the driver (``RunPlan.without_frames``); with
-        ``progress`` its workers report every tile (which costs time: only when asked for)."""
+        ``progress`` its workers report every tile (which costs time: only when asked for).
+        An OK reply of the run's id, or an ERROR reply."""
         try:
             ex = await self._ensure_executor()
             _undo_worker_niceness()  # threads Ray started since
@@ -165,9 +179,9 @@ class CoordinatorActor:
 
             channel = SnapshotChannel(coordinator.outbox, lambda: not coordinator.running, on_change=on_change)
             self._runs[run_id] = HostedRun(coordinator, channel, tally, list(plan.udfs), detached)
-            return "ok", run_id
+            return Reply.ok(run_id)
         except Exception as e:  # noqa: BLE001
-            return "error", e
+            return Reply.error(e)
 
     def _changed(self, run_id: str) -> None:
         """The run's channel has something new (called in the event loop)."""
@@ -191,15 +205,14 @@ class CoordinatorActor:
                                 "started on this Context's coordinator)")
         return run
 
-    async def next(self, run_id: str, after: int, timeout: float) -> tuple[str, int, Any, ProgressState, Any]:
-        """The run's newest item after sequence number ``after``: ``("ok", seq, snapshot or end,
-        progress, end)``, where ``end`` is the run's end too if the snapshot is the final one (one
-        round trip less for the viewer), else None; ``("wait", after, None, progress, None)`` if
-        nothing came within ``timeout``; ``("error", 0, exc, progress, None)`` for an unknown run."""
+    async def next(self, run_id: str, after: int, timeout: float) -> Reply:
+        """The run's newest item after sequence number ``after``: an OK reply of a :class:`RunUpdate`;
+        a WAIT reply of ``RunUpdate(after, None, progress)`` if nothing came within ``timeout``; an
+        ERROR reply for an unknown run."""
         try:
             run = self._run(run_id)
         except ExecutorError as e:
-            return "error", 0, e, ProgressState(), None
+            return Reply.error(e)
         deadline = time.monotonic() + timeout
         while True:
             got = run.channel.peek(after)
@@ -207,9 +220,9 @@ class CoordinatorActor:
                 seq, item = got
                 if getattr(item, "finished", False):  # the run's end follows the final snapshot at once
                     await self._wait_changed(run, lambda: run.over, deadline=time.monotonic() + 1.0)
-                return "ok", seq, item, run.tally.state, run.channel.terminal if run.over else None
+                return Reply.ok(RunUpdate(seq, item, run.tally.state, run.channel.terminal if run.over else None))
             if not await self._wait_changed(run, lambda: False, deadline):
-                return "wait", after, None, run.tally.state, None
+                return Reply.wait(RunUpdate(after, None, run.tally.state))
 
     async def _wait_changed(self, run: HostedRun, done: Callable[[], bool], deadline: float) -> bool:
         """Wait until the run's channel changes or ``done()``; False if ``deadline`` passed first."""
@@ -226,14 +239,14 @@ class CoordinatorActor:
             return False
         return True
 
-    async def attach(self, run_id: str) -> tuple[str, Any]:
-        """A new viewer of the run: ``("ok", its UDFs)``."""
+    async def attach(self, run_id: str) -> Reply:
+        """A new viewer of the run: an OK reply of its UDFs (ERROR for an unknown run)."""
         try:
             run = self._run(run_id)
         except ExecutorError as e:
-            return "error", e
+            return Reply.error(e)
         run.viewers += 1
-        return "ok", run.udfs
+        return Reply.ok(run.udfs)
 
     async def leave(self, run_id: str) -> None:
         """A viewer stopped iterating the run."""

@@ -20,7 +20,6 @@ import time
 from concurrent import futures
 from typing import Any, Callable, Sequence, cast
 
-import numpy as np
 import ray
 from ray import exceptions as rex
 
@@ -29,9 +28,11 @@ from raytile.actors.cache import pack
 from raytile.actors.shared_frames import SharedFrames
 from raytile.actors.progress import ProgressActor
 from raytile.actors.ray_start import start_ray
+from raytile.actors.reply import Reply, ReplyStatus
 from raytile.actors.pool import REFRESH_S, Slot, WorkerPool
-from raytile.common.errors import ConfigValidationError, ExecutorError, UDFRunCancelled
-from raytile.runtime.executor import Executor, NoWorkerReady, ProgressSink, TaskHandle, TaskNotRun, WorkerLost
+from raytile.common.errors import ConfigValidationError, ExecutorError
+from raytile.io.dataset import FrameDelivery
+from raytile.runtime.executor import Executor, NoWorkerReady, ProgressSink, TaskHandle, WorkerLost
 from raytile.runtime.params import PartitionResult, PartitionTask
 from raytile.runtime import tracing
 
@@ -232,19 +233,15 @@ class RayExecutor(Executor):
                     log.debug("forget_values on %s: %s", slot.name, e)
 
     def _strip(self, task: PartitionTask):
-        """The task to send and the ref of its frames (memory partitions), else None."""
-        from raytile.io.formats.memory import MemoryPartition
-
+        """The task to send and the ref of its frames (SHARED in-memory frames), else None."""
         part = task.partition
-        if not isinstance(part, MemoryPartition):
+        if part.frame_delivery is not FrameDelivery.SHARED:  # read where it runs, or carried in the task
             return task, None
         ref = self.shared.ref(task.dataset_id, part.idx)
-        if ref is not None:
-            return dataclasses.replace(task, partition=part.without_frames()), ref
-        if part.data is None or isinstance(part.data, np.ndarray):
+        if ref is None:
             raise ExecutorError(f"{task.describe()}: its data set was not shared with the workers "
                                 "(prepare_dataset was not called for it, or it was released)")
-        return task, None  # sparse frames travel with the task
+        return dataclasses.replace(task, partition=part.without_frames()), ref
 
     # -- tasks -----------------------------------------------------------------
     def submit(self, task: PartitionTask, params_handle: Any, version: int,
@@ -386,31 +383,27 @@ class RayExecutor(Executor):
         assert isinstance(handle, _RayHandle)
         self._settle(handle)
         try:
-            status, payload, spans = handle.future.result()
+            reply: Reply = handle.future.result()
         except _LOST as e:
             self._replace(handle)
             raise WorkerLost(f"worker {handle.slot.name} died running {handle.describe()}: {type(e).__name__}",
                              held=self._held_by(handle, clear=True)) from e
         except rex.RayTaskError as e:  # not a UDF error (those come back as values): a Ray/pickling fault
             raise ExecutorError(f"{handle.describe()} failed in the Ray runtime: {e}") from e
-        if spans:
-            tracing.export_remote_spans(spans)
-        if status == "ok":
-            held = self._held_by(handle)
-            for res in payload:
-                held.difference_update(res.partitions)
-            return payload
-        if status == "held":
-            self._held_by(handle).add(payload)
-            return []
-        if status == "cancelled":
-            raise UDFRunCancelled(f"{handle.describe()} was cancelled")
-        if status == "missing":
-            kind, key = payload
+        if reply.spans:
+            tracing.export_remote_spans(list(reply.spans))
+        if reply.status is ReplyStatus.MISSING:  # ship it again with the resubmitted task
+            kind, key = reply.payload
             with self._lock:
                 handle.slot.ledgers[kind].forget(key)
-            raise TaskNotRun(f"worker {handle.slot.name} did not hold the {kind} of {handle.describe()}")
-        raise payload
+        payload = reply.unwrap(handle.describe())
+        if reply.status is ReplyStatus.HELD:
+            self._held_by(handle).add(payload)
+            return []
+        held = self._held_by(handle)
+        for res in payload:
+            held.difference_update(res.partitions)
+        return payload
 
     def _held_by(self, handle: _RayHandle, clear: bool = False) -> set[int]:
         """The partitions of the handle's run that its worker holds merged, not yet sent."""
@@ -473,12 +466,10 @@ class RayExecutor(Executor):
         slot = min(ready, key=lambda s: s.in_flight)
         actor = slot.actor
         try:
-            status, value = ray.get(actor.run_function.remote(fn, args))
+            reply: Reply = ray.get(actor.run_function.remote(fn, args))
         except _LOST as e:
             raise ExecutorError(f"worker {slot.name} died running {getattr(fn, '__name__', fn)}") from e
-        if status == "error":
-            raise value
-        return value
+        return reply.unwrap(f"run_function({getattr(fn, '__name__', fn)})")
 
     # -- introspection and shutdown ----------------------------------------------
     @property

@@ -35,6 +35,7 @@ import ray
 
 from raytile.actors.cache import CacheMiss, ValueCache, unpack
 from raytile.actors.progress import TileReporter
+from raytile.actors.reply import Reply
 from raytile.actors.worker_tracing import WorkerTracing
 from raytile.common.errors import ExecutorError
 
@@ -104,9 +105,11 @@ class WorkerActor:
                 "node_id": ray.get_runtime_context().get_node_id(),
                 "threads": self.threads, "data_cached": len(self._data), "params_cached": len(self._params)}
 
-    def run_task(self, message: bytes | tuple, shipped: dict[str, Any] | None = None, progress: Any = None):
-        """Run one partition. Returns ``("ok", [PartitionResult, ...], spans)`` (its result, or merged
-        segments of several, see ``_deliver``), ``("held", idx, spans)`` or ``("error", exc, spans)``.
+    def run_task(self, message: bytes | tuple, shipped: dict[str, Any] | None = None,
+                 progress: Any = None) -> Reply:
+        """Run one partition. Returns a :class:`Reply`: OK with ``[PartitionResult, ...]`` (its result,
+        or merged segments of several, see ``_deliver``), HELD with the partition's index, CANCELLED,
+        or ERROR with the exception; each with the spans the task finished.
 
         ``message`` is the packed ``(PartitionTask, params key, data key)``
         (see :mod:`raytile.actors.cache`; the tuple itself if it holds Ray
@@ -114,24 +117,24 @@ class WorkerActor:
         gets them for the first time, the run's parameters (packed, or their
         object ref if they are large) and the object ref of an in-memory
         partition's frames. If it holds neither for a key, the task does not
-        run and returns ``("missing", (kind, key), [])``.
+        run and returns a MISSING reply naming ``(kind, key)``.
         """
         try:
             task, params_key, data_key = unpack(message) if isinstance(message, bytes) else message
         except Exception as e:
-            return "error", ExecutorError(f"worker {self.name} cannot unpickle a task: {type(e).__name__}: {e}"), []
+            return Reply.error(ExecutorError(f"worker {self.name} cannot unpickle a task: {type(e).__name__}: {e}"))
         shipped = shipped or {}
         try:
             params = self._params.resolve(params_key, shipped.get("params"))
             data = None if data_key is None else self._data.resolve(data_key, shipped.get("data"))
         except CacheMiss as e:
-            return "missing", (e.kind, e.key), []
+            return Reply.missing(e.kind, e.key)
         except Exception as e:
-            return "error", ExecutorError(f"{task.describe()}: cannot read the run parameters or data: {e}"), []
+            return Reply.error(ExecutorError(f"{task.describe()}: cannot read the run parameters or data: {e}"))
         run_id = params.run_id
         cancelled_runs = self._cancelled_runs
         if run_id in cancelled_runs:  # queued before its run was cancelled: skip it
-            return "cancelled", None, []
+            return Reply.cancelled()
         if data is not None:
             task.partition.data = data
         reporter = TileReporter(progress, params.run_id) if progress is not None else None
@@ -159,10 +162,10 @@ class WorkerActor:
             else:
                 result = run_partition(task, params, self.kind, self.threads, on_tile)
         except _Cancelled:
-            return "cancelled", None, self._tracing.collect()
+            return Reply.cancelled(self._tracing.collect())
         except BaseException as e:  # noqa: BLE001  (delivered to the consumer)
             spans = self._tracing.collect() if params.trace_context else []
-            return "error", _picklable(e, task), spans
+            return Reply.error(_picklable(e, task), spans)
         finally:
             if reporter is not None:
                 reporter.close()
@@ -173,10 +176,10 @@ class WorkerActor:
         try:
             delivered = self._deliver(task, params, result)
         except BaseException as e:  # noqa: BLE001  (a UDF's merge raised: delivered to the consumer)
-            return "error", _picklable(e, task), spans
+            return Reply.error(_picklable(e, task), spans)
         if delivered is None:
-            return "held", task.idx, spans
-        return "ok", delivered, spans
+            return Reply.held(task.idx, spans)
+        return Reply.ok(delivered, spans)
 
     def _deliver(self, task, params, result) -> list | None:
         """The results to send now, or None if ``result`` was merged into this worker's held state.
@@ -212,12 +215,12 @@ class WorkerActor:
                 self._last_sent.popitem(last=False)
         return out or None
 
-    def flush_run(self, run_id: str):
-        """The run's held results (merged segments), as ``("ok", [results], [])``; runs after the run's
-        tasks queued before it (the default group keeps the order)."""
+    def flush_run(self, run_id: str) -> Reply:
+        """The run's held results (merged segments), as an OK reply of ``[results]``; runs after the
+        run's tasks queued before it (the default group keeps the order)."""
         merger = self._mergers.pop(run_id, None)
         segments = merger.take() if merger is not None else []
-        return "ok", [seg.as_result(self.name) for seg in segments], []
+        return Reply.ok([seg.as_result(self.name) for seg in segments])
 
     @ray.method(concurrency_group="control")
     def cancel_run(self, run_id: str) -> None:
@@ -239,11 +242,12 @@ class WorkerActor:
         cache.forget(keys)
         return len(cache)
 
-    def run_function(self, fn, args):
+    def run_function(self, fn, args) -> Reply:
+        """``fn(*args)`` in this worker, as an OK reply of its value or an ERROR reply of its exception."""
         try:
-            return "ok", fn(*args)
+            return Reply.ok(fn(*args))
         except BaseException as e:  # noqa: BLE001
-            return "error", _picklable(e, None)
+            return Reply.error(_picklable(e, None))
 
 
 def _fetch_params(shipped: Any) -> Any:

@@ -8,30 +8,29 @@
 >>> int(a[3])
 99
 
-The buffer classes themselves live in :mod:`raytile.udf.buffers` and
-:mod:`raytile.udf.base`; ``BufferWrapper``, ``AuxBufferWrapper``,
-``PlaceholderBufferWrapper`` and ``ArrayWithMask`` are also importable from
-here (resolved on first access, so this module does not import the UDF
-layer). The type aliases of a buffer declaration, ``BufferKind``,
-``BufferLocation`` and ``BufferUse``, are defined here and used there.
+The buffer classes ``BufferWrapper``, ``AuxBufferWrapper``,
+``PlaceholderBufferWrapper`` and ``ArrayWithMask`` and the type aliases of a
+buffer declaration (``BufferKind``, ``BufferLocation``, ``BufferUse``) are
+defined in :mod:`raytile.common.buffer_wrappers` and importable from here
+(and from :mod:`raytile.udf.buffers`, the UDF layer's path).
 """
 
 from __future__ import annotations
 
 import math
 import mmap
-from typing import TYPE_CHECKING, Any, Iterable, Literal, Union
+from typing import TYPE_CHECKING, Any, Iterable, Union
 
 import numpy as np
 
+from raytile.common.buffer_wrappers import (
+    ArrayWithMask, AuxBufferWrapper, BufferKind, BufferLocation, BufferUse, BufferWrapper, PlaceholderBufferWrapper,
+)
 from raytile.common.math import prod
 from raytile.common.slice import Slice
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
-
-    from raytile.udf.base import ArrayWithMask
-    from raytile.udf.buffers import AuxBufferWrapper, BufferWrapper, PlaceholderBufferWrapper
 
 __all__ = [
     "BufferSize", "BufferKind", "BufferLocation", "BufferUse", "reshaped_view", "to_numpy", "bytes_aligned",
@@ -41,12 +40,6 @@ __all__ = [
 
 #: A buffer size: a number of items or a shape.
 BufferSize = Union[int, tuple[int, ...]]
-#: What a result buffer is indexed by: one entry per frame, per signal pixel, or one for all.
-BufferKind = Literal["nav", "sig", "single"]
-#: Where a buffer lives while ``process_*`` runs: with the array backend (``'device'``) or in numpy.
-BufferLocation = Literal["device", None]
-#: ``'private'``: merged but not returned; ``'result_only'``: made in ``get_results``; None: a result.
-BufferUse = Literal["private", "result_only", None]
 
 _BLOCK = 4096
 
@@ -132,20 +125,3 @@ def disjoint(sl: Slice, slices: Iterable[Slice]) -> bool:
     (True, False)
     """
     return all(sl.intersection_with(other).is_null() for other in slices)
-
-
-_FROM_UDF = {
-    "BufferWrapper": "raytile.udf.buffers",
-    "AuxBufferWrapper": "raytile.udf.buffers",
-    "PlaceholderBufferWrapper": "raytile.udf.buffers",
-    "ArrayWithMask": "raytile.udf.base",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _FROM_UDF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)

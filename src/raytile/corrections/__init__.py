@@ -4,9 +4,9 @@
 ``com.py`` and its users build scan rotations and flips from;
 ``CorrectionSet`` (dark frame, gain map, excluded pixels; LiberTEM's
 constructor and getters) is :class:`raytile.io.corrections.CorrectionSet`,
-the one ``ctx.run_udf(..., corrections=...)`` takes. It is looked up on
-first access, so that importing the coordinate helpers (which
-:mod:`raytile.udf.com` does) does not load the I/O layer.
+the one ``ctx.run_udf(..., corrections=...)`` takes. This package is a
+facade at LiberTEM's path, above the I/O layer: raytile's own modules import
+:mod:`raytile.common.coordinates` and :mod:`raytile.io.corrections` instead.
 
 >>> from raytile.corrections import CorrectionSet, coordinates
 >>> CorrectionSet.__module__
@@ -17,18 +17,7 @@ first access, so that importing the coordinate helpers (which
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
 from raytile.corrections import coordinates
-
-if TYPE_CHECKING:
-    from raytile.io.corrections import CorrectionSet
+from raytile.io.corrections import CorrectionSet
 
 __all__ = ["CorrectionSet", "coordinates"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "CorrectionSet":
-        return importlib.import_module("raytile.io.corrections").CorrectionSet
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,12 +1,53 @@
-"""`DataSet` and `Partition`: the data a run reads, split along the nav axis."""
+"""`DataSet` and `Partition`: the data a run reads, split along the nav axis.
+
+What the generic layers (planning, the part runner, the executors, Serve)
+need to know about a format is declared here, with neutral defaults that a
+format overrides; nothing above io/ probes a data set with ``getattr`` or
+``isinstance``:
+
+===========================================  =============================================  ==================
+declaration                                  what it says                                   default
+===========================================  =============================================  ==================
+``DataSet.array_backends``,                  array backends (sparseconverter names) the     ``("numpy",)``
+``Partition.array_backends``                 tiles can come in, native one first; the
+                                             execution plan picks one, ``get_tiles`` gets
+                                             it as ``array_backend``
+``DataSet.corrections``                      the data set's own CorrectionSet (used when    ``None``
+                                             a run passes none)
+``Partition.frame_delivery``                 how frames reach the worker:                   ``READ``
+                                             :class:`FrameDelivery` READ (read where the
+                                             task runs: files), SHARED (in-memory frames
+                                             shared once through the executor's store:
+                                             ``shared_frames()``/``without_frames()``),
+                                             CARRIED (they travel inside the task)
+``Partition.get_locations()``                hosts where the partition is local             ``None`` (anywhere)
+``Partition.get_base_shape(roi)``            native tile shape: tile shapes are multiples   ``(1, 1, ..., 1)``
+``Partition.adjust_tileshape(shape, roi)``   the format's veto on a negotiated tile shape   unchanged
+``Partition.get_io_size()``                  bytes one read should fetch; the negotiator's  ``None`` (the
+                                             tile size when no UDF asks for one             negotiator's)
+``DataSet.params_schema``                    constructor parameters; ``Context.load``,      base parameters
+                                             JSON loading and Serve's JSON schema are
+                                             built from it
+===========================================  =============================================  ==================
+
+``Partition.get_tiles(tiling_scheme, roi=None, dest_dtype=None,
+array_backend=None)`` has this one signature for every format. A format
+that overrides it with the older three-argument form is adapted when its
+class is made: it yields its native backend, and is asked for no other.
+``DataSet.initialize`` takes a :class:`WorkerAccess` (an executor, the
+Context's run host, or any object with ``num_workers`` and
+``run_function``).
+"""
 
 from __future__ import annotations
 
+import enum
+import functools
 import inspect
 import math
 from abc import ABC, ABCMeta, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence, cast
+from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar, cast, runtime_checkable
 
 import numpy as np
 
@@ -14,15 +55,45 @@ from raytile.common.errors import ConfigValidationError, DataSetException
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.common.tiling import DataTile, TilingScheme
+from raytile.io.corrections import CorrectionSet
 from raytile.io.params import ParamSpec, show, validate_params
 
 __all__ = [
-    "DataSet", "DataSetType", "DataSetMeta", "Partition", "dataset_from_json", "validate_roi",
-    "partition_slices", "choose_num_partitions", "iter_array_tiles", "DEFAULT_PARTITION_BYTES",
+    "DataSet", "DataSetType", "DataSetMeta", "Partition", "FrameDelivery", "WorkerAccess", "dataset_from_json",
+    "validate_roi", "partition_slices", "choose_num_partitions", "iter_array_tiles", "DEFAULT_PARTITION_BYTES",
+    "NUMPY_BACKENDS", "check_array_backend",
 ]
 
 #: Partition size aimed for by default, in bytes of raw data.
 DEFAULT_PARTITION_BYTES = 128 * 1024 * 1024
+#: The array backends of a format that declares none: dense numpy tiles.
+NUMPY_BACKENDS: tuple[str, ...] = ("numpy",)
+
+T = TypeVar("T")
+
+
+class FrameDelivery(enum.Enum):
+    """How a partition's frames reach the worker that runs its task (``Partition.frame_delivery``)."""
+
+    #: The partition reads its frames where the task runs (files, a detector's buffers).
+    READ = "read"
+    #: In-memory frames that an executor shares with its workers once (``Partition.shared_frames``); the
+    #: task goes without them (``Partition.without_frames``) and the worker gets them from the share.
+    SHARED = "shared"
+    #: The frames travel inside the task (small or sparse in-memory data).
+    CARRIED = "carried"
+
+
+@runtime_checkable
+class WorkerAccess(Protocol):
+    """What :meth:`DataSet.initialize` needs of the Context's executor: how many workers it has (a data
+    set picks at least that many partitions) and a way to run a function on one (to read headers where
+    the files are). Executors and the Context's run hosts provide both."""
+
+    @property
+    def num_workers(self) -> int: ...
+
+    def run_function(self, fn: Callable[..., T], *args: Any) -> T: ...
 
 
 @dataclass(frozen=True)
@@ -84,8 +155,25 @@ class Partition(ABC):
     Subclasses provide frame data through :meth:`get_tiles`. The base class
     implements tiling over an array-like source (:meth:`_source`), reading
     "straight" (views, no copy) when no ROI and no dtype conversion is asked
-    for, and into a reused buffer otherwise.
+    for, and into a reused buffer otherwise. What a format declares to the
+    generic layers is listed in this module's docstring.
     """
+
+    #: Array backends the tiles can come in, native one first (see the module doc).
+    array_backends: tuple[str, ...] = NUMPY_BACKENDS
+    #: How the frames reach the worker that runs the partition's task.
+    frame_delivery: FrameDelivery = FrameDelivery.READ
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("get_tiles")
+        if own is not None and "array_backend" not in inspect.signature(own).parameters:
+            cls.get_tiles = _with_array_backend(own)  # type: ignore[method-assign]
+
+    @property
+    def native_backend(self) -> str:
+        """The backend tiles come in unless another is asked for: the first of :attr:`array_backends`."""
+        return self.array_backends[0]
 
     def __init__(self, meta: DataSetMeta, partition_slice: Slice, idx: int):
         self.meta = meta
@@ -116,6 +204,20 @@ class Partition(ABC):
         """Hosts where this partition is local, or None for anywhere."""
         return None
 
+    def get_io_size(self) -> int | None:
+        """Bytes one tile should hold when no UDF asks for a size (the format's best read size), or None
+        for the negotiator's default (:data:`raytile.io.negotiator.DEFAULT_TILE_BYTES`)."""
+        return None
+
+    def shared_frames(self) -> Any:
+        """The frames an executor shares with its workers once (``frame_delivery`` SHARED), else None."""
+        return None
+
+    def without_frames(self) -> "Partition":
+        """This partition without the frames it carries, to send where they arrive another way (SHARED
+        frames); the partition itself when it carries none."""
+        return self
+
     def count_frames(self, roi: np.ndarray | None) -> int:
         if roi is None:
             return self.shape[0]
@@ -139,18 +241,43 @@ class Partition(ABC):
         tiling_scheme: TilingScheme,
         roi: np.ndarray | None = None,
         dest_dtype: Any = None,
+        array_backend: str | None = None,
     ) -> Iterator[DataTile]:
         """Yield this partition's tiles in nav order, all signal slices per nav block.
 
+        ``array_backend``: one of :attr:`array_backends` (None: the native one).
         Reads "straight" (views of the source, no copy) when there is no ROI
         and no dtype conversion; otherwise gathers and converts into buffers
         reused from tile to tile, so a UDF must not keep a tile past its call.
         """
+        check_array_backend(self, array_backend)
         source = self._source()
         dest_dtype = np.dtype(dest_dtype if dest_dtype is not None else self.meta.raw_dtype)
         part_roi = None if roi is None else roi[self.start:self.stop]
         nav_origin = self.roi_offset(roi)
         yield from iter_array_tiles(source, tiling_scheme, part_roi, dest_dtype, nav_origin)
+
+
+def check_array_backend(partition: Partition, array_backend: str | None) -> None:
+    """Raise DataSetException if ``array_backend`` is not one the partition declares."""
+    if array_backend is not None and array_backend not in partition.array_backends:
+        raise DataSetException(f"{partition.describe()} yields {', '.join(partition.array_backends)} tiles, "
+                               f"not array_backend={array_backend!r}")
+
+
+def _with_array_backend(get_tiles: Callable[..., Iterator[DataTile]]) -> Callable[..., Iterator[DataTile]]:
+    """A format's ``get_tiles(tiling_scheme, roi, dest_dtype)`` with the one signature: it yields its
+    native backend and is asked for no other (see the module doc)."""
+
+    @functools.wraps(get_tiles)
+    def adapted(self: Partition, tiling_scheme: TilingScheme, roi: np.ndarray | None = None,
+                dest_dtype: Any = None, array_backend: str | None = None) -> Iterator[DataTile]:
+        if array_backend not in (None, self.native_backend):
+            raise DataSetException(f"{self.describe()} yields only {self.native_backend} tiles, "
+                                   f"not array_backend={array_backend!r}")
+        return get_tiles(self, tiling_scheme, roi=roi, dest_dtype=dest_dtype)
+
+    return adapted
 
 
 def _initialize_on_worker(ds: "DataSet"):
@@ -247,6 +374,9 @@ class DataSet(metaclass=DataSetType):
     #: in-memory formats keep it False so their data is not shipped around.
     initialize_on_worker: bool = False
 
+    #: Array backends the tiles can come in, native one first (see the module doc).
+    array_backends: tuple[str, ...] = NUMPY_BACKENDS
+
     #: Constructor parameters, merged along the class hierarchy by :meth:`get_params_schema`:
     #: name -> {"type": a kind of :data:`raytile.io.params.CHECKS`, "required": bool, "min", "max", "choices"}.
     params_schema: dict[str, ParamSpec] = {
@@ -264,23 +394,31 @@ class DataSet(metaclass=DataSetType):
         self._corrections = corrections
 
     @property
-    def corrections(self) -> Any:
+    def native_backend(self) -> str:
+        """The backend tiles come in unless another is asked for: the first of :attr:`array_backends`."""
+        return self.array_backends[0]
+
+    @property
+    def corrections(self) -> CorrectionSet | None:
         """The data set's own :class:`~raytile.io.corrections.CorrectionSet` (used when a run passes none)."""
         return self._corrections
 
     # -- lifecycle ---------------------------------------------------------
-    def initialize(self, executor: Any = None) -> "DataSet":
+    def initialize(self, workers: WorkerAccess | None = None) -> "DataSet":
         """Open the data set and check it; returns ``self``. Called by ``Context.load``.
 
-        With ``initialize_on_worker`` the header reading and :meth:`check_valid`
-        run through ``executor.run_function`` (on a worker, where the files
-        are), and the state they set comes back to this object.
+        ``workers``: the Context's executor or run host (see :class:`WorkerAccess`); the data set
+        picks at least ``workers.num_workers`` partitions. With ``initialize_on_worker`` the header
+        reading and :meth:`check_valid` run through ``workers.run_function`` (on a worker, where the
+        files are), and the state they set comes back to this object.
         """
-        if executor is not None:
-            self._num_workers = max(1, getattr(executor, "num_workers", 1))
-        run_function = getattr(executor, "run_function", None)
-        if self.initialize_on_worker and run_function is not None:
-            meta, state = run_function(_initialize_on_worker, self)
+        if workers is not None and not isinstance(workers, WorkerAccess):
+            raise DataSetException(f"initialize needs an executor (num_workers and run_function), "
+                                   f"got {type(workers).__name__}")
+        if workers is not None:
+            self._num_workers = max(1, int(workers.num_workers))
+        if self.initialize_on_worker and workers is not None:
+            meta, state = workers.run_function(_initialize_on_worker, self)
             if state is not None and state is not self.__dict__:
                 state = {k: v for k, v in state.items() if k != "_num_workers"}
                 self.__dict__.update(state)

@@ -20,7 +20,7 @@ import numpy as np
 
 from raytile.common.errors import DataSetException
 from raytile.io.backends import BACKENDS, FrameFile, FramesJob, RangesJob, choose_backend, get_backend
-from raytile.io.dataset import DataSet, DataSetMeta, Partition
+from raytile.io.dataset import DataSet, DataSetMeta, Partition, check_array_backend
 from raytile.io.decoders import Decoder, NativeDecoder
 from raytile.io.read_ranges import LAYOUT_FRAMES, frame_stride_bytes, get_read_ranges, slice_runs
 from raytile.common.shape import Shape
@@ -209,13 +209,15 @@ class FilePartition(Partition):
             (0,) + self.meta.shape.sig.to_tuple(), dtype=self.meta.raw_dtype)
 
     def get_tiles(self, tiling_scheme: TilingScheme, roi: np.ndarray | None = None,
-                  dest_dtype: Any = None, io_backend: str | None = None) -> Iterator[DataTile]:
-        """Yield tiles in nav order, every signal slice per nav block (buffers are reused)."""
+                  dest_dtype: Any = None, array_backend: str | None = None) -> Iterator[DataTile]:
+        """Yield tiles in nav order, every signal slice per nav block (buffers are reused), read with
+        the partition's ``io_backend``."""
+        check_array_backend(self, array_backend)
         dest_dtype = np.dtype(dest_dtype if dest_dtype is not None else self.meta.raw_dtype)
         frames = self._frames(roi)
         if frames.shape[0] == 0:
             return
-        backend = get_backend(io_backend or self.io_backend)
+        backend = get_backend(self.io_backend)
         fs = self.fileset
         common = dict(paths=fs.paths, scheme=tiling_scheme, frames=frames, nav_origin=self.roi_offset(roi),
                       dest_dtype=dest_dtype, decoder=self.decoder)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import numpy as np
 
@@ -12,9 +12,8 @@ from raytile.common.tiling import TilingScheme
 
 if TYPE_CHECKING:
     from raytile.io.dataset import Partition
-    from raytile.udf.base import UDF
 
-__all__ = ["Negotiator", "DEFAULT_TILE_BYTES", "DEFAULT_DEPTH"]
+__all__ = ["Negotiator", "TilingClient", "DEFAULT_TILE_BYTES", "DEFAULT_DEPTH"]
 
 #: Tile size in bytes aimed for when no UDF asks for another: large enough that per-tile
 #: overhead vanishes (measured: 1 MiB -> 4 MiB took inline SumUDF from 0.71x to 0.91x of
@@ -28,19 +27,34 @@ def _round_down_to(value: int, base: int) -> int:
     return max(base, (value // base) * base)
 
 
+class TilingClient(Protocol):
+    """What the negotiator asks of a UDF (:class:`raytile.udf.base.UDF` provides it): its method and its
+    tiling preferences, with the special values it spells them with."""
+
+    TILE_DEPTH_DEFAULT: int
+    TILE_DEPTH_MAX: int
+    TILE_SIZE_BEST_FIT: int
+    TILE_SIZE_MAX: int
+
+    def get_method(self) -> str: ...
+
+    def get_tiling_preferences(self) -> dict[str, int]: ...
+
+
 class Negotiator:
     """Picks one :class:`TilingScheme` for a run.
 
     Inputs are: each UDF's method (``partition`` wants whole partitions,
     ``frame`` whole frames, ``tile`` anything), its
     ``get_tiling_preferences()`` (``depth`` and ``total_size`` in bytes), the
-    partition's ``get_base_shape`` (a tile shape is a multiple of it) and its
+    partition's ``get_base_shape`` (a tile shape is a multiple of it), its
+    ``get_io_size`` (the tile size when no UDF asks for one) and its
     ``adjust_tileshape`` veto.
     """
 
     def get_scheme(
         self,
-        udfs: Sequence["UDF"],
+        udfs: Sequence[TilingClient],
         partition: "Partition",
         read_dtype: np.dtype,
         roi: np.ndarray | None = None,
@@ -58,7 +72,7 @@ class Negotiator:
         if "partition" in methods:
             tileshape = (max(frames, 1),) + sig_shape
         else:
-            depth, total_size = self._preferences(udfs, frames)
+            depth, total_size = self._preferences(udfs, frames, partition.get_io_size() or DEFAULT_TILE_BYTES)
             whole_frames = "frame" in methods
             tileshape = self._fit(depth, total_size, itemsize, sig_shape, base_shape, whole_frames)
             tileshape = tuple(int(v) for v in partition.adjust_tileshape(tileshape, roi))
@@ -67,7 +81,7 @@ class Negotiator:
         )
 
     @staticmethod
-    def _preferences(udfs: Sequence["UDF"], frames: int) -> tuple[int, float]:
+    def _preferences(udfs: Sequence[TilingClient], frames: int, default_size: int = DEFAULT_TILE_BYTES) -> tuple[int, float]:
         depths: list[int] = []
         sizes: list[float] = []
         for udf in udfs:
@@ -88,7 +102,7 @@ class Negotiator:
                 sizes.append(size)
         depth = min(depths) if depths else DEFAULT_DEPTH
         depth = max(1, min(depth, frames))
-        size = min(sizes) if sizes else DEFAULT_TILE_BYTES
+        size = min(sizes) if sizes else default_size
         if not depths and size == math.inf:
             depth = frames
         return depth, size

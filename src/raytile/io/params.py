@@ -28,7 +28,7 @@ from raytile.common.errors import ConfigValidationError
 from raytile.common.shape import Shape
 from raytile.io.corrections import CorrectionSet
 
-__all__ = ["validate_params", "ParamSpec", "show", "INT64_MAX", "INT64_MIN"]
+__all__ = ["validate_params", "json_schema", "ParamSpec", "show", "CHECKS", "JSON_FORMS", "INT64_MAX", "INT64_MIN"]
 
 #: Largest byte offset, frame count or element count the read code (int64 arithmetic) handles.
 INT64_MAX = int(np.iinfo(np.int64).max)
@@ -164,6 +164,48 @@ CHECKS: dict[str, Callable[[Any, ParamSpec], Any]] = {
     "array": check_array,
     "corrections": check_corrections,
 }
+
+
+def _json_int(spec: ParamSpec) -> dict[str, Any]:
+    return {"type": "integer", "minimum": spec.get("min", INT64_MIN), "maximum": spec.get("max", INT64_MAX)}
+
+
+def _json_path(spec: ParamSpec) -> dict[str, Any]:
+    return {"type": "string", "minLength": 1, "maxLength": 4096, "format": "path"}
+
+
+#: Each parameter kind's JSON schema as a client sends it (Serve builds a format's request schema from
+#: these and the format's ``params_schema``), or None for kinds only Python can give (a kind missing
+#: here counts as such). A new kind is declared here beside its check; a new format needs no change in
+#: serve/.
+JSON_FORMS: dict[str, Callable[[ParamSpec], dict[str, Any]] | None] = {
+    "int": _json_int,
+    "bool": lambda spec: {"type": "boolean"},
+    "shape": lambda spec: {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1,
+                           "maxItems": 8},
+    "dtype": lambda spec: {"type": "string", "minLength": 1, "maxLength": 16,
+                           "description": "numpy dtype, e.g. 'uint16', '>f4'"},
+    "str": lambda spec: {"type": "string", "minLength": 1, "maxLength": 4096},
+    "path": _json_path,
+    "paths": lambda spec: {"type": ["string", "array"], "items": {"type": "string", "minLength": 1,
+                                                                  "maxLength": 4096},
+                           "minItems": 1, "maxItems": 100_000, "format": "path"},
+    "choice": lambda spec: {"type": "string", "enum": list(spec["choices"])},
+    "array": None,
+    "iterable": None,
+    "corrections": None,
+}
+
+
+def json_schema(spec: ParamSpec) -> dict[str, Any] | None:
+    """The JSON schema of one declared parameter as a client sends it, or None if only Python can give
+    it (arrays, iterables, correction sets, kinds without an entry in :data:`JSON_FORMS`).
+
+    >>> json_schema({"type": "int", "min": 1})["minimum"]
+    1
+    """
+    form = JSON_FORMS.get(spec["type"])
+    return None if form is None else form(spec)
 
 
 def validate_params(owner: str, schema: dict[str, ParamSpec], params: dict[str, Any]) -> dict[str, Any]:

@@ -3,9 +3,9 @@
 After SPECULA's ``build_stream``: a stage on a GPU runs ``trigger_code`` on
 its private stream. If its class declares ``capturable = True``, the first
 trigger runs normally (a warm-up: kernels compile, the private memory pool
-learns the temporaries' sizes), the second is captured with
-``Stream.begin_capture``/``end_capture`` into a ``cupy.cuda.Graph`` on a
-capture stream and launched, and every later trigger replays the graph.
+learns the temporaries' sizes), the second is captured (:func:`raytile.common.cuda_graphs.capture_graph`, the capture
+udf/capture.py uses too) into a ``cupy.cuda.Graph`` on a capture stream and
+launched, and every later trigger replays the graph.
 This is valid because a stage's inputs and outputs are arrays allocated once
 that never move (streams are refilled in place; inputs from another device
 land in fixed local buffers). A capture that CUDA refuses falls back to
@@ -25,6 +25,8 @@ capturable).
 from __future__ import annotations
 
 from typing import Any, Callable
+
+from raytile.common.cuda_graphs import capture_graph
 
 __all__ = ["TriggerGraph"]
 
@@ -74,24 +76,8 @@ class TriggerGraph:
         self.graph.launch(stream=self.stream)
 
     def _capture(self) -> None:
-        cp = self._cp
-        self.stream.synchronize()  # a capturing stream cannot wait on work queued outside the capture
-        capture_stream = cp.cuda.Stream(non_blocking=True)
-        graph = None
-        error: BaseException | None = None
-        with cp.cuda.using_allocator(self.pool.malloc), capture_stream:
-            capture_stream.begin_capture()
-            try:
-                self.fn()
-            except Exception as e:  # noqa: BLE001 - any failure means: run this stage uncaptured
-                error = e
-            finally:
-                try:
-                    graph = capture_stream.end_capture()
-                except Exception as e:  # noqa: BLE001
-                    error = error or e
-                    graph = None
-        if error is not None or graph is None:
+        graph, error = capture_graph(self.fn, self.stream, self._cp.cuda.Stream(non_blocking=True), self.pool)
+        if graph is None:
             self.error = f"capture failed: {error!r}"
             self.stats["failed"] += 1
             return

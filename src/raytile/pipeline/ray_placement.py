@@ -44,6 +44,7 @@ from raytile.pipeline.config import PipelineConfig
 from raytile.pipeline.engine import GraphEngine
 from raytile.common.errors import PipelineStateError, StageActorDied, StageFailed
 from raytile.pipeline.registry import get_stage_class, register_stage
+from raytile.pipeline.topology import group_topology
 
 __all__ = ["RayPlacement", "GroupHost", "STEP_TIMEOUT_S", "ensure_ray"]
 
@@ -157,45 +158,13 @@ class RayPlacement:
         self.compiled = compiled
         self.name = "ray" if compiled else "ray-classic"
         self.step_timeout_s = step_timeout_s
-        self.members: dict[str, list[str]] = {g: [] for g in groups}
-        self.group_of: dict[str, str] = {}
-        for st in config.stages:
-            g = st.placement or "main"
-            self.members[g].append(st.name)
-            self.group_of[st.name] = g
-        writer_group = {s: self.group_of[w] for s, w in config.writers().items()}
-        self.writer_group = writer_group
-        self.upstream: dict[str, list[str]] = {g: [] for g in groups}
-        self.outbound: dict[str, list[str]] = {g: [] for g in groups}
-        same_step: dict[str, set[str]] = {g: set() for g in groups}
-        for st in config.stages:
-            g = self.group_of[st.name]
-            for _, ref in st.all_input_refs():
-                w = writer_group[ref.stream]
-                if w != g and not ref.delay:
-                    same_step[g].add(ref.stream)
-                    if w not in self.upstream[g]:
-                        self.upstream[g].append(w)
-                    if ref.stream not in self.outbound[w]:
-                        self.outbound[w].append(ref.stream)
-        #: group -> streams of other groups it reads only delayed: the driver relays them between steps
-        self.relayed: dict[str, list[str]] = {g: [] for g in groups}
-        for st in config.stages:
-            g = self.group_of[st.name]
-            for _, ref in st.all_input_refs():
-                w = writer_group[ref.stream]
-                if w != g and ref.delay and ref.stream not in same_step[g] and ref.stream not in self.relayed[g]:
-                    self.relayed[g].append(ref.stream)
-                    if ref.stream not in self.outbound[w]:
-                        self.outbound[w].append(ref.stream)
-        self.relay_streams = sorted({s for names in self.relayed.values() for s in names})
+        #: who sends what to whom (a pure function of the config: raytile.pipeline.topology)
+        self.topology = topo = group_topology(config, groups)
+        self.members, self.group_of, self.writer_group = topo.members, topo.group_of, topo.writer_group
+        self.upstream, self.outbound, self.relayed = topo.upstream, topo.outbound, topo.relayed
+        self.relay_streams, self.output_groups = topo.relay_streams, topo.output_groups
         #: the latest (value, generation) of each relayed stream, handed to the next step
         self._relay_values: dict[str, tuple[Any, int]] = {}
-        self.upstream = {g: sorted(u, key=groups.index) for g, u in self.upstream.items()}
-        consumed = {u for g in groups for u in self.upstream[g]}
-        relay_writers = {writer_group[s] for s in self.relay_streams}
-        #: groups whose results come back to the driver: the last of each chain and the writers of relays
-        self.output_groups = [g for g in groups if g not in consumed or g in relay_writers]
         self.actors: dict[str, Any] = {}
         self._dag: Any = None
         #: compiled steps in flight at most (2: one actor works on step t+1 while the next finishes t)

@@ -11,7 +11,8 @@ from raytile.io.formats import get_format
 from raytile.runtime import tracing
 from raytile.runtime.executor import Executor
 from raytile.runtime.notebook import NotebookMethods
-from raytile.runtime.host import DriverHost, RunHost, choose_placement
+from raytile.runtime.host import DriverHost, RunHost, choose_coordinator
+from raytile.runtime.host_factories import make_host
 from raytile.runtime.plan import make_plan
 from raytile.runtime.progress import ProgressReporter, TqdmProgressReporter
 from raytile.runtime.run import UDFRun
@@ -45,22 +46,12 @@ class Context(AnalysisMethods, NotebookMethods):
     """
 
     def __init__(self, executor: str | Executor = "ray", coordinator: str = "auto", **executor_kwargs: Any):
-        placement = choose_placement(coordinator, executor, executor_kwargs.get("address"))
+        coordinator = choose_coordinator(coordinator, executor, executor_kwargs.get("address"))
         self._host: RunHost
         if isinstance(executor, Executor):
             self._host = DriverHost(executor)
-        elif executor == "inline":
-            from raytile.runtime.inline import InlineExecutor
-
-            self._host = DriverHost(InlineExecutor())
-        elif placement == "actor":
-            from raytile.actors.actor_host import ActorHost
-
-            self._host = ActorHost.make(**executor_kwargs)
-        else:
-            from raytile.actors.executor import RayExecutor
-
-            self._host = DriverHost(RayExecutor.make(**executor_kwargs))
+        else:  # registered by the layer that provides it (raytile.actors for "ray")
+            self._host = make_host(executor, coordinator, **executor_kwargs)
 
     @property
     def executor(self) -> Executor:
@@ -73,7 +64,7 @@ class Context(AnalysisMethods, NotebookMethods):
     @property
     def coordinator(self) -> str:
         """Where this Context coordinates its runs: ``"driver"`` or ``"actor"``."""
-        return self._host.placement
+        return self._host.coordinator
 
     @property
     def num_workers(self) -> int:

@@ -120,6 +120,11 @@ class Executor(ABC):
     def finish_run(self, run_id: str) -> None:
         """Hook: a run is over (finished, failed or cancelled); flush its progress, drop its state."""
 
+    @property
+    def workers(self) -> list[dict]:
+        """What the workers said about themselves (name, kind, pid, host, ...); none for in-process ones."""
+        return []
+
     def run_function(self, fn: Callable, *args: Any) -> Any:
         """Run ``fn(*args)`` on a worker and return its value (e.g. reading headers)."""
         return fn(*args)

@@ -26,16 +26,16 @@ from raytile.runtime.executor import Executor
 from raytile.runtime.plan import RunPlan
 from raytile.runtime.progress import ProgressReporter
 
-__all__ = ["RunSource", "ResultQueue", "RunHost", "DriverHost", "COORDINATOR_PLACEMENTS", "choose_placement"]
+__all__ = ["RunSource", "ResultQueue", "RunHost", "DriverHost", "COORDINATORS", "choose_coordinator"]
 
 #: Values of ``Context(coordinator=...)``.
-COORDINATOR_PLACEMENTS = ("driver", "actor", "auto")
+COORDINATORS = ("driver", "actor", "auto")
 
 
-def choose_placement(coordinator: str, executor: Any, address: str | None) -> str:
+def choose_coordinator(coordinator: str, executor: Any, address: str | None) -> str:
     """Where a Context coordinates its runs: ``"driver"`` or ``"actor"`` (see :class:`RunHost`)."""
-    if coordinator not in COORDINATOR_PLACEMENTS:
-        raise ConfigValidationError(f"coordinator must be one of {COORDINATOR_PLACEMENTS}, got {coordinator!r}")
+    if coordinator not in COORDINATORS:
+        raise ConfigValidationError(f"coordinator must be one of {COORDINATORS}, got {coordinator!r}")
     on_ray = isinstance(executor, str) and executor == "ray"
     if coordinator == "actor" and not on_ray:
         raise ConfigValidationError(f"coordinator='actor' needs executor='ray', got executor={executor!r}")
@@ -82,8 +82,8 @@ class RunSource(Protocol):
 class RunHost(ABC):
     """Coordinates runs of one Context and runs small functions on its workers."""
 
-    #: The placement's name, as ``Context(coordinator=...)`` spells it.
-    placement: str = ""
+    #: Where its runs are coordinated, as ``Context(coordinator=...)`` spells it: "driver" or "actor".
+    coordinator: str = ""
 
     @property
     @abstractmethod
@@ -130,7 +130,7 @@ class RunHost(ABC):
 class DriverHost(RunHost):
     """Runs' coordinators as threads of this process, on ``executor`` (inline or Ray)."""
 
-    placement = "driver"
+    coordinator = "driver"
 
     def __init__(self, executor: Executor):
         self.executor = executor
@@ -145,7 +145,7 @@ class DriverHost(RunHost):
 
     @property
     def workers(self) -> list[dict]:
-        return list(getattr(self.executor, "workers", []))
+        return list(self.executor.workers)
 
     def run_function(self, fn: Callable, *args: Any) -> Any:
         return self.executor.run_function(fn, *args)

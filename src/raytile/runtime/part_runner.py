@@ -224,12 +224,8 @@ class PartitionRun:
                     self.graphs[i] = TileGraphs(udf, self.gpu.stream)
 
     def tiles(self) -> Iterator[DataTile]:
-        partition = self.task.partition
-        kwargs = {}
-        if getattr(partition, "array_backends", None):
-            kwargs["array_backend"] = self.plan.ds_backend
-        return partition.get_tiles(self.params.tiling_scheme, roi=self.params.roi,
-                                   dest_dtype=self.params.input_dtype, **kwargs)
+        return self.task.partition.get_tiles(self.params.tiling_scheme, roi=self.params.roi,
+                                             dest_dtype=self.params.input_dtype, array_backend=self.plan.ds_backend)
 
     # -- phase 2 ------------------------------------------------------------------
     def run_tile(self, tile: DataTile) -> None:

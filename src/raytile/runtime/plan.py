@@ -9,8 +9,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from raytile.common.errors import BackendError, DataSetException, UDFException
-from raytile.io.dataset import DataSet, validate_roi
-from raytile.io.formats.memory import MemoryPartition
+from raytile.io.corrections import CorrectionSet
+from raytile.io.dataset import DataSet, FrameDelivery, validate_roi
 from raytile.io.negotiator import Negotiator
 from raytile.runtime.execution_plan import (
     ExecutionPlan, check_backends, device_classes_for, execution_plan, plan_dtype,
@@ -22,7 +22,7 @@ from raytile.udf.meta import UDFMeta
 __all__ = ["RunPlan", "make_plan", "check_udfs", "input_dtype", "dataset_backends", "backend_plans"]
 
 
-def input_dtype(udfs: Sequence[UDF], dataset_dtype: Any, corrections: Any = None,
+def input_dtype(udfs: Sequence[UDF], dataset_dtype: Any, corrections: CorrectionSet | None = None,
                 backends: Iterable[str] = ()) -> np.dtype:
     """The dtype tiles are handed out in.
 
@@ -34,20 +34,17 @@ def input_dtype(udfs: Sequence[UDF], dataset_dtype: Any, corrections: Any = None
     dtypes = [np.dtype(dataset_dtype)]
     for udf in udfs:
         dtypes.append(np.dtype(udf.get_preferred_input_dtype()))
-    if corrections is not None and getattr(corrections, "have_corrections", lambda: True)():
+    if corrections is not None and corrections.have_corrections():
         dtypes.append(np.dtype(np.float32))
     return plan_dtype(np.result_type(*dtypes), backends)
 
 
-def dataset_backends(dataset: Any) -> tuple[str, ...]:
-    """The array backends a data set's tiles come in, native one first (numpy by default)."""
-    backends = getattr(dataset, "array_backends", None)
-    if not backends:
-        backends = (getattr(dataset, "native_backend", None) or "numpy",)
-    return check_backends(backends, f"{type(dataset).__name__}.array_backends")
+def dataset_backends(dataset: DataSet) -> tuple[str, ...]:
+    """The array backends a data set's tiles come in, native one first (``DataSet.array_backends``)."""
+    return check_backends(dataset.array_backends, f"{type(dataset).__name__}.array_backends")
 
 
-def backend_plans(udfs: Sequence[UDF], dataset: Any, device_classes: Iterable[str],
+def backend_plans(udfs: Sequence[UDF], dataset: DataSet, device_classes: Iterable[str],
                   backends: Iterable[str] | None = None) -> dict[str, ExecutionPlan]:
     """Execution plans per device class the executor has and the UDFs can use.
 
@@ -113,8 +110,8 @@ class RunPlan:
         """This plan without the data set object and in-memory frames, to send to a coordinator in
         another process; the frames must have been shared with the workers already (keyed by
         ``PartitionTask.dataset_id``)."""
-        tasks = [replace(t, partition=t.partition.without_frames()) if isinstance(t.partition, MemoryPartition)
-                 and isinstance(t.partition.data, np.ndarray) else t for t in self.tasks]
+        tasks = [replace(t, partition=t.partition.without_frames())
+                 if t.partition.frame_delivery is FrameDelivery.SHARED else t for t in self.tasks]
         return replace(self, dataset=None, tasks=tasks)
 
     def metas(self) -> list[UDFMeta]:
@@ -150,10 +147,12 @@ def make_plan(
     udfs = check_udfs(udfs)
     roi = validate_roi(roi, dataset.shape)
     if corrections is None:
-        corrections = getattr(dataset, "corrections", None)
+        corrections = dataset.corrections
     if corrections is not None:
-        corrections.check(dataset.shape) if hasattr(corrections, "check") else None
-        if hasattr(corrections, "have_corrections") and not corrections.have_corrections():
+        if not isinstance(corrections, CorrectionSet):
+            raise DataSetException(f"corrections must be a raytile.io.CorrectionSet, got {type(corrections).__name__}")
+        corrections.check(dataset.shape)
+        if not corrections.have_corrections():
             corrections = None
     device_classes = tuple(device_classes)
     planning_on = "cpu" if "cpu" in device_classes else (device_classes[0] if device_classes else "cpu")
@@ -171,7 +170,7 @@ def make_plan(
     largest = max(partitions, key=lambda p: p.shape[0])
     max_frames = max(p.count_frames(roi) for p in partitions) if roi is not None else largest.shape[0]
     scheme = Negotiator().get_scheme(udfs, largest, dtype, roi=roi, max_partition_frames=max(1, max_frames))
-    if corrections is not None and hasattr(corrections, "adjust_scheme"):
+    if corrections is not None:
         scheme = corrections.adjust_scheme(scheme, largest, roi)  # excluded pixels see all their neighbours
 
     tasks, offsets = [], {}

@@ -20,15 +20,12 @@ import numpy as np
 from raytile.common.errors import ConfigValidationError, DataSetException
 from raytile.io.dataset import DataSet
 from raytile.io.formats import get_format, known_formats
-from raytile.io.params import INT64_MAX, INT64_MIN, ParamSpec
+from raytile.io.params import json_schema
 from raytile.serve.errors import BadRequest
 from raytile.serve.paths import DataRoots
 from raytile.serve.validation import Schema, check
 
 __all__ = ["format_json_schema", "served_formats", "resolve_dataset", "open_dataset", "npy_header", "DATASET_SCHEMA"]
-
-#: Parameter kinds a client cannot send as JSON.
-_PYTHON_ONLY = frozenset({"array", "corrections"})
 
 #: The ``dataset`` field of ``POST /v1/runs``.
 DATASET_SCHEMA: Schema = {
@@ -40,28 +37,12 @@ DATASET_SCHEMA: Schema = {
 }
 
 
-def _json_spec(spec: ParamSpec) -> Schema:
-    kind = spec["type"]
-    if kind == "int":
-        return {"type": "integer", "minimum": spec.get("min", INT64_MIN), "maximum": spec.get("max", INT64_MAX)}
-    if kind == "shape":
-        return {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1, "maxItems": 8}
-    if kind == "dtype":
-        return {"type": "string", "minLength": 1, "maxLength": 16, "description": "numpy dtype, e.g. 'uint16', '>f4'"}
-    if kind in ("str", "path"):
-        return {"type": "string", "minLength": 1, "maxLength": 4096} | ({"format": "path"} if kind == "path" else {})
-    if kind == "paths":
-        return {"type": ["string", "array"], "items": {"type": "string", "minLength": 1, "maxLength": 4096},
-                "minItems": 1, "maxItems": 100_000, "format": "path"}
-    if kind == "choice":
-        return {"type": "string", "enum": list(spec["choices"])}
-    raise ValueError(f"parameter kind {kind!r} has no JSON form")
-
-
 def format_json_schema(name: str) -> Schema:
-    """The JSON schema of format ``name``'s parameters as clients send them."""
+    """The JSON schema of format ``name``'s parameters as clients send them, built from the format's
+    declared ``params_schema`` (each kind's JSON form: :data:`raytile.io.params.JSON_FORMS`)."""
     schema = get_format(name).get_params_schema()
-    props = {k: _json_spec(s) for k, s in schema.items() if s["type"] not in _PYTHON_ONLY}
+    forms = {k: json_schema(s) for k, s in schema.items()}
+    props = {k: form for k, form in forms.items() if form is not None}
     required = sorted(k for k, s in schema.items() if s.get("required") and k in props)
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
@@ -71,7 +52,7 @@ def served_formats() -> dict[str, Schema]:
     out = {}
     for name in known_formats():
         schema = get_format(name).get_params_schema()
-        if any(s.get("required") and s["type"] in _PYTHON_ONLY for s in schema.values()):
+        if any(s.get("required") and json_schema(s) is None for s in schema.values()):
             continue
         out[name] = format_json_schema(name)
     return out

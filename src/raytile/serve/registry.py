@@ -27,9 +27,11 @@ from raytile.runtime.results import UDFResults
 from raytile.runtime.run import UDFRun
 from raytile.serve.errors import NotFound, TooManyRuns
 
-__all__ = ["ServedRun", "RunRegistry", "RUNNING", "FINISHED", "CANCELLED", "ERROR", "error_info"]
+__all__ = ["ServedRun", "RunRegistry", "STATUS_RUNNING", "STATUS_FINISHED", "STATUS_CANCELLED", "STATUS_ERROR",
+           "error_info"]
 
-RUNNING, FINISHED, CANCELLED, ERROR = "running", "finished", "cancelled", "error"
+#: A served run's ``status`` as clients read it (JSON strings; not the runtime's FINISHED end-of-run sentinel).
+STATUS_RUNNING, STATUS_FINISHED, STATUS_CANCELLED, STATUS_ERROR = "running", "finished", "cancelled", "error"
 
 _UDF_ERROR = re.compile(r"^(?P<udf>\w+)\.(?P<method>\w+) raised .*? while processing partition (?P<partition>\d+)",
                         re.S)
@@ -60,7 +62,7 @@ class ServedRun:
         self.specs = list(specs)
         self.sig_shape = tuple(sig_shape)
         self.rate_hz = rate_hz
-        self.status = RUNNING
+        self.status = STATUS_RUNNING
         self.latest: UDFResults | None = None
         self.seq = 0
         self.error: dict[str, Any] | None = None
@@ -73,7 +75,7 @@ class ServedRun:
 
     @property
     def over(self) -> bool:
-        return self.status != RUNNING
+        return self.status != STATUS_RUNNING
 
     def start(self) -> None:
         """Start the pump: a thread iterating the run, handing each result to the running event loop.
@@ -87,14 +89,14 @@ class ServedRun:
         self._pump.start()
 
     def _pump_results(self, loop: asyncio.AbstractEventLoop) -> None:
-        status, error = FINISHED, None
+        status, error = STATUS_FINISHED, None
         try:
             for part in self.run:
                 loop.call_soon_threadsafe(self._update, part, None, None)
         except UDFRunCancelled:
-            status = CANCELLED
+            status = STATUS_CANCELLED
         except Exception as e:  # the run failed: the client gets it as the final message
-            status, error = ERROR, error_info(e)
+            status, error = STATUS_ERROR, error_info(e)
         try:
             loop.call_soon_threadsafe(self._update, None, status, error)
         except RuntimeError:  # the loop is closed: the replica is gone

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from raytile.common.csr import pydata_to_csr
 from raytile.udf.base import (
     BACKEND_CUPY, BACKEND_CUPY_SCIPY_CSC, BACKEND_CUPY_SCIPY_CSR, BACKEND_NUMPY, BACKEND_SCIPY_CSC,
     BACKEND_SCIPY_CSR, BACKEND_SPARSE_COO, BACKEND_SPARSE_GCXS,
@@ -78,14 +79,3 @@ def sparse_entries(tile: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     coo = flat2d(tile).tocoo()
     return np.asarray(coo.row), np.asarray(coo.col), np.asarray(coo.data)
 
-
-def pydata_to_csr(tile: Any):
-    """A ``sparse.COO``/``GCXS`` tile ``(n, *sig)`` as a scipy CSR matrix ``(n, prod(sig))``."""
-    import scipy.sparse as sp
-
-    coo = tile if hasattr(tile, "coords") else tile.tocoo()
-    shape = tuple(coo.shape)
-    n, pixels = shape[0], math.prod(shape[1:])
-    coords = np.asarray(coo.coords)
-    cols = coords[1] if len(shape) == 2 else np.ravel_multi_index(tuple(coords[1:]), shape[1:])
-    return sp.csr_matrix((np.asarray(coo.data), (coords[0], cols)), shape=(n, pixels))

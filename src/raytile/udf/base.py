@@ -28,7 +28,9 @@ import sparseconverter as _sc
 
 from raytile.common.errors import UDFException, UDFRunCancelled, UnsafeCastError
 from raytile.common.udf import UDFMethod as _UDFMethodEnum
-from raytile.udf.buffers import AuxBufferWrapper, BufferWrapper, NavBufferView, PlaceholderBufferWrapper
+from raytile.common.buffer_wrappers import (
+    ArrayWithMask, AuxBufferWrapper, BufferWrapper, NavBufferView, PlaceholderBufferWrapper,
+)
 from raytile.udf.meta import UDFMeta
 from raytile.udf.protocols import (
     UDFFrameMixin, UDFPartitionMixin, UDFPostprocessMixin, UDFPreprocessMixin, UDFTileMixin,
@@ -54,14 +56,6 @@ BACKEND_SCIPY_CSC = "scipy.sparse.csc_matrix"
 BACKEND_CUPY_SCIPY_CSR = "cupyx.scipy.sparse.csr_matrix"
 BACKEND_CUPY_SCIPY_CSC = "cupyx.scipy.sparse.csc_matrix"
 BACKEND_CUDA = "cuda"
-
-
-class ArrayWithMask:
-    """A result array with an explicit validity mask (see :meth:`UDF.with_mask`)."""
-
-    def __init__(self, data: np.ndarray, mask: np.ndarray | bool):
-        self.data = data
-        self.mask = mask
 
 
 class MergeAttrMapping:

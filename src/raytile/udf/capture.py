@@ -13,8 +13,8 @@ On a GPU task the part runner then hands its cupy tiles to a
 :class:`TileGraphs`: the first tile of every (signal slice, tile shape, dtype)
 runs normally as a warm-up (kernels compile, the private memory pool learns
 the temporaries' sizes); the second is captured once on a private stream
-with ``cupy.cuda.Stream.begin_capture``/``end_capture`` into a
-``cupy.cuda.Graph`` and launched; every further tile of that key is copied
+(:func:`raytile.common.cuda_graphs.capture_graph`, the capture pipeline
+stages use too) into a ``cupy.cuda.Graph`` and launched; every further tile of that key is copied
 into the graph's static input and the graph replayed. Tiles of another shape
 (partition edges, ROI remainders) get their own warm-up/capture or run
 uncaptured. Nav-indexed result views move with each tile, so the graph
@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from raytile.common.cuda_graphs import capture_graph
+
 __all__ = ["TileGraphs", "is_capturable"]
 
 
@@ -50,7 +52,7 @@ def is_capturable(udf: Any) -> bool:
     """True if ``udf`` declares ``capturable = True`` and has no aux-data parameters."""
     if not getattr(udf, "capturable", False):
         return False
-    from raytile.udf.buffers import AuxBufferWrapper
+    from raytile.common.buffer_wrappers import AuxBufferWrapper
 
     return not any(isinstance(v, AuxBufferWrapper) for _, v in udf.params.items())
 
@@ -119,26 +121,15 @@ class TileGraphs:
             entry.scratch = {n: cp.empty_like(v) for n, v in views.items()
                              if n in nav_names and v is not None}
         static_views = {n: entry.scratch.get(n, v) for n, v in views.items()}
-        # Everything queued so far (warm-up, buffer zeroing) must be done:
-        # a capturing stream cannot wait on work outside the capture.
-        self.stream.synchronize()
-        graph = None
-        error = None
-        with cp.cuda.using_allocator(self.pool.malloc), self.capture_stream:
-            self.capture_stream.begin_capture()
-            try:
-                set_views(static_views)
-                self.udf.process_tile(entry.static_in)
-            except Exception as e:  # noqa: BLE001 - any failure means: do not capture this key
-                error = e
-            finally:
-                try:
-                    graph = self.capture_stream.end_capture()
-                except Exception as e:  # noqa: BLE001
-                    error = error or e
-                    graph = None
+
+        def captured() -> None:
+            set_views(static_views)
+            self.udf.process_tile(entry.static_in)
+
+        # everything queued so far (warm-up, buffer zeroing) is done first: see capture_graph
+        graph, error = capture_graph(captured, self.stream, self.capture_stream, self.pool)
         set_views(views)
-        if error is not None or graph is None:
+        if graph is None:
             entry.failed = True
             entry.static_in = None
             entry.scratch = {}

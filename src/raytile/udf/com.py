@@ -21,7 +21,7 @@ from sparseconverter import CUPY_BACKENDS
 from raytile import masks as _masks
 from raytile.common.container import MaskContainer
 from raytile.common.errors import UDFException
-from raytile.corrections import coordinates
+from raytile.common import coordinates
 from raytile.udf._tiles import TILE_BACKENDS
 from raytile.udf.base import BACKEND_CUPY, BACKEND_NUMPY, UDF
 from raytile.udf.maskengine import ApplyMasksEngine
@@ -65,7 +65,7 @@ def correction_matrix(scan_rotation: float, flip_y: bool) -> np.ndarray:
     """The 2x2 matrix acting on ``(y, x)`` shift vectors: rotation by ``scan_rotation`` degrees after the flip.
 
     A positive angle turns a vector clockwise in the usual image display (y
-    down); ``flip_y`` negates y first. Built from :mod:`raytile.corrections.coordinates`.
+    down); ``flip_y`` negates y first. Built from :mod:`raytile.common.coordinates`.
 
     >>> np.round(correction_matrix(90, False) @ [0.0, 1.0], 6)  # (dy, dx) = (0, 1) -> (1, 0)
     array([1., 0.])

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from raytile.common.errors import DataSetException
-from raytile.io.dataset import DataSet, DataSetMeta, Partition
+from raytile.io.dataset import DataSet, DataSetMeta, Partition, check_array_backend
 from raytile.io.decoders import NativeDecoder
 from raytile.io.backends import BACKENDS
 from raytile.io.fileset import File, FilePartition, FileSet
@@ -212,7 +212,8 @@ class H5Partition(_ChunkTiling, Partition):
         return out
 
     def get_tiles(self, tiling_scheme: TilingScheme, roi: np.ndarray | None = None,
-                  dest_dtype: Any = None) -> Iterator[DataTile]:
+                  dest_dtype: Any = None, array_backend: str | None = None) -> Iterator[DataTile]:
+        check_array_backend(self, array_backend)
         dest_dtype = np.dtype(dest_dtype if dest_dtype is not None else self.meta.raw_dtype)
         offset = self.meta.sync_offset
         frames = np.arange(self.start, self.stop)

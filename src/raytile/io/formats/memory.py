@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from raytile.common.errors import DataSetException
-from raytile.io.dataset import DataSet, DataSetMeta, Partition
+from raytile.io.dataset import DataSet, DataSetMeta, FrameDelivery, Partition
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 
@@ -26,11 +26,22 @@ class MemoryPartition(Partition):
 
     ``data`` may be replaced by an executor with a read-only view of shared
     memory (the Ray object store) so that no copy is made on the worker.
+    Dense numpy frames are SHARED (sent once, see :func:`dense_frames`);
+    other arrays travel with the task (CARRIED).
     """
 
     def __init__(self, meta: DataSetMeta, partition_slice: Slice, idx: int, data: Any):
         super().__init__(meta, partition_slice, idx)
         self.data = data
+
+    @property
+    def frame_delivery(self) -> FrameDelivery:  # type: ignore[override]
+        """SHARED for dense numpy frames (and for a partition whose frames were taken off), else CARRIED."""
+        return FrameDelivery.SHARED if self.data is None or isinstance(self.data, np.ndarray) \
+            else FrameDelivery.CARRIED
+
+    def shared_frames(self) -> np.ndarray | None:
+        return self.data if isinstance(self.data, np.ndarray) else None
 
     def _source(self):
         return self.data
@@ -110,8 +121,10 @@ class MemoryDataSet(DataSet):
         ]
 
 
-def dense_frames(dataset: Any) -> dict[int, np.ndarray]:
-    """The dense in-memory frames of a data set per partition index, for executors to share with their
-    workers once; empty for file-backed and sparse data sets (their tasks carry or read their data)."""
-    return {p.idx: p.data for p in dataset.get_partitions()
-            if isinstance(p, MemoryPartition) and isinstance(p.data, np.ndarray)}
+def dense_frames(dataset: DataSet) -> dict[int, Any]:
+    """The in-memory frames of a data set per partition index that executors share with their workers
+    once (``Partition.shared_frames``); empty for file-backed and sparse data sets (their tasks carry
+    or read their data)."""
+    shared = {p.idx: p.shared_frames() for p in dataset.get_partitions()
+              if p.frame_delivery is FrameDelivery.SHARED}
+    return {idx: frames for idx, frames in shared.items() if frames is not None}

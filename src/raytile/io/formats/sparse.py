@@ -86,7 +86,8 @@ class SparsePartition(Partition):
         dest_dtype: Any = None,
         array_backend: str | None = None,
     ) -> Iterator[DataTile]:
-        """Yield CSR tiles (or ``array_backend`` tiles) in nav order, every signal slice per nav block."""
+        """Yield CSR tiles (or ``array_backend`` tiles: any backend sparseconverter converts CSR to) in
+        nav order, every signal slice per nav block."""
         rows = self._rows()
         dest_dtype = np.dtype(dest_dtype if dest_dtype is not None else self.meta.raw_dtype)
         if rows.dtype != dest_dtype:
@@ -147,7 +148,6 @@ class SparseMemoryDataSet(DataSet):
     """
 
     format_name = "sparse_memory"
-    native_backend = SCIPY_CSR
     array_backends = (SCIPY_CSR,)
     params_schema = {
         "data": {"type": "array", "required": True},
@@ -184,7 +184,7 @@ class SparseMemoryDataSet(DataSet):
             shape = Shape(tuple(nav) + tuple(sig), sig_dims=len(sig))
             if shape.size != math.prod(full):
                 raise DataSetException(f"sparse_memory data of shape {full} cannot be viewed as nav {nav} x sig {sig}")
-            from raytile.udf._tiles import pydata_to_csr
+            from raytile.common.csr import pydata_to_csr
 
             flat = data.reshape((math.prod(nav),) + tuple(sig))
             csr = pydata_to_csr(flat)
@@ -296,7 +296,6 @@ class NPZCSRDataSet(DataSet):
     """
 
     format_name = "npz_csr"
-    native_backend = SCIPY_CSR
     array_backends = (SCIPY_CSR,)
     params_schema = {
         "path": {"type": "path", "required": True},
