@@ -27,7 +27,8 @@ negotiated tiles are whole blocks (``adjust_tileshape``), and a tile wider
 than one sector becomes a deeper one of the sector's width (930 x 256: 16
 blocks stored back to back) of about the same size, unless the UDFs need
 whole frames. Each tile is one read range per block and frame, decoded by numba in the worker
-(:func:`decode_k2is_tile`) straight into the tile's dtype, on every IO
+(:func:`decode_k2is_tile`, the only jitted function on the path: the read
+ranges of the regular block grid come from numpy) straight into the tile's dtype, on every IO
 backend (``mmap`` decodes from the file map; ``buffered``/``direct`` read
 each nav block's ranges, coalesced per sector and frame, into a buffer
 first).
@@ -52,7 +53,7 @@ from raytile.io.dataset import DataSetMeta
 from raytile.io.decoders import Decoder
 from raytile.io.fileset import File, FileDataSet, FilePartition, FileSet
 from raytile.io.formats.dmtags import read_dm_tags
-from raytile.io.read_ranges import META_ENTRIES, RR_ENTRIES, RR_FILE, RR_OUT, RR_SKIP, RR_START
+from raytile.io.read_ranges import META_ENTRIES, RR_ENTRIES, RR_FILE, RR_NPX, RR_OUT, RR_SKIP, RR_START, RR_STOP
 
 __all__ = ["K2ISDataSet", "K2ISPartition", "K2ISFileSet", "K2ISDecoder", "sync_sectors", "SectorSync",
            "sector_files", "decode_k2is_tile", "k2is_read_ranges"]
@@ -234,8 +235,21 @@ def sync_sectors(paths: list[str]) -> SectorSync:
 
 # -- read ranges and decoding ----------------------------------------------
 
-@numba.njit(cache=True, nogil=True)
-def k2is_read_ranges(frames, depth, rects, lo, hi, offsets, rr_per_tile):
+def _slice_blocks(rect: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The blocks of one signal slice ``(y0, x0, h, w)``: sector, byte offset in the sector's frame, and
+    position of the block's first pixel in the flat slice."""
+    y0, x0, h, w = (int(v) for v in rect)
+    by, bx = np.meshgrid(np.arange(y0 // BLOCK_ROWS, (y0 + h) // BLOCK_ROWS),
+                         np.arange(x0 // BLOCK_COLS, (x0 + w) // BLOCK_COLS), indexing="ij")
+    by, bx = by.ravel(), bx.ravel()
+    sector = bx // 16
+    in_frame = ((15 - bx % 16) + by * 16) * BLOCK_SIZE + HEADER_SIZE
+    out = (by * BLOCK_ROWS - y0) * w + bx * BLOCK_COLS - x0
+    return sector, in_frame, out
+
+
+def k2is_read_ranges(frames: np.ndarray, depth: int, rects: np.ndarray, lo: int, hi: int,
+                     offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(tile_meta, read_ranges)`` (see :mod:`raytile.io.read_ranges`) for reading ``frames`` in blocks of ``depth``.
 
     ``rects`` ``(n_slices, 4)``: each signal slice as ``(y0, x0, h, w)`` of
@@ -243,50 +257,35 @@ def k2is_read_ranges(frames, depth, rects, lo, hi, offsets, rr_per_tile):
     its 930 x 16 pixels go to the flat tile at ``out_start`` with rows
     ``RR_SKIP`` pixels apart. Frames outside ``[lo, hi)`` read as zeros
     (``file_idx -1``); frame ``j`` of sector ``s`` is at ``offsets[s] + j * FRAME_BYTES``.
+    The layout is a regular grid, so numpy computes it (no jitted code to
+    compile in a fresh worker; a few microseconds a tile).
     """
-    n_frames = frames.shape[0]
-    n_slices = rects.shape[0]
-    n_blocks = (n_frames + depth - 1) // depth
-    meta = np.zeros((n_blocks * n_slices, META_ENTRIES), dtype=np.int64)
-    rr = np.zeros((n_blocks * n_slices, rr_per_tile, RR_ENTRIES), dtype=np.int64)
+    frames = np.asarray(frames, dtype=np.int64)
+    n = frames.shape[0]
+    n_blocks = -(-n // depth)
+    blocks = [_slice_blocks(r) for r in rects]
+    rr_per_tile = max(1, depth * max(len(b[0]) for b in blocks))
+    meta = np.zeros((n_blocks * len(blocks), META_ENTRIES), dtype=np.int64)
+    rr = np.zeros((n_blocks * len(blocks), rr_per_tile, RR_ENTRIES), dtype=np.int64)
     t = 0
-    for b in range(n_blocks):
-        first = b * depth
-        last = min(first + depth, n_frames)
-        for s in range(n_slices):
-            y0, x0, h, w = rects[s, 0], rects[s, 1], rects[s, 2], rects[s, 3]
-            n = 0
-            fmin = NUM_SECTORS
-            fmax = -1
-            blank = 0
-            for k in range(first, last):
-                j = frames[k]
-                inside = lo <= j < hi
-                for by in range(y0 // BLOCK_ROWS, (y0 + h) // BLOCK_ROWS):
-                    for bx in range(x0 // BLOCK_COLS, (x0 + w) // BLOCK_COLS):
-                        sector = bx // 16
-                        rr[t, n, 3] = (k - first) * h * w + (by * BLOCK_ROWS - y0) * w + bx * BLOCK_COLS - x0
-                        rr[t, n, 4] = BLOCK_PX
-                        rr[t, n, 5] = w
-                        if inside:
-                            idx = (15 - bx % 16) + by * 16
-                            start = offsets[sector] + j * FRAME_BYTES + idx * BLOCK_SIZE + HEADER_SIZE
-                            rr[t, n, 0] = sector
-                            rr[t, n, 1] = start
-                            rr[t, n, 2] = start + DATA_SIZE
-                            fmin = min(fmin, sector)
-                            fmax = max(fmax, sector)
-                        else:
-                            rr[t, n, 0] = -1
-                            blank = 1
-                        n += 1
-            meta[t, 0] = first
-            meta[t, 1] = last - first
-            meta[t, 2] = s
-            meta[t, 3] = n
-            meta[t, 4] = fmin if fmax >= 0 else 0
-            meta[t, 5] = fmax
-            meta[t, 6] = blank
+    for first in range(0, n, depth):
+        fr = frames[first:first + depth]
+        count = fr.shape[0]
+        inside = (fr >= lo) & (fr < hi)
+        for s, (sector, in_frame, out) in enumerate(blocks):
+            h, w = int(rects[s][2]), int(rects[s][3])
+            m = count * len(sector)
+            start = offsets[sector][None, :] + fr[:, None] * FRAME_BYTES + in_frame[None, :]
+            tile = rr[t, :m]
+            tile[:, RR_FILE] = np.where(inside[:, None], sector[None, :], -1).ravel()
+            tile[:, RR_START] = np.where(inside[:, None], start, 0).ravel()
+            tile[:, RR_STOP] = np.where(inside[:, None], start + DATA_SIZE, 0).ravel()
+            tile[:, RR_OUT] = (np.arange(count)[:, None] * (h * w) + out[None, :]).ravel()
+            tile[:, RR_NPX] = BLOCK_PX
+            tile[:, RR_SKIP] = w
+            touched = sector if inside.any() else sector[:0]
+            meta[t] = (first, count, s, m, touched.min() if touched.size else 0,
+                       touched.max() if touched.size else -1, int(not inside.all()))
             t += 1
     return meta, rr
 
@@ -381,10 +380,7 @@ class K2ISFileSet(FileSet):
             rects = np.array([sl.origin + sl.shape.to_tuple() for sl in scheme.slices], dtype=np.int64)
         else:  # a reshaped signal: whole frames only, in the flat order of the native frame
             rects = np.array([(0, 0) + SIG_SHAPE], dtype=np.int64)
-        blocks = (rects[:, 2] // BLOCK_ROWS) * (rects[:, 3] // BLOCK_COLS)
-        rr_per_tile = max(1, int(scheme.depth * blocks.max()))
-        return k2is_read_ranges(np.ascontiguousarray(frames, dtype=np.int64), int(scheme.depth), rects,
-                                self.lo, self.hi, self.offsets, rr_per_tile)
+        return k2is_read_ranges(frames, int(scheme.depth), rects, self.lo, self.hi, self.offsets)
 
 
 class K2ISPartition(FilePartition):
