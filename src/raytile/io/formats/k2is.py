@@ -239,9 +239,10 @@ def _slice_blocks(rect: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     """The blocks of one signal slice ``(y0, x0, h, w)``: sector, byte offset in the sector's frame, and
     position of the block's first pixel in the flat slice."""
     y0, x0, h, w = (int(v) for v in rect)
-    by, bx = np.meshgrid(np.arange(y0 // BLOCK_ROWS, (y0 + h) // BLOCK_ROWS),
-                         np.arange(x0 // BLOCK_COLS, (x0 + w) // BLOCK_COLS), indexing="ij")
-    by, bx = by.ravel(), bx.ravel()
+    grid_y, grid_x = np.meshgrid(np.arange(y0 // BLOCK_ROWS, (y0 + h) // BLOCK_ROWS),
+                                 np.arange(x0 // BLOCK_COLS, (x0 + w) // BLOCK_COLS), indexing="ij")
+    by: np.ndarray = grid_y.ravel()
+    bx: np.ndarray = grid_x.ravel()
     sector = bx // 16
     in_frame = ((15 - bx % 16) + by * 16) * BLOCK_SIZE + HEADER_SIZE
     out = (by * BLOCK_ROWS - y0) * w + bx * BLOCK_COLS - x0
