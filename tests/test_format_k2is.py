@@ -6,6 +6,8 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import raytile as rt
 from raytile.common.errors import DataSetException
@@ -214,3 +216,20 @@ def test_bad_parameters(inline_ctx, small):
     (d / "k2is_.gtg").write_bytes(b"\0\0\0\x04garbage")
     with pytest.raises(DataSetException, match="k2is_.gtg"):
         inline_ctx.load("k2is", path=path)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lead=st.lists(st.integers(0, 31), min_size=8, max_size=8),
+       tail=st.lists(st.integers(0, 31), min_size=8, max_size=8),
+       inactive=st.integers(0, 1), scan=st.booleans(), seed=st.integers(0, 2**16))
+def test_sync_round_trip(inline_ctx, tmp_path_factory, lead, tail, inactive, scan, seed):
+    """Sectors starting and ending anywhere inside a frame, with or without frames before the shutter flag,
+    in a scan or a time series: the complete frames read back as written."""
+    frames = np.random.default_rng(seed).integers(0, 4096, (3,) + SIG, dtype=np.uint16)
+    frames[:, ::97, ::89] = 4095  # the extreme values too
+    path = write_k2is(tmp_path_factory.mktemp("k2is_rt"), frames, scan_shape=(1, 3) if scan else None,
+                      inactive_frames=inactive, lead_blocks=lead, tail_blocks=tail)
+    ds = inline_ctx.load("k2is", path=path, sync_offset=inactive, nav_shape=(3,))
+    totals = inline_ctx.run_udf(dataset=ds, udf=FrameSumUDF())["total"].data
+    shift = inactive - 1 if scan else inactive
+    np.testing.assert_array_equal(totals, _expected(frames, 3, shift).reshape(3, -1).sum(axis=-1))
