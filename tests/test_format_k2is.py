@@ -233,3 +233,19 @@ def test_sync_round_trip(inline_ctx, tmp_path_factory, lead, tail, inactive, sca
     totals = inline_ctx.run_udf(dataset=ds, udf=FrameSumUDF())["total"].data
     shift = inactive - 1 if scan else inactive
     np.testing.assert_array_equal(totals, _expected(frames, 3, shift).reshape(3, -1).sum(axis=-1))
+
+
+def test_scheme_not_negotiated(inline_ctx, series):
+    """A tiling scheme that cuts blocks (not from the partition's hooks) is refused, not misread."""
+    from raytile.common.shape import Shape
+    from raytile.common.tiling import TilingScheme
+
+    path, _ = series
+    ds = inline_ctx.load("k2is", path=path)
+    part = ds.get_partitions()[0]
+    assert part.get_base_shape(None) == (1, 930, 16)
+    assert part.adjust_tileshape((1, 930, 1024), None) == (4, 930, 256)
+    assert part.adjust_tileshape((2, 1860, 2048), None) == (2, 1860, 2048)
+    scheme = TilingScheme.make_for_shape(Shape((1, 100, 2048), sig_dims=2), ds.shape)
+    with pytest.raises(DataSetException, match="whole 930 x 16 blocks"):
+        next(iter(part.get_tiles(scheme)))

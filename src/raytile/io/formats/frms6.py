@@ -297,6 +297,9 @@ class FRMS6FileSet(FileSet):
     def get_read_ranges(self, frames: np.ndarray, scheme: TilingScheme):
         if self.native_sig:
             rows = np.array([(sl.origin[0], sl.shape[0]) for sl in scheme.slices], dtype=np.int64)
+            if any(sl.shape[1] != self.sig_shape[1] for sl in scheme.slices):
+                raise DataSetException(f"{self.paths[0]}: FRMS6 tiles are whole rows; the tiling scheme {scheme} "
+                                       f"was not negotiated with this data set's partitions")
         else:  # a reshaped signal: whole frames, in the flat order of the unfolded frame
             rows = np.array([(0, self.sig_shape[0])], dtype=np.int64)
         rr_per_tile = max(1, int(scheme.depth * rows[:, 1].max()))

@@ -379,6 +379,9 @@ class K2ISFileSet(FileSet):
     def get_read_ranges(self, frames: np.ndarray, scheme: TilingScheme):
         if self.native_sig:
             rects = np.array([sl.origin + sl.shape.to_tuple() for sl in scheme.slices], dtype=np.int64)
+            if (rects[:, [0, 2]] % BLOCK_ROWS).any() or (rects[:, [1, 3]] % BLOCK_COLS).any():
+                raise DataSetException(f"{self.paths[0]}: K2 IS tiles are whole 930 x 16 blocks; the tiling "
+                                       f"scheme {scheme} was not negotiated with this data set's partitions")
         else:  # a reshaped signal: whole frames only, in the flat order of the native frame
             rects = np.array([(0, 0) + SIG_SHAPE], dtype=np.int64)
         return k2is_read_ranges(frames, int(scheme.depth), rects, self.lo, self.hi, self.offsets)
