@@ -122,6 +122,13 @@ def test_flat_sig_shape(inline_ctx, series):
     np.testing.assert_array_equal(res["intensity"].data, frames.sum(axis=0, dtype=np.int64).reshape(-1))
 
 
+def test_detect_scan(scan, tmp_path):
+    path, _ = scan
+    assert K2ISDataSet.detect_params(path) == {"path": path, "nav_shape": (2, 3), "sync_offset": 2}
+    square = write_k2is(tmp_path, _frames(4, 5))
+    assert K2ISDataSet.detect_params(square)["nav_shape"] == (2, 2)  # as LiberTEM's make_2D_square
+
+
 def test_scan_from_gtg(inline_ctx, scan):
     """The .gtg's scan size is the nav shape; the data starts one frame before the shutter flag (as LiberTEM).
 
@@ -161,7 +168,7 @@ def test_same_frames_as_libertem(inline_ctx, series, sync_offset):
 
 def test_detect_params(series, tmp_path):
     path, _ = series
-    assert K2ISDataSet.detect_params(path) == {"path": path}
+    assert K2ISDataSet.detect_params(path) == {"path": path, "nav_shape": (6,), "sync_offset": 0}
     other = tmp_path / "x_1.bin"
     other.write_bytes(b"\0" * 100)
     assert K2ISDataSet.detect_params(str(other)) is None

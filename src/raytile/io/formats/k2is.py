@@ -449,18 +449,26 @@ class K2ISDataSet(FileDataSet):
 
     @classmethod
     def detect_params(cls, path: str) -> dict | None:
-        """``{"path": path}`` for a ``.gtg``/``.bin`` with 8 sector files whose first block header is K2 IS's."""
+        """For a ``.gtg``/``.bin`` of 8 sector files whose first block header is K2 IS's: ``path`` and, as
+        LiberTEM detects it, ``nav_shape`` (the ``.gtg``'s scan size, else the shutter-active frames, square
+        where their number is a square) and ``sync_offset`` (the frames before the shutter flag)."""
         if os.path.splitext(path)[1].lower() not in (".gtg", ".bin"):
             return None
         try:
-            files, _ = sector_files(path)
+            files, gtg = sector_files(path)
         except DataSetException:
             return None
         with open(files[0], "rb") as f:
             head = f.read(4)
         if len(head) < 4 or int.from_bytes(head, "big") != SYNC_WORD:
             return None
-        return {"path": path}
+        sync = sync_sectors(files)
+        nav = scan_shape_from_gtg(gtg)
+        if nav is None:
+            n = sync.image_count - sync.native_sync_offset
+            side = math.isqrt(n)
+            nav = (side, side) if side * side == n else (n,)
+        return {"path": path, "nav_shape": tuple(nav), "sync_offset": sync.native_sync_offset}
 
     def _do_initialize(self) -> DataSetMeta:
         _base(self._path)  # the extension first: a file of another format gets that said
