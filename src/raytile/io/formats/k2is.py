@@ -463,12 +463,15 @@ class K2ISDataSet(FileDataSet):
         if len(head) < 4 or int.from_bytes(head, "big") != SYNC_WORD:
             return None
         sync = sync_sectors(files)
-        nav = scan_shape_from_gtg(gtg)
-        if nav is None:
+        scan = scan_shape_from_gtg(gtg)
+        nav: tuple[int, ...]
+        if scan is not None:
+            nav = scan
+        else:
             n = sync.image_count - sync.native_sync_offset
             side = math.isqrt(n)
             nav = (side, side) if side * side == n else (n,)
-        return {"path": path, "nav_shape": tuple(nav), "sync_offset": sync.native_sync_offset}
+        return {"path": path, "nav_shape": nav, "sync_offset": sync.native_sync_offset}
 
     def _do_initialize(self) -> DataSetMeta:
         _base(self._path)  # the extension first: a file of another format gets that said
