@@ -17,8 +17,11 @@ prints in one run:
   ``--trials`` warm runs, and the first run of the session);
 - ``LiberTEM``: the same SumUDF of LiberTEM 0.16 on a Dask cluster of
   ``--workers`` CPUs on the same files (``Context.make_with("dask", cpus=...)``);
-- ``raytile first run``: a new process (new Ray, new workers) with an
-  empty numba cache, as right after ``pip install``: its first and second run.
+  both clusters are up together and the trials alternate, so both meet the
+  same load from other processes;
+- ``raytile first run``: a new process (new Ray, new workers), once with an
+  empty numba cache (as right after ``pip install``) and once with the
+  cache on disk (any later process): its first and second run.
 
 GB = 1e9 bytes of the files. The machine's load average is printed before
 and after: other processes' work shows in every figure.
@@ -98,13 +101,20 @@ def load_avg() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
+def raytile_context(workers: int, numba_dir: str | None = None):
+    """A raytile Context on a new local Ray cluster of ``workers`` CPUs (``numba_dir``: the workers' numba cache)."""
+    import raytile as rt
+
+    env = {"NUMBA_CACHE_DIR": numba_dir} if numba_dir else {}
+    return rt.Context.make_local(cpus=workers, gpus=0, runtime_env={"env_vars": env} if env else None)
+
+
 def time_raytile(case: FormatCase, workers: int, trials: int, numba_dir: str | None = None) -> dict[str, float]:
     """``{"start", "first", "best"}`` seconds of SumUDF on a new local Ray cluster of ``workers`` CPUs."""
     import raytile as rt
 
-    env = {"NUMBA_CACHE_DIR": numba_dir} if numba_dir else {}
     t0 = time.perf_counter()
-    ctx = rt.Context.make_local(cpus=workers, gpus=0, runtime_env={"env_vars": env} if env else None)
+    ctx = raytile_context(workers, numba_dir)
     try:
         name, params = case.raytile
         ds = ctx.load(name, **params)
@@ -122,33 +132,49 @@ def time_raytile(case: FormatCase, workers: int, trials: int, numba_dir: str | N
     return {"start": start, "first": times[0], "best": min(times[1:])}
 
 
-def time_libertem(case: FormatCase, workers: int, trials: int) -> dict[str, float]:
-    """The same for LiberTEM 0.16 on a Dask cluster of ``workers`` CPUs."""
+def time_both(case: FormatCase, workers: int, trials: int) -> tuple[dict[str, float], dict[str, float]]:
+    """SumUDF seconds of raytile (Ray) and LiberTEM 0.16 (Dask), both clusters up, trials alternating
+    (so both meet the same load): ``({"first", "best"}, {"first", "best"})``."""
+    import raytile as rt
     from libertem.api import Context
-    from libertem.udf.sum import SumUDF
+    from libertem.udf.sum import SumUDF as LTSumUDF
 
-    ctx = Context.make_with("dask", cpus=workers, gpus=0)
+    ctx = raytile_context(workers)
+    lt = Context.make_with("dask", cpus=workers, gpus=0)
     try:
+        ds = ctx.load(case.raytile[0], **case.raytile[1])
         name, params = case.libertem  # type: ignore[misc]
-        ds = ctx.load(name, **params)
-        times = []
+        lds = lt.load(name, **params)
+        runs = {"raytile": lambda: ctx.run_udf(dataset=ds, udf=rt.udf.SumUDF()),
+                "libertem": lambda: lt.run_udf(dataset=lds, udf=LTSumUDF())}
+        times: dict[str, list[float]] = {k: [] for k in runs}
         for _ in range(trials + 1):
-            t0 = time.perf_counter()
-            ctx.run_udf(dataset=ds, udf=SumUDF())
-            times.append(time.perf_counter() - t0)
+            for k, run in runs.items():
+                t0 = time.perf_counter()
+                run()
+                times[k].append(time.perf_counter() - t0)
     finally:
+        lt.close()
         ctx.close()
-    return {"first": times[0], "best": min(times[1:])}
+        import ray
+
+        ray.shutdown()
+    rt_t, lt_t = ({"first": v[0], "best": min(v[1:])} for v in times.values())
+    return rt_t, lt_t
 
 
-def fresh_process(case: FormatCase, workers: int) -> dict[str, float]:
-    """First and second run in a new process with an empty numba cache (new Ray, new workers)."""
+def fresh_process(case: FormatCase, workers: int, empty_cache: bool = True) -> dict[str, float]:
+    """First and second run in a new process (new Ray, new workers); with ``empty_cache`` its numba cache
+    is a new empty folder (as right after ``pip install``), else the usual one (a second process)."""
     with tempfile.TemporaryDirectory(prefix="raytile-numba-") as numba_dir:
-        env = dict(os.environ, NUMBA_CACHE_DIR=numba_dir)
+        env = dict(os.environ)
         src = str(Path(__file__).resolve().parents[1] / "src")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
         cmd = [sys.executable, __file__, "--child", json.dumps([case.raytile[0], case.raytile[1]]),
-               "--workers", str(workers), "--numba-dir", numba_dir]
+               "--workers", str(workers)]
+        if empty_cache:
+            env["NUMBA_CACHE_DIR"] = numba_dir
+            cmd += ["--numba-dir", numba_dir]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode:
         raise SystemExit(f"fresh process failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
@@ -163,21 +189,24 @@ def report(case: FormatCase, workers: int, trials: int, fresh: bool = True) -> d
     out = {"numpy read": gb / np_s}
     print(f"{case.name}: {gb:.2f} GB in {len(case.files)} files {case.info}; load average {load_avg()}")
     print(f"  numpy read:          {gb / np_s:6.2f} GB/s")
-    rt_t = time_raytile(case, workers, trials)
+    if case.libertem is not None:
+        rt_t, lt_t = time_both(case, workers, trials)
+    else:
+        rt_t, lt_t = time_raytile(case, workers, trials), None
     out["raytile"] = gb / rt_t["best"]
     print(f"  raytile ({workers} workers):  {gb / rt_t['best']:6.2f} GB/s (first run of the session "
-          f"{gb / rt_t['first']:.2f} GB/s; load {rt_t['start']:.1f} s)")
-    if case.libertem is not None:
-        lt_t = time_libertem(case, workers, trials)
+          f"{gb / rt_t['first']:.2f} GB/s)")
+    if lt_t is not None:
         out["libertem"] = gb / lt_t["best"]
         print(f"  LiberTEM ({workers} workers): {gb / lt_t['best']:6.2f} GB/s (first run {gb / lt_t['first']:.2f} "
               f"GB/s); raytile / LiberTEM = {lt_t['best'] / rt_t['best']:.2f}x")
     print(f"  raytile / numpy read = {np_s / rt_t['best']:.2f}x")
     if fresh:
-        fr = fresh_process(case, workers)
-        out["first run"] = gb / fr["first"]
-        print(f"  raytile first run, new process, empty numba cache: {gb / fr['first']:.2f} GB/s "
-              f"({fr['first']:.2f} s; its second run {fr['best']:.2f} s: first/warm {fr['first'] / fr['best']:.2f}x)")
+        for empty, label in ((True, "empty numba cache"), (False, "numba cache on disk")):
+            fr = fresh_process(case, workers, empty)
+            out[f"first run ({label})"] = gb / fr["first"]
+            print(f"  raytile first run, new process, {label}: {gb / fr['first']:.2f} GB/s ({fr['first']:.2f} s; "
+                  f"its second run {fr['best']:.2f} s: first/warm {fr['first'] / fr['best']:.2f}x)")
     print(f"  load average after: {load_avg()}")
     return out
 

@@ -50,7 +50,7 @@ import numpy as np
 from raytile.common.errors import DataSetException
 from raytile.common.shape import Shape
 from raytile.common.tiling import TilingScheme
-from raytile.io.dataset import DataSetMeta
+from raytile.io.dataset import DEFAULT_PARTITION_BYTES, DataSetMeta
 from raytile.io.decoders import Decoder
 from raytile.io.fileset import File, FileDataSet, FilePartition, FileSet
 from raytile.io.formats.dmtags import read_dm_tags
@@ -75,6 +75,11 @@ SHUTTER_ACTIVE = 0x1
 #: Deepest tile ``adjust_tileshape`` makes when it trades width for depth (32 x 930 x 16 uint16: 952 KB,
 #: float32: 1.9 MB, in a 2 MB L2 cache).
 DEEPEST = 32
+#: File bytes a partition aims for unless ``num_partitions``/``partition_bytes`` are given: a K2 IS
+#: partition's results are frame-sized (15 MB for a float32 sum), so fewer, larger partitions than the
+#: general default spend less on merging (measured, SumUDF on 1 GB, 2 Ray workers: 11 partitions
+#: 1.6-1.9 GB/s, 2 partitions 2.0-2.5 GB/s).
+PARTITION_FILE_BYTES = 512 * 2**20
 #: Block headers read at a time while looking for a block count or frame change.
 _SCAN = 256
 
@@ -514,6 +519,16 @@ class K2ISDataSet(FileDataSet):
         self._native_dtype = np.dtype(np.uint16)
         return DataSetMeta(shape=Shape(tuple(nav) + tuple(sig), sig_dims=len(sig)), raw_dtype=np.dtype(np.uint16),
                            sync_offset=sync_offset)
+
+    @property
+    def num_partitions(self) -> int:
+        """Partitions of about :data:`PARTITION_FILE_BYTES`, a multiple of the workers (unless given)."""
+        if self._num_partitions is not None or self._partition_bytes != DEFAULT_PARTITION_BYTES:
+            return super().num_partitions
+        frames = self.shape.nav.size
+        n = math.ceil(frames * NUM_SECTORS * FRAME_BYTES / PARTITION_FILE_BYTES)
+        n = math.ceil(n / self._num_workers) * self._num_workers
+        return max(1, min(n, frames))
 
     def get_diagnostics(self) -> list[dict[str, Any]]:
         diag = super().get_diagnostics()
