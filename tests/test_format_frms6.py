@@ -6,6 +6,8 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from raytile.common.errors import ConfigValidationError, DataSetException
 from raytile.io.formats.frms6 import FRMS6DataSet
@@ -168,3 +170,24 @@ def test_bad_files(inline_ctx, small):
     os.remove(data)
     with pytest.raises(DataSetException, match="frms6_001.frms6"):
         inline_ctx.load("frms6", path=hdr)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(h=st.integers(1, 4), half_w=st.integers(1, 5), binning=st.sampled_from([1, 2, 4]), n=st.integers(1, 5),
+       per_file=st.integers(1, 5), sync_offset=st.integers(-3, 3), seed=st.integers(0, 2**16))
+def test_round_trip_tiny(inline_ctx, tmp_path_factory, h, half_w, binning, n, per_file, sync_offset, seed):
+    """Any tiny frame shape, binning, split over files and sync offset reads back what was written."""
+    frames, dark = _data(binning, seed=seed, n=n, shape=(2 * h, half_w))
+    hdr = write_frms6(tmp_path_factory.mktemp("frms6_rt"), frames, dark, scan_shape=(n, 1), binning=binning,
+                      frames_per_file=per_file, num_frames_in_header=bool(seed % 2))
+    if not -n < sync_offset < n:
+        with pytest.raises(DataSetException, match="sync_offset"):
+            inline_ctx.load("frms6", path=hdr, enable_offset_correction=False, sync_offset=sync_offset)
+        return
+    ds = inline_ctx.load("frms6", path=hdr, enable_offset_correction=False, sync_offset=sync_offset,
+                         num_partitions=min(n, 2))
+    expected = np.zeros((n, 2 * h * binning, half_w), dtype=np.uint16)
+    for i in range(n):
+        if 0 <= i + sync_offset < n:
+            expected[i] = np.repeat(frames[i + sync_offset], binning, axis=0)
+    np.testing.assert_array_equal(_pick_all(inline_ctx, ds).reshape(expected.shape), expected)

@@ -6,6 +6,8 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import raytile as rt
 from raytile.common.errors import DataSetException
@@ -120,6 +122,13 @@ def test_flat_sig_shape(inline_ctx, series):
     np.testing.assert_array_equal(res["intensity"].data, frames.sum(axis=0, dtype=np.int64).reshape(-1))
 
 
+def test_detect_scan(scan, tmp_path):
+    path, _ = scan
+    assert K2ISDataSet.detect_params(path) == {"path": path, "nav_shape": (2, 3), "sync_offset": 2}
+    square = write_k2is(tmp_path, _frames(4, 5))
+    assert K2ISDataSet.detect_params(square)["nav_shape"] == (2, 2)  # as LiberTEM's make_2D_square
+
+
 def test_scan_from_gtg(inline_ctx, scan):
     """The .gtg's scan size is the nav shape; the data starts one frame before the shutter flag (as LiberTEM).
 
@@ -159,7 +168,7 @@ def test_same_frames_as_libertem(inline_ctx, series, sync_offset):
 
 def test_detect_params(series, tmp_path):
     path, _ = series
-    assert K2ISDataSet.detect_params(path) == {"path": path}
+    assert K2ISDataSet.detect_params(path) == {"path": path, "nav_shape": (6,), "sync_offset": 0}
     other = tmp_path / "x_1.bin"
     other.write_bytes(b"\0" * 100)
     assert K2ISDataSet.detect_params(str(other)) is None
@@ -214,3 +223,36 @@ def test_bad_parameters(inline_ctx, small):
     (d / "k2is_.gtg").write_bytes(b"\0\0\0\x04garbage")
     with pytest.raises(DataSetException, match="k2is_.gtg"):
         inline_ctx.load("k2is", path=path)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lead=st.lists(st.integers(0, 31), min_size=8, max_size=8),
+       tail=st.lists(st.integers(0, 31), min_size=8, max_size=8),
+       inactive=st.integers(0, 1), scan=st.booleans(), seed=st.integers(0, 2**16))
+def test_sync_round_trip(inline_ctx, tmp_path_factory, lead, tail, inactive, scan, seed):
+    """Sectors starting and ending anywhere inside a frame, with or without frames before the shutter flag,
+    in a scan or a time series: the complete frames read back as written."""
+    frames = np.random.default_rng(seed).integers(0, 4096, (3,) + SIG, dtype=np.uint16)
+    frames[:, ::97, ::89] = 4095  # the extreme values too
+    path = write_k2is(tmp_path_factory.mktemp("k2is_rt"), frames, scan_shape=(1, 3) if scan else None,
+                      inactive_frames=inactive, lead_blocks=lead, tail_blocks=tail)
+    ds = inline_ctx.load("k2is", path=path, sync_offset=inactive, nav_shape=(3,))
+    totals = inline_ctx.run_udf(dataset=ds, udf=FrameSumUDF())["total"].data
+    shift = inactive - 1 if scan else inactive
+    np.testing.assert_array_equal(totals, _expected(frames, 3, shift).reshape(3, -1).sum(axis=-1))
+
+
+def test_scheme_not_negotiated(inline_ctx, series):
+    """A tiling scheme that cuts blocks (not from the partition's hooks) is refused, not misread."""
+    from raytile.common.shape import Shape
+    from raytile.common.tiling import TilingScheme
+
+    path, _ = series
+    ds = inline_ctx.load("k2is", path=path)
+    part = ds.get_partitions()[0]
+    assert part.get_base_shape(None) == (1, 930, 16)
+    assert part.adjust_tileshape((1, 930, 1024), None) == (6, 930, 16)  # 6 frames: all the partition has
+    assert part.adjust_tileshape((2, 1860, 2048), None) == (2, 1860, 2048)
+    scheme = TilingScheme.make_for_shape(Shape((1, 100, 2048), sig_dims=2), ds.shape)
+    with pytest.raises(DataSetException, match="whole 930 x 16 blocks"):
+        next(iter(part.get_tiles(scheme)))

@@ -11,7 +11,7 @@ Decoding: a stored frame ``h x w`` (little-endian uint16 after a 64-byte
 frame header) is unfolded to ``2 h x w / 2``: the bottom half is the
 stored right half turned by 180 degrees; with binning ``b`` each stored row
 fills ``b`` rows (``sig_shape`` is ``(2 h b, w / 2)``). The read ranges are
-one per output row (numba, :func:`frms6_read_ranges`) and the decoder
+one per output row (numpy, :func:`frms6_read_ranges`) and the decoder
 (:func:`decode_frms6_tile`) copies or reverses each row straight into the
 tile's dtype, in the worker, on every IO backend. Tiles are whole rows, in
 multiples of the binning (base shape ``(1, b, w / 2)``), so any depth or
@@ -45,7 +45,7 @@ from raytile.io.corrections import CorrectionSet
 from raytile.io.dataset import DataSetMeta
 from raytile.io.decoders import Decoder
 from raytile.io.fileset import File, FileDataSet, FilePartition, FileSet, check_sync_offset
-from raytile.io.read_ranges import META_ENTRIES, RR_ENTRIES, RR_FILE, RR_OUT, RR_NPX, RR_SKIP, RR_START, find_file
+from raytile.io.read_ranges import META_ENTRIES, RR_ENTRIES, RR_FILE, RR_NPX, RR_OUT, RR_SKIP, RR_START, RR_STOP
 
 __all__ = ["FRMS6DataSet", "FRMS6Partition", "FRMS6FileSet", "FRMS6Decoder", "read_hdr", "read_file_header",
            "frms6_read_ranges", "decode_frms6_tile", "unfold"]
@@ -174,69 +174,56 @@ def read_gain_map(path: str) -> np.ndarray:
 
 # -- read ranges and decoding ----------------------------------------------
 
-@numba.njit(cache=True, nogil=True)
-def frms6_read_ranges(frames, depth, rows, fileset_arr, raw_h, raw_w, binning, rr_per_tile):
-    """``(tile_meta, read_ranges)`` for reading ``frames`` in blocks of ``depth``; one read range per output row.
+def frms6_read_ranges(frames: np.ndarray, depth: int, rows: np.ndarray, fileset_arr: np.ndarray, raw_h: int,
+                      raw_w: int, binning: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(tile_meta, read_ranges)`` (see :mod:`raytile.io.read_ranges`) for reading ``frames`` in blocks of
+    ``depth``; one read range per output row.
 
     ``rows`` ``(n_slices, 2)``: each signal slice's first row and row count
     (whole rows). Output row ``y`` is stored row ``y // binning`` of the top
     half, or, in the bottom half, the right half of stored row
-    ``2 raw_h - 1 - y // binning`` reversed (``RR_SKIP`` = 1).
+    ``2 raw_h - 1 - y // binning`` reversed (``RR_SKIP`` = 1). A regular
+    layout, so numpy computes it (no jitted code to compile in a fresh worker).
     """
+    frames = np.asarray(frames, dtype=np.int64)
     half = raw_w // 2
     stride = FRAME_HEADER_SIZE + 2 * raw_h * raw_w
-    n_frames = frames.shape[0]
-    n_slices = rows.shape[0]
-    n_blocks = (n_frames + depth - 1) // depth
-    meta = np.zeros((n_blocks * n_slices, META_ENTRIES), dtype=np.int64)
-    rr = np.zeros((n_blocks * n_slices, rr_per_tile, RR_ENTRIES), dtype=np.int64)
+    starts, stops, headers = fileset_arr[:, 0], fileset_arr[:, 1], fileset_arr[:, 2]
+    fidx = np.minimum(np.searchsorted(stops, frames, side="right"), len(stops) - 1)
+    inside = (frames >= starts[fidx]) & (frames < stops[fidx])
+    fidx = np.where(inside, fidx, -1)
+    frame_base = np.where(inside, headers[fidx] + (frames - starts[fidx]) * stride + FRAME_HEADER_SIZE, 0)
+    slices = []
+    for y0, h in rows.tolist():
+        y = np.arange(y0, y0 + h)
+        yb = y // binning
+        bottom = yb >= raw_h
+        r = np.where(bottom, 2 * raw_h - 1 - yb, yb)
+        slices.append((2 * (r * raw_w + np.where(bottom, half, 0)), (y - y0) * half, bottom.astype(np.int64), h))
+    n = frames.shape[0]
+    n_blocks = -(-n // depth)
+    rr_per_tile = max(1, depth * int(rows[:, 1].max()))
+    meta = np.zeros((n_blocks * len(slices), META_ENTRIES), dtype=np.int64)
+    rr = np.zeros((n_blocks * len(slices), rr_per_tile, RR_ENTRIES), dtype=np.int64)
     t = 0
-    for b in range(n_blocks):
-        first = b * depth
-        last = min(first + depth, n_frames)
-        for s in range(n_slices):
-            y0, h = rows[s, 0], rows[s, 1]
-            n = 0
-            fmin = fileset_arr.shape[0]
-            fmax = -1
-            blank = 0
-            for k in range(first, last):
-                j = frames[k]
-                f = find_file(fileset_arr, j)
-                base = 0
-                if f >= 0:
-                    base = fileset_arr[f, 2] + (j - fileset_arr[f, 0]) * stride + FRAME_HEADER_SIZE
-                    fmin = min(fmin, f)
-                    fmax = max(fmax, f)
-                else:
-                    blank = 1
-                for y in range(y0, y0 + h):
-                    yb = y // binning
-                    rev = 0
-                    r = yb
-                    x = 0
-                    if yb >= raw_h:
-                        rev = 1
-                        r = 2 * raw_h - 1 - yb
-                        x = half
-                    rr[t, n, 3] = (k - first) * h * half + (y - y0) * half
-                    rr[t, n, 4] = half
-                    rr[t, n, 5] = rev
-                    if f >= 0:
-                        start = base + 2 * (r * raw_w + x)
-                        rr[t, n, 0] = f
-                        rr[t, n, 1] = start
-                        rr[t, n, 2] = start + 2 * half
-                    else:
-                        rr[t, n, 0] = -1
-                    n += 1
-            meta[t, 0] = first
-            meta[t, 1] = last - first
-            meta[t, 2] = s
-            meta[t, 3] = n
-            meta[t, 4] = fmin if fmax >= 0 else 0
-            meta[t, 5] = fmax
-            meta[t, 6] = blank
+    for first in range(0, n, depth):
+        ins = inside[first:first + depth]
+        fi = fidx[first:first + depth]
+        base = frame_base[first:first + depth]
+        count = ins.shape[0]
+        for s, (row_off, out_rel, rev, h) in enumerate(slices):
+            m = count * h
+            tile = rr[t, :m]
+            start = base[:, None] + row_off[None, :]
+            tile[:, RR_FILE] = np.repeat(fi, h)
+            tile[:, RR_START] = np.where(ins[:, None], start, 0).ravel()
+            tile[:, RR_STOP] = np.where(ins[:, None], start + 2 * half, 0).ravel()
+            tile[:, RR_OUT] = (np.arange(count)[:, None] * (h * half) + out_rel[None, :]).ravel()
+            tile[:, RR_NPX] = half
+            tile[:, RR_SKIP] = np.tile(rev, count)
+            used = fi[ins]
+            meta[t] = (first, count, s, m, used.min() if used.size else 0, used.max() if used.size else -1,
+                       int(not ins.all()))
             t += 1
     return meta, rr
 
@@ -297,12 +284,13 @@ class FRMS6FileSet(FileSet):
     def get_read_ranges(self, frames: np.ndarray, scheme: TilingScheme):
         if self.native_sig:
             rows = np.array([(sl.origin[0], sl.shape[0]) for sl in scheme.slices], dtype=np.int64)
+            if any(sl.shape[1] != self.sig_shape[1] for sl in scheme.slices):
+                raise DataSetException(f"{self.paths[0]}: FRMS6 tiles are whole rows; the tiling scheme {scheme} "
+                                       f"was not negotiated with this data set's partitions")
         else:  # a reshaped signal: whole frames, in the flat order of the unfolded frame
             rows = np.array([(0, self.sig_shape[0])], dtype=np.int64)
-        rr_per_tile = max(1, int(scheme.depth * rows[:, 1].max()))
         h, w = self.raw_shape
-        return frms6_read_ranges(np.ascontiguousarray(frames, dtype=np.int64), int(scheme.depth), rows,
-                                 self.to_array(), h, w, self.binning, rr_per_tile)
+        return frms6_read_ranges(frames, int(scheme.depth), rows, self.to_array(), h, w, self.binning)
 
 
 class FRMS6Partition(FilePartition):
