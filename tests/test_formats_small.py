@@ -13,6 +13,7 @@ import math
 import os
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -27,6 +28,7 @@ from raytile.io.testing.blo import write_blo
 from raytile.io.testing.dm import write_dm
 from raytile.io.testing.empad import write_empad
 from raytile.io.testing.mrc import write_mrc
+from raytile.io.testing.seq import write_seq, write_seq_bad_pixels
 from raytile.udf import SumSigUDF, SumUDF
 
 BACKENDS = ["mmap", "buffered", "direct"]
@@ -103,10 +105,18 @@ def _dm_stack(tmp, nav, rng, dtype="float32", sig=(5, 6)):
     return Written("dm", {"files": paths, "nav_shape": nav}, frames, paths[-1])
 
 
+def _seq(tmp, nav, rng, dtype="uint16", sig=(8, 6), version=5):
+    frames = rng.integers(0, 4000, nav + sig).astype(dtype)
+    p = write_seq(os.path.join(tmp, "a.seq"), frames, version=version, footer_bytes=8 * int(rng.integers(1, 4)))
+    return Written("seq", {"path": p, "nav_shape": nav}, frames, p)
+
+
 MAKERS: dict[str, Callable] = {"empad": _empad, "mrc": _mrc, "blo": _blo, "dm4": _dm4, "dm3": _dm3,
-                               "dm_stack": _dm_stack}
+                               "dm_stack": _dm_stack, "seq": _seq}
 #: One maker per format name, for the tests that give one format another's file.
-FORMAT_MAKERS = {"empad": _empad, "mrc": _mrc, "blo": _blo, "dm": _dm4}
+FORMAT_MAKERS = {"empad": _empad, "mrc": _mrc, "blo": _blo, "dm": _dm4, "seq": _seq}
+#: Formats whose nav_shape is required (LiberTEM's too).
+NAV_REQUIRED = {"seq"}
 
 
 def _check(ctx, ds, frames, roi=None, tilings=((None, None), (3, 100))):
@@ -184,7 +194,7 @@ def test_same_frames_as_libertem(inline_ctx, tmp_path, rng, fmt):
     from libertem.udf.sumsigudf import SumSigUDF as LTSumSigUDF
 
     w = MAKERS[fmt](str(tmp_path), (4, 4), rng)
-    params = {k: v for k, v in w.params.items() if k != "nav_shape"}
+    params = {k: v for k, v in w.params.items() if k != "nav_shape" or w.name in NAV_REQUIRED}
     lt_ctx = lt_api.Context.make_with("inline")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -199,7 +209,7 @@ def test_same_frames_as_libertem(inline_ctx, tmp_path, rng, fmt):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(fmt=st.sampled_from(["mrc", "blo", "dm3", "dm4"]), n=st.integers(1, 7), h=st.integers(1, 5), w=st.integers(1, 5),
+@given(fmt=st.sampled_from(["mrc", "blo", "dm3", "dm4", "seq"]), n=st.integers(1, 7), h=st.integers(1, 5), w=st.integers(1, 5),
        dtype=st.sampled_from(["uint8", "int16", "uint16", "float32"]), seed=st.integers(0, 2**31))
 def test_round_trip_tiny(inline_ctx, tmp_path_factory, fmt, n, h, w, dtype, seed):
     rng = np.random.default_rng(seed)
@@ -210,6 +220,9 @@ def test_round_trip_tiny(inline_ctx, tmp_path_factory, fmt, n, h, w, dtype, seed
     elif fmt == "mrc":
         dtype = "int8" if dtype == "uint8" else dtype
         written = _mrc(tmp, (n,), rng, dtype=dtype, sig=(h, w))
+    elif fmt == "seq":
+        dtype = {"int16": "uint16", "float32": "uint32"}.get(dtype, dtype)
+        written = _seq(tmp, (n,), rng, dtype=dtype, sig=(h, w), version=4 + seed % 2)
     elif fmt == "dm3":
         written = _dm3(tmp, (n,), rng, dtype=dtype, sig=(h, w))
     else:
@@ -246,9 +259,9 @@ def test_wrong_nav_or_sig_shape(inline_ctx, tmp_path, rng, fmt):
         inline_ctx.load(w.name, **base, nav_shape=(4, 3))
     assert str(tmp_path) in str(e.value)
     with pytest.raises(DataSetException, match="sig_shape"):
-        inline_ctx.load(w.name, **base, sig_shape=(5, 5))
+        inline_ctx.load(w.name, **base, nav_shape=(2, 3), sig_shape=(5, 5))
     with pytest.raises(DataSetException, match="sync_offset 6 reads no frame"):
-        inline_ctx.load(w.name, **base, sync_offset=6)
+        inline_ctx.load(w.name, **base, nav_shape=(2, 3), sync_offset=6)
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMAT_MAKERS))
@@ -260,12 +273,11 @@ def test_file_of_another_format(inline_ctx, tmp_path, rng, fmt):
             d = tmp_path / other
             d.mkdir()
             others.append(make(str(d), (2, 3), rng).path)
-    junk = tmp_path / ("junk" + {"empad": ".xml", "mrc": ".mrc", "blo": ".blo", "dm": ".dm4"}[fmt])
+    junk = tmp_path / ("junk" + {"empad": ".xml", "mrc": ".mrc", "blo": ".blo", "dm": ".dm4", "seq": ".seq"}[fmt])
     junk.write_bytes(b"hello, this is not a detector file\n" * 3)
     for p in others + [str(junk)]:
         with pytest.raises(DataSetException) as e:
-            kwargs = {"nav_shape": (2, 3)} if p.endswith(".raw") else {}
-            inline_ctx.load(fmt, path=p, **kwargs)
+            inline_ctx.load(fmt, path=p, nav_shape=(2, 3))
         assert os.path.basename(p) in str(e.value), str(e.value)
 
 
@@ -383,7 +395,7 @@ def test_dm_corrupt_tag_trees_fail_cleanly(inline_ctx, tmp_path, rng):
     """Bytes of the tag structure overwritten at random: a DataSetException or a correct read, never a hang."""
     frames = rng.integers(0, 1000, (6, 4, 5)).astype(np.uint16)
     for version in (3, 4):
-        good = open(write_dm(str(tmp_path / f"g.dm{version}"), frames, version=version), "rb").read()
+        good = Path(write_dm(str(tmp_path / f"g.dm{version}"), frames, version=version)).read_bytes()
         p = tmp_path / f"bad.dm{version}"
         for trial in range(60):
             data = bytearray(good)
@@ -407,3 +419,60 @@ def test_dm_corrupt_tag_trees_fail_cleanly(inline_ctx, tmp_path, rng):
     p.write_bytes(b"\x00\x00\x00\x05" + good[4:])
     with pytest.raises(DataSetException, match="version word 5"):
         inline_ctx.load("dm", path=str(p))
+
+
+def test_seq_corrections_found_next_to_the_file(inline_ctx, tmp_path, rng):
+    frames = rng.integers(0, 4000, (2, 3, 8, 8)).astype(np.uint16)
+    dark = rng.integers(0, 50, (8, 8)).astype(np.float32)
+    gain = rng.choice([0.5, 1.0, 2.0], (8, 8)).astype(np.float32)
+    p = write_seq(str(tmp_path / "c.seq"), frames, dark=dark, gain=gain)
+    ds = inline_ctx.load("seq", path=p, nav_shape=(2, 3), num_partitions=2)
+    res = inline_ctx.run_udf(dataset=ds, udf=SumUDF(dtype="float64"))
+    want = ((frames.reshape(6, 8, 8).astype(np.float64) - dark) * gain).sum(axis=0)
+    np.testing.assert_allclose(res["intensity"].data, want, rtol=1e-6)
+    res = inline_ctx.run_udf(dataset=ds, udf=SumUDF(dtype="float64"), corrections=rt.CorrectionSet())
+    np.testing.assert_array_equal(res["intensity"].data, frames.reshape(6, 8, 8).sum(axis=0))
+    # bad pixels: a 12 x 12 sensor map, the frames are its window at (2, 3)
+    write_seq_bad_pixels(p, (12, 12), (8, 8), offset=(2, 3), rows=["3", "5-6"], columns=["9"],
+                         pixels=[(7, 4), (11, 11)])
+    ds = inline_ctx.load("seq", path=p, nav_shape=(2, 3))
+    mask = np.zeros((8, 8), bool)
+    mask[[1, 3, 4]] = True  # sensor rows 3, 5, 6
+    mask[:, 6] = True  # sensor column 9
+    mask[5, 1] = True  # sensor pixel (7, 4); (11, 11) lies outside the window
+    np.testing.assert_array_equal(ds.corrections.get_excluded_pixels().todense(), mask)
+    # LiberTEM 0.16 finds and applies the same dark, gain and bad pixels
+    lt_api = pytest.importorskip("libertem.api")
+    from libertem.udf.sum import SumUDF as LTSumUDF
+
+    lt_ds = lt_api.Context.make_with("inline").load("seq", path=p, nav_shape=(2, 3))
+    lt_res = lt_api.Context.make_with("inline").run_udf(dataset=lt_ds, udf=LTSumUDF())
+    np.testing.assert_array_equal(lt_ds.get_correction_data().get_excluded_pixels().todense(), mask)
+    res = inline_ctx.run_udf(dataset=ds, udf=SumUDF())
+    np.testing.assert_allclose(res["intensity"].data, lt_res["intensity"].data, rtol=1e-5)
+    assert ds.get_correction_data().get_dark_frame() is not None
+    # a corrections= parameter replaces what the files give
+    own = rt.CorrectionSet(dark=np.ones((8, 8), np.float32))
+    ds = inline_ctx.load("seq", path=p, nav_shape=(2, 3), corrections=own)
+    res = inline_ctx.run_udf(dataset=ds, udf=SumUDF(dtype="float64"))
+    np.testing.assert_array_equal(res["intensity"].data, frames.reshape(6, 8, 8).sum(axis=0) - 6)
+
+
+def test_seq_bad_headers(inline_ctx, tmp_path, rng):
+    frames = rng.integers(0, 200, (6, 5, 3)).astype(np.uint8)
+    odd = write_seq(str(tmp_path / "odd.seq"), frames, version=4, footer_bytes=13)  # odd frame stride
+    ds = inline_ctx.load("seq", path=odd, nav_shape=(2, 3), io_backend="buffered")
+    assert ds.fileset.files[0].file_header == 1024
+    _check(inline_ctx, ds, frames.reshape(2, 3, 5, 3), tilings=((None, None), (2, 4)))
+    w = _seq(str(tmp_path), (2, 3), rng, version=4)
+    with pytest.raises(rt.common.errors.ConfigValidationError, match="nav_shape"):
+        inline_ctx.load("seq", path=w.path)
+    good = Path(w.path).read_bytes()
+    for at, value, match in [(620, 1, "compressed"), (568, 101, "not monochrome"), (556, 12, "12 bits"),
+                             (580, 3, "smaller than a frame")]:
+        bad = bytearray(good)
+        bad[at:at + 4] = value.to_bytes(4, "little")
+        Path(w.path).write_bytes(bytes(bad))
+        with pytest.raises(DataSetException, match=match) as e:
+            inline_ctx.load("seq", path=w.path, nav_shape=(2, 3))
+        assert w.path in str(e.value)

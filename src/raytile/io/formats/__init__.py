@@ -22,6 +22,7 @@ _FORMATS: dict[str, str] = {
     "mrc": "raytile.io.formats.mrc:MRCDataSet",
     "blo": "raytile.io.formats.blo:BloDataSet",
     "dm": "raytile.io.formats.dm:DMDataSet",
+    "seq": "raytile.io.formats.seq:SEQDataSet",
 }
 
 
