@@ -29,6 +29,7 @@ from raytile.io.testing.dm import write_dm
 from raytile.io.testing.empad import write_empad
 from raytile.io.testing.mrc import write_mrc
 from raytile.io.testing.seq import write_seq, write_seq_bad_pixels
+from raytile.io.testing.ser import write_ser
 from raytile.udf import SumSigUDF, SumUDF
 
 BACKENDS = ["mmap", "buffered", "direct"]
@@ -111,10 +112,16 @@ def _seq(tmp, nav, rng, dtype="uint16", sig=(8, 6), version=5):
     return Written("seq", {"path": p, "nav_shape": nav}, frames, p)
 
 
+def _ser(tmp, nav, rng, dtype="uint16", sig=(7, 6), version=0x0220, tags_at_end=False):
+    frames = rng.integers(0, 4000, nav + sig).astype(dtype)
+    p = write_ser(os.path.join(tmp, "a.ser"), frames, version=version, tags_at_end=tags_at_end)
+    return Written("ser", {"path": p}, frames, p)
+
+
 MAKERS: dict[str, Callable] = {"empad": _empad, "mrc": _mrc, "blo": _blo, "dm4": _dm4, "dm3": _dm3,
-                               "dm_stack": _dm_stack, "seq": _seq}
+                               "dm_stack": _dm_stack, "seq": _seq, "ser": _ser}
 #: One maker per format name, for the tests that give one format another's file.
-FORMAT_MAKERS = {"empad": _empad, "mrc": _mrc, "blo": _blo, "dm": _dm4, "seq": _seq}
+FORMAT_MAKERS = {"empad": _empad, "mrc": _mrc, "blo": _blo, "dm": _dm4, "seq": _seq, "ser": _ser}
 #: Formats whose nav_shape is required (LiberTEM's too).
 NAV_REQUIRED = {"seq"}
 
@@ -209,7 +216,7 @@ def test_same_frames_as_libertem(inline_ctx, tmp_path, rng, fmt):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(fmt=st.sampled_from(["mrc", "blo", "dm3", "dm4", "seq"]), n=st.integers(1, 7), h=st.integers(1, 5), w=st.integers(1, 5),
+@given(fmt=st.sampled_from(["mrc", "blo", "dm3", "dm4", "seq", "ser"]), n=st.integers(1, 7), h=st.integers(1, 5), w=st.integers(1, 5),
        dtype=st.sampled_from(["uint8", "int16", "uint16", "float32"]), seed=st.integers(0, 2**31))
 def test_round_trip_tiny(inline_ctx, tmp_path_factory, fmt, n, h, w, dtype, seed):
     rng = np.random.default_rng(seed)
@@ -223,6 +230,9 @@ def test_round_trip_tiny(inline_ctx, tmp_path_factory, fmt, n, h, w, dtype, seed
     elif fmt == "seq":
         dtype = {"int16": "uint16", "float32": "uint32"}.get(dtype, dtype)
         written = _seq(tmp, (n,), rng, dtype=dtype, sig=(h, w), version=4 + seed % 2)
+    elif fmt == "ser":
+        written = _ser(tmp, (1, n), rng, dtype=dtype, sig=(h, w), version=(0x0210, 0x0220)[seed % 2],
+                       tags_at_end=bool(seed % 3))
     elif fmt == "dm3":
         written = _dm3(tmp, (n,), rng, dtype=dtype, sig=(h, w))
     else:
@@ -273,7 +283,7 @@ def test_file_of_another_format(inline_ctx, tmp_path, rng, fmt):
             d = tmp_path / other
             d.mkdir()
             others.append(make(str(d), (2, 3), rng).path)
-    junk = tmp_path / ("junk" + {"empad": ".xml", "mrc": ".mrc", "blo": ".blo", "dm": ".dm4", "seq": ".seq"}[fmt])
+    junk = tmp_path / ("junk" + {"empad": ".xml", "mrc": ".mrc", "blo": ".blo", "dm": ".dm4", "seq": ".seq", "ser": ".ser"}[fmt])
     junk.write_bytes(b"hello, this is not a detector file\n" * 3)
     for p in others + [str(junk)]:
         with pytest.raises(DataSetException) as e:
@@ -476,3 +486,26 @@ def test_seq_bad_headers(inline_ctx, tmp_path, rng):
         with pytest.raises(DataSetException, match=match) as e:
             inline_ctx.load("seq", path=w.path, nav_shape=(2, 3))
         assert w.path in str(e.value)
+
+
+def test_ser_uneven_offsets_spare_slots_and_corrupt(inline_ctx, tmp_path, rng):
+    frames = rng.integers(0, 4000, (2, 5, 6, 4)).astype(np.int32)
+    p = write_ser(str(tmp_path / "u.ser"), frames, version=0x0210, spare_elements=3, pad_after=(2, 3, 7))
+    for backend in BACKENDS:
+        ds = inline_ctx.load("ser", path=p, num_partitions=3, io_backend=backend)
+        assert int(dict((d["name"], d["value"]) for d in ds.get_diagnostics())["runs of equal stride"]) == 4
+        _check(inline_ctx, ds, frames, tilings=((None, None), (3, 10)))
+    good = Path(p).read_bytes()
+    for at, value, match in [(0, 0x4d4d, "not a TIA SER"), (4, 0x0300, "series version"),
+                             (6, 0x4121, "DataTypeID")]:
+        bad = bytearray(good)
+        bad[at:at + 2] = value.to_bytes(2, "little")
+        Path(p).write_bytes(bytes(bad))
+        with pytest.raises(DataSetException, match=match) as e:
+            inline_ctx.load("ser", path=p)
+        assert p in str(e.value)
+    bad = bytearray(good)
+    bad[22:26] = (len(good) - 4).to_bytes(4, "little")  # the offset array beyond the end
+    Path(p).write_bytes(bytes(bad))
+    with pytest.raises(DataSetException, match="too short for its SER data offset array"):
+        inline_ctx.load("ser", path=p)

@@ -23,6 +23,7 @@ _FORMATS: dict[str, str] = {
     "blo": "raytile.io.formats.blo:BloDataSet",
     "dm": "raytile.io.formats.dm:DMDataSet",
     "seq": "raytile.io.formats.seq:SEQDataSet",
+    "ser": "raytile.io.formats.ser:SERDataSet",
 }
 
 
