@@ -30,6 +30,7 @@ from raytile.io.testing.empad import write_empad
 from raytile.io.testing.mrc import write_mrc
 from raytile.io.testing.seq import write_seq, write_seq_bad_pixels
 from raytile.io.testing.ser import write_ser
+from raytile.io.testing.tvips import write_tvips
 from raytile.udf import SumSigUDF, SumUDF
 
 BACKENDS = ["mmap", "buffered", "direct"]
@@ -118,10 +119,18 @@ def _ser(tmp, nav, rng, dtype="uint16", sig=(7, 6), version=0x0220, tags_at_end=
     return Written("ser", {"path": p}, frames, p)
 
 
+def _tvips(tmp, nav, rng, dtype="uint16", sig=(6, 7), frames_per_file=4, version=2):
+    """A series of several files (no scan positions: the nav shape is given)."""
+    frames = rng.integers(0, 4000, nav + sig).astype(dtype)
+    paths = write_tvips(tmp, frames.reshape((-1,) + sig), frames_per_file=frames_per_file, version=version)
+    return Written("tvips", {"path": paths[0], "nav_shape": nav}, frames, paths[-1])
+
+
 MAKERS: dict[str, Callable] = {"empad": _empad, "mrc": _mrc, "blo": _blo, "dm4": _dm4, "dm3": _dm3,
-                               "dm_stack": _dm_stack, "seq": _seq, "ser": _ser}
+                               "dm_stack": _dm_stack, "seq": _seq, "ser": _ser, "tvips": _tvips}
 #: One maker per format name, for the tests that give one format another's file.
-FORMAT_MAKERS = {"empad": _empad, "mrc": _mrc, "blo": _blo, "dm": _dm4, "seq": _seq, "ser": _ser}
+FORMAT_MAKERS = {"empad": _empad, "mrc": _mrc, "blo": _blo, "dm": _dm4, "seq": _seq, "ser": _ser,
+                 "tvips": _tvips}
 #: Formats whose nav_shape is required (LiberTEM's too).
 NAV_REQUIRED = {"seq"}
 
@@ -200,7 +209,8 @@ def test_same_frames_as_libertem(inline_ctx, tmp_path, rng, fmt):
     from libertem.udf.sum import SumUDF as LTSumUDF
     from libertem.udf.sumsigudf import SumSigUDF as LTSumSigUDF
 
-    w = MAKERS[fmt](str(tmp_path), (4, 4), rng)
+    # (LiberTEM 0.16 reads a TVIPS series without scan positions only from one file)
+    w = MAKERS[fmt](str(tmp_path), (4, 4), rng, **({"frames_per_file": 100} if fmt == "tvips" else {}))
     params = {k: v for k, v in w.params.items() if k != "nav_shape" or w.name in NAV_REQUIRED}
     lt_ctx = lt_api.Context.make_with("inline")
     with warnings.catch_warnings():
@@ -216,7 +226,7 @@ def test_same_frames_as_libertem(inline_ctx, tmp_path, rng, fmt):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(fmt=st.sampled_from(["mrc", "blo", "dm3", "dm4", "seq", "ser"]), n=st.integers(1, 7), h=st.integers(1, 5), w=st.integers(1, 5),
+@given(fmt=st.sampled_from(["mrc", "blo", "dm3", "dm4", "seq", "ser", "tvips"]), n=st.integers(1, 7), h=st.integers(1, 5), w=st.integers(1, 5),
        dtype=st.sampled_from(["uint8", "int16", "uint16", "float32"]), seed=st.integers(0, 2**31))
 def test_round_trip_tiny(inline_ctx, tmp_path_factory, fmt, n, h, w, dtype, seed):
     rng = np.random.default_rng(seed)
@@ -233,6 +243,9 @@ def test_round_trip_tiny(inline_ctx, tmp_path_factory, fmt, n, h, w, dtype, seed
     elif fmt == "ser":
         written = _ser(tmp, (1, n), rng, dtype=dtype, sig=(h, w), version=(0x0210, 0x0220)[seed % 2],
                        tags_at_end=bool(seed % 3))
+    elif fmt == "tvips":
+        dtype = "uint8" if np.dtype(dtype).itemsize == 1 else "uint16"
+        written = _tvips(tmp, (n,), rng, dtype=dtype, sig=(h, w), frames_per_file=1 + seed % 4, version=1 + seed % 2)
     elif fmt == "dm3":
         written = _dm3(tmp, (n,), rng, dtype=dtype, sig=(h, w))
     else:
@@ -283,7 +296,7 @@ def test_file_of_another_format(inline_ctx, tmp_path, rng, fmt):
             d = tmp_path / other
             d.mkdir()
             others.append(make(str(d), (2, 3), rng).path)
-    junk = tmp_path / ("junk" + {"empad": ".xml", "mrc": ".mrc", "blo": ".blo", "dm": ".dm4", "seq": ".seq", "ser": ".ser"}[fmt])
+    junk = tmp_path / ("junk" + {"empad": ".xml", "mrc": ".mrc", "blo": ".blo", "dm": ".dm4", "seq": ".seq", "ser": ".ser", "tvips": ".tvips"}[fmt])
     junk.write_bytes(b"hello, this is not a detector file\n" * 3)
     for p in others + [str(junk)]:
         with pytest.raises(DataSetException) as e:
@@ -329,7 +342,7 @@ def test_detect_params(tmp_path, rng):
         cls = get_format(w.name)
         params = cls.detect_params(w.path)
         assert params is not None and params["path"] == w.path, key
-        nav = (4, 4) if key not in ("dm3", "dm_stack") else ((16,) if key == "dm3" else (1,))
+        nav = {"dm3": (16,), "dm_stack": (1,), "tvips": (16,)}.get(key, (4, 4))
         assert tuple(params["nav_shape"]) == nav and tuple(params["sig_shape"]) == w.frames.shape[2:], key
         for other, ow in written.items():
             if ow.name != w.name:
@@ -509,3 +522,30 @@ def test_ser_uneven_offsets_spare_slots_and_corrupt(inline_ctx, tmp_path, rng):
     Path(p).write_bytes(bytes(bad))
     with pytest.raises(DataSetException, match="too short for its SER data offset array"):
         inline_ctx.load("ser", path=p)
+
+
+def test_tvips_scan_detection_and_series_files(inline_ctx, tmp_path, rng):
+    frames = rng.integers(0, 4000, (26, 5, 4)).astype(np.uint16)
+    lead = 3  # frames before the scan; a 4 x 5 scan follows, then 3 more frames
+    paths = write_tvips(str(tmp_path), frames, frames_per_file=10, scan_width=5, lead_in=lead)
+    ds = inline_ctx.load("tvips", path=paths[2], num_partitions=2)
+    assert ds.shape.to_tuple() == (4, 5, 5, 4) and ds.meta.sync_offset == lead
+    _check(inline_ctx, ds, frames[lead:lead + 20].reshape(4, 5, 5, 4), tilings=((None, None), (3, 7)))
+    assert get_format("tvips").detect_params(paths[1]) == {"path": paths[1], "nav_shape": (4, 5),
+                                                           "sig_shape": (5, 4), "sync_offset": lead}
+    lt_api = pytest.importorskip("libertem.api")
+    from libertem.udf.sum import SumUDF as LTSumUDF
+
+    lt_ctx = lt_api.Context.make_with("inline")
+    lt_ds = lt_ctx.load("tvips", path=paths[0])
+    assert tuple(lt_ds.shape) == ds.shape.to_tuple() and lt_ds._sync_offset == lead
+    np.testing.assert_array_equal(lt_ctx.run_udf(dataset=lt_ds, udf=LTSumUDF())["intensity"].data,
+                                  inline_ctx.run_udf(dataset=ds, udf=SumUDF())["intensity"].data)
+    ds = inline_ctx.load("tvips", path=paths[0], sync_offset=0, nav_shape=(26,))  # given values win
+    _check(inline_ctx, ds, frames, tilings=((None, None),))
+    os.remove(paths[1])
+    with pytest.raises(DataSetException, match=r"files missing: suffixes \[1\]"):
+        inline_ctx.load("tvips", path=paths[0])
+    os.remove(paths[0])
+    with pytest.raises(DataSetException, match="first file .*scan_000.tvips .*is missing"):
+        inline_ctx.load("tvips", path=paths[2])

@@ -24,6 +24,7 @@ _FORMATS: dict[str, str] = {
     "dm": "raytile.io.formats.dm:DMDataSet",
     "seq": "raytile.io.formats.seq:SEQDataSet",
     "ser": "raytile.io.formats.ser:SERDataSet",
+    "tvips": "raytile.io.formats.tvips:TVIPSDataSet",
 }
 
 
