@@ -549,3 +549,18 @@ def test_tvips_scan_detection_and_series_files(inline_ctx, tmp_path, rng):
     os.remove(paths[0])
     with pytest.raises(DataSetException, match="first file .*scan_000.tvips .*is missing"):
         inline_ctx.load("tvips", path=paths[2])
+
+
+@pytest.mark.parametrize("fmt", sorted(set(MAKERS) - {"dm_stack"}))
+def test_auto_detects_each_format(inline_ctx, tmp_path, rng, fmt):
+    """``ctx.load("auto", path=...)`` (where the branch providing it is merged) opens the same frames."""
+    from raytile.io.formats import known_formats
+
+    if "auto" not in known_formats():
+        pytest.skip("the auto format is not registered in this tree")
+    w = MAKERS[fmt](str(tmp_path), (4, 4), rng)
+    ds = inline_ctx.load("auto", path=w.path)
+    assert isinstance(ds, get_format(w.name))
+    res = inline_ctx.run_udf(dataset=ds, udf=SumUDF(dtype="float64"))
+    np.testing.assert_array_equal(res["intensity"].data,
+                                  w.frames.reshape((16,) + w.frames.shape[2:]).astype(np.float64).sum(axis=0))
