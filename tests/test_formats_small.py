@@ -1,4 +1,4 @@
-"""EMPAD, MRC, BLO and DM files written from their documented layouts, read back exactly.
+"""EMPAD, MRC, BLO, DM, SEQ, SER and TVIPS files written from their documented layouts, read back exactly.
 
 Every format: exact integer sums, ROI, sync_offset, several partitions and
 tilings on every IO backend against numpy on the written frames; the same
@@ -32,29 +32,9 @@ from raytile.io.testing.seq import write_seq, write_seq_bad_pixels
 from raytile.io.testing.ser import write_ser
 from raytile.io.testing.tvips import write_tvips
 from raytile.udf import SumSigUDF, SumUDF
+from test_io_formats import RecordTiles  # copies every tile with its slice
 
 BACKENDS = ["mmap", "buffered", "direct"]
-
-
-class RecordTiles(rt.UDF):
-    """Copies every tile into a nav x sig array (checks tiles land where their slices say)."""
-
-    def __init__(self, depth=None, total_size=None):
-        super().__init__(depth=depth, total_size=total_size)
-
-    def get_result_buffers(self):
-        return {"s": self.buffer(kind="nav", dtype="float64")}
-
-    def get_tiling_preferences(self):
-        return {k: v for k, v in (("depth", self.params.depth), ("total_size", self.params.total_size))
-                if v is not None}
-
-    def process_tile(self, tile):
-        self.results.s[:] += tile.reshape(tile.shape[0], -1).sum(axis=1)
-        RecordTiles.seen.append((self.meta.slice, np.array(tile)))
-
-
-RecordTiles.seen = []
 
 
 @dataclass

@@ -156,6 +156,18 @@ class FrameFileDataSet(FileDataSet):
         return DataSetMeta(shape=Shape(tuple(nav) + tuple(sig), sig_dims=len(sig)),
                            raw_dtype=dtype.newbyteorder("="), sync_offset=self._sync_offset)
 
+    @classmethod
+    def _probe(cls, path: str, extensions: tuple[str, ...]) -> tuple["FrameFileDataSet", FrameLayout] | None:
+        """For ``detect_params``: the data set of ``path`` and its layout, or None when ``path`` does not
+        end with one of ``extensions`` (lower case) or its header is not this format's."""
+        if not str(path).lower().endswith(extensions):
+            return None
+        try:
+            ds = cls(path=path)
+            return ds, ds._read_layout()
+        except (DataSetException, OSError):
+            return None
+
     def get_diagnostics(self) -> list[dict[str, Any]]:
         diag = super().get_diagnostics()
         if self._layout is not None:

@@ -167,13 +167,10 @@ class TVIPSDataSet(FrameFileDataSet):
     @classmethod
     def detect_params(cls, path: str) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape", "sync_offset"}`` of a TVIPS series, else None."""
-        if not str(path).lower().endswith(".tvips"):
+        probe = cls._probe(path, (".tvips",))
+        if probe is None:
             return None
-        try:
-            ds = cls(path=path)
-            layout = ds._read_layout()
-        except (DataSetException, OSError):
-            return None
+        ds, layout = probe
         nav = layout.nav_shape
         if math.prod(nav) + max(ds._sync_offset, 0) > layout.num_frames:
             nav = (layout.num_frames - max(ds._sync_offset, 0),)
