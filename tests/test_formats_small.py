@@ -544,3 +544,25 @@ def test_auto_detects_each_format(inline_ctx, tmp_path, rng, fmt):
     res = inline_ctx.run_udf(dataset=ds, udf=SumUDF(dtype="float64"))
     np.testing.assert_array_equal(res["intensity"].data,
                                   w.frames.reshape((16,) + w.frames.shape[2:]).astype(np.float64).sum(axis=0))
+
+
+@pytest.mark.parametrize("fmt", ["mrc", "blo", "seq", "ser", "tvips", "dm3"])
+def test_random_header_corruption_fails_cleanly(inline_ctx, tmp_path, rng, fmt):
+    """Header bytes overwritten at random: a DataSetException naming the file, or a read of the right size."""
+    w = MAKERS[fmt](str(tmp_path), (2, 3), rng)
+    target = w.params["path"]
+    good = Path(target).read_bytes()
+    span = min(len(good), 1024)
+    for _ in range(40):
+        bad = bytearray(good)
+        at = int(rng.integers(0, span - 4))
+        bad[at:at + 4] = rng.integers(0, 256, 4).astype(np.uint8).tobytes()
+        Path(target).write_bytes(bytes(bad))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ds = inline_ctx.load(w.name, **w.params)
+                res = inline_ctx.run_udf(dataset=ds, udf=SumSigUDF())
+            assert res["intensity"].data.size == 6
+        except DataSetException as e:
+            assert target in str(e) or str(tmp_path) in str(e), str(e)

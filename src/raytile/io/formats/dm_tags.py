@@ -172,6 +172,8 @@ class _Reader:
         return self.unpack(self.order + SIMPLE_TYPES[code][0])
 
     def struct_fields(self, info: list[int], at: int) -> list[int]:
+        if len(info) < at + 3:
+            raise self.fail(f"struct type info {info} is too short")
         n_fields = info[at + 2]
         types = info[at + 3:at + 3 + 2 * n_fields][1::2]
         if len(types) != n_fields or any(t not in SIMPLE_TYPES for t in types):

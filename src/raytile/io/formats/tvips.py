@@ -104,6 +104,7 @@ def detect_scan(files: list[File], h: dict[str, int]) -> tuple[int, tuple[int, .
         if raw.size < k * stride:
             raise DataSetException(f"{f.path}: TVIPS file too short for its image headers (truncated?)")
         xy = np.ascontiguousarray(raw.reshape(k, stride)[:, 68:76]).view("<f4").reshape(k, 2)
+        xy = np.where(np.isfinite(xy), xy, -1.0)  # NaN/inf: not a scan position
         scan += [(int(y), int(x)) for x, y in xy.tolist()]
     sync = None
     last_was_zero = False
