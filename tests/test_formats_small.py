@@ -392,6 +392,8 @@ def test_dm_order_index_thumbnail_and_stack_checks(inline_ctx, tmp_path, rng):
     _check(inline_ctx, ds, frames, tilings=((None, None),))
     ds = inline_ctx.load("dm", files=str(tmp_path / "e*.dm3"), nav_shape=(2, 3))
     _check(inline_ctx, ds, frames, tilings=((None, None),))
+    ds = inline_ctx.load("dm", path=paths, nav_shape=(2, 3))  # a list of files is a stack (LiberTEM: DMDataSet([...]))
+    _check(inline_ctx, ds, frames, tilings=((None, None),))
 
 
 def test_dm_corrupt_tag_trees_fail_cleanly(inline_ctx, tmp_path, rng):
