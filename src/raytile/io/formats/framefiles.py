@@ -5,10 +5,14 @@ dtype at a fixed byte stride (a frame, optionally with header/footer bytes
 around it) after a file header whose length the file itself states. A
 format reads its header in :meth:`FrameFileDataSet._read_layout` and
 returns a :class:`FrameLayout`; this base checks the user's ``nav_shape``,
-``sig_shape`` and ``sync_offset`` against it the way LiberTEM 0.16 does
-(same parameter names and defaults) and reads the frames through
+``sig_shape`` and ``sync_offset`` against it (LiberTEM 0.16's parameter
+names and defaults; as raytile's ``raw``, and unlike LiberTEM, a nav shape
+needing more frames than the file holds is an error unless a
+``sync_offset`` asks for blank frames) and reads the frames through
 :class:`~raytile.io.fileset.FileSet` and the IO backends (mmap, buffered,
-direct; "straight" zero-copy reads where no conversion is needed).
+direct; "straight" zero-copy reads where no conversion is needed). The
+headers are parsed with ``struct``/numpy, so nothing is compiled: a fresh
+worker reads its first tile without numba.
 
 Example::
 
