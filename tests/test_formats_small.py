@@ -170,6 +170,7 @@ def test_sync_offset_and_reshape(inline_ctx, tmp_path, rng, fmt):
     _check(inline_ctx, ds, flat[:5].reshape((5,) + new_sig), tilings=((None, None),))
 
 
+@pytest.mark.ray
 def test_every_format_on_both_executors(ctx, tmp_path, rng):
     """The formats on the inline executor and on Ray (initialised on a worker, partitions read there)."""
     for fmt, make in sorted(MAKERS.items()):
