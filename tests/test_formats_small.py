@@ -569,3 +569,21 @@ def test_random_header_corruption_fails_cleanly(inline_ctx, tmp_path, rng, fmt):
             assert res["intensity"].data.size == 6
         except DataSetException as e:
             assert target in str(e) or str(tmp_path) in str(e), str(e)
+
+
+def test_dm_tag_tree_unknown_types_and_flat_numbers(inline_ctx, tmp_path, rng):
+    from raytile.io.formats.dm_tags import flat_numbers, read_dm_tags
+
+    frames = rng.integers(0, 1000, (3, 4, 5)).astype(np.uint16)
+    odd = (("Future", [99, 7], b"\x01" * 13),)  # a type this reader does not know
+    p4 = write_dm(str(tmp_path / "u.dm4"), frames, version=4, extra_tags=odd)
+    ds = inline_ctx.load("dm", path=p4)  # DM4 states each tag's size: the unknown tag is passed over
+    _check(inline_ctx, ds, frames, tilings=((None, None),))
+    p3 = write_dm(str(tmp_path / "u.dm3"), frames, version=3, extra_tags=odd)
+    with pytest.raises(DataSetException, match="unknown tag type 99"):
+        inline_ctx.load("dm", path=p3)
+    flat = flat_numbers(read_dm_tags(p4).root)
+    assert flat[".HasWindowPosition"] is True and flat[".DocumentObjectList.1.AnnotationType"] == 20
+    assert flat[".ImageList.1.ImageData.DataType"] == 23 and flat[".ImageList.2.ImageData.DataType"] == 10
+    assert flat[".ImageList.2.ImageData.Dimensions.3"] == 3 and flat[".ImageList.2.ImageData.PixelDepth"] == 2
+    assert ".Future" not in flat
