@@ -1,4 +1,4 @@
-"""EMPAD, MRC, BLO and DM files written from their documented layouts, read back exactly.
+"""EMPAD, MRC, BLO, DM, SEQ, SER and TVIPS files written from their documented layouts, read back exactly.
 
 Every format: exact integer sums, ROI, sync_offset, several partitions and
 tilings on every IO backend against numpy on the written frames; the same
@@ -13,6 +13,7 @@ import math
 import os
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -27,30 +28,13 @@ from raytile.io.testing.blo import write_blo
 from raytile.io.testing.dm import write_dm
 from raytile.io.testing.empad import write_empad
 from raytile.io.testing.mrc import write_mrc
+from raytile.io.testing.seq import write_seq, write_seq_bad_pixels
+from raytile.io.testing.ser import write_ser
+from raytile.io.testing.tvips import write_tvips
 from raytile.udf import SumSigUDF, SumUDF
+from test_io_formats import RecordTiles  # copies every tile with its slice
 
 BACKENDS = ["mmap", "buffered", "direct"]
-
-
-class RecordTiles(rt.UDF):
-    """Copies every tile into a nav x sig array (checks tiles land where their slices say)."""
-
-    def __init__(self, depth=None, total_size=None):
-        super().__init__(depth=depth, total_size=total_size)
-
-    def get_result_buffers(self):
-        return {"s": self.buffer(kind="nav", dtype="float64")}
-
-    def get_tiling_preferences(self):
-        return {k: v for k, v in (("depth", self.params.depth), ("total_size", self.params.total_size))
-                if v is not None}
-
-    def process_tile(self, tile):
-        self.results.s[:] += tile.reshape(tile.shape[0], -1).sum(axis=1)
-        RecordTiles.seen.append((self.meta.slice, np.array(tile)))
-
-
-RecordTiles.seen = []
 
 
 @dataclass
@@ -103,10 +87,32 @@ def _dm_stack(tmp, nav, rng, dtype="float32", sig=(5, 6)):
     return Written("dm", {"files": paths, "nav_shape": nav}, frames, paths[-1])
 
 
+def _seq(tmp, nav, rng, dtype="uint16", sig=(8, 6), version=5):
+    frames = rng.integers(0, 4000, nav + sig).astype(dtype)
+    p = write_seq(os.path.join(tmp, "a.seq"), frames, version=version, footer_bytes=8 * int(rng.integers(1, 4)))
+    return Written("seq", {"path": p, "nav_shape": nav}, frames, p)
+
+
+def _ser(tmp, nav, rng, dtype="uint16", sig=(7, 6), version=0x0220, tags_at_end=False):
+    frames = rng.integers(0, 4000, nav + sig).astype(dtype)
+    p = write_ser(os.path.join(tmp, "a.ser"), frames, version=version, tags_at_end=tags_at_end)
+    return Written("ser", {"path": p}, frames, p)
+
+
+def _tvips(tmp, nav, rng, dtype="uint16", sig=(6, 7), frames_per_file=4, version=2):
+    """A series of several files (no scan positions: the nav shape is given)."""
+    frames = rng.integers(0, 4000, nav + sig).astype(dtype)
+    paths = write_tvips(tmp, frames.reshape((-1,) + sig), frames_per_file=frames_per_file, version=version)
+    return Written("tvips", {"path": paths[0], "nav_shape": nav}, frames, paths[-1])
+
+
 MAKERS: dict[str, Callable] = {"empad": _empad, "mrc": _mrc, "blo": _blo, "dm4": _dm4, "dm3": _dm3,
-                               "dm_stack": _dm_stack}
+                               "dm_stack": _dm_stack, "seq": _seq, "ser": _ser, "tvips": _tvips}
 #: One maker per format name, for the tests that give one format another's file.
-FORMAT_MAKERS = {"empad": _empad, "mrc": _mrc, "blo": _blo, "dm": _dm4}
+FORMAT_MAKERS = {"empad": _empad, "mrc": _mrc, "blo": _blo, "dm": _dm4, "seq": _seq, "ser": _ser,
+                 "tvips": _tvips}
+#: Formats whose nav_shape is required (LiberTEM's too).
+NAV_REQUIRED = {"seq"}
 
 
 def _check(ctx, ds, frames, roi=None, tilings=((None, None), (3, 100))):
@@ -164,6 +170,7 @@ def test_sync_offset_and_reshape(inline_ctx, tmp_path, rng, fmt):
     _check(inline_ctx, ds, flat[:5].reshape((5,) + new_sig), tilings=((None, None),))
 
 
+@pytest.mark.ray
 def test_every_format_on_both_executors(ctx, tmp_path, rng):
     """The formats on the inline executor and on Ray (initialised on a worker, partitions read there)."""
     for fmt, make in sorted(MAKERS.items()):
@@ -183,8 +190,9 @@ def test_same_frames_as_libertem(inline_ctx, tmp_path, rng, fmt):
     from libertem.udf.sum import SumUDF as LTSumUDF
     from libertem.udf.sumsigudf import SumSigUDF as LTSumSigUDF
 
-    w = MAKERS[fmt](str(tmp_path), (4, 4), rng)
-    params = {k: v for k, v in w.params.items() if k != "nav_shape"}
+    # (LiberTEM 0.16 reads a TVIPS series without scan positions only from one file)
+    w = MAKERS[fmt](str(tmp_path), (4, 4), rng, **({"frames_per_file": 100} if fmt == "tvips" else {}))
+    params = {k: v for k, v in w.params.items() if k != "nav_shape" or w.name in NAV_REQUIRED}
     lt_ctx = lt_api.Context.make_with("inline")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -199,7 +207,7 @@ def test_same_frames_as_libertem(inline_ctx, tmp_path, rng, fmt):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(fmt=st.sampled_from(["mrc", "blo", "dm3", "dm4"]), n=st.integers(1, 7), h=st.integers(1, 5), w=st.integers(1, 5),
+@given(fmt=st.sampled_from(["mrc", "blo", "dm3", "dm4", "seq", "ser", "tvips"]), n=st.integers(1, 7), h=st.integers(1, 5), w=st.integers(1, 5),
        dtype=st.sampled_from(["uint8", "int16", "uint16", "float32"]), seed=st.integers(0, 2**31))
 def test_round_trip_tiny(inline_ctx, tmp_path_factory, fmt, n, h, w, dtype, seed):
     rng = np.random.default_rng(seed)
@@ -210,6 +218,15 @@ def test_round_trip_tiny(inline_ctx, tmp_path_factory, fmt, n, h, w, dtype, seed
     elif fmt == "mrc":
         dtype = "int8" if dtype == "uint8" else dtype
         written = _mrc(tmp, (n,), rng, dtype=dtype, sig=(h, w))
+    elif fmt == "seq":
+        dtype = {"int16": "uint16", "float32": "uint32"}.get(dtype, dtype)
+        written = _seq(tmp, (n,), rng, dtype=dtype, sig=(h, w), version=4 + seed % 2)
+    elif fmt == "ser":
+        written = _ser(tmp, (1, n), rng, dtype=dtype, sig=(h, w), version=(0x0210, 0x0220)[seed % 2],
+                       tags_at_end=bool(seed % 3))
+    elif fmt == "tvips":
+        dtype = "uint8" if np.dtype(dtype).itemsize == 1 else "uint16"
+        written = _tvips(tmp, (n,), rng, dtype=dtype, sig=(h, w), frames_per_file=1 + seed % 4, version=1 + seed % 2)
     elif fmt == "dm3":
         written = _dm3(tmp, (n,), rng, dtype=dtype, sig=(h, w))
     else:
@@ -246,9 +263,9 @@ def test_wrong_nav_or_sig_shape(inline_ctx, tmp_path, rng, fmt):
         inline_ctx.load(w.name, **base, nav_shape=(4, 3))
     assert str(tmp_path) in str(e.value)
     with pytest.raises(DataSetException, match="sig_shape"):
-        inline_ctx.load(w.name, **base, sig_shape=(5, 5))
+        inline_ctx.load(w.name, **base, nav_shape=(2, 3), sig_shape=(5, 5))
     with pytest.raises(DataSetException, match="sync_offset 6 reads no frame"):
-        inline_ctx.load(w.name, **base, sync_offset=6)
+        inline_ctx.load(w.name, **base, nav_shape=(2, 3), sync_offset=6)
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMAT_MAKERS))
@@ -260,12 +277,11 @@ def test_file_of_another_format(inline_ctx, tmp_path, rng, fmt):
             d = tmp_path / other
             d.mkdir()
             others.append(make(str(d), (2, 3), rng).path)
-    junk = tmp_path / ("junk" + {"empad": ".xml", "mrc": ".mrc", "blo": ".blo", "dm": ".dm4"}[fmt])
+    junk = tmp_path / ("junk" + {"empad": ".xml", "mrc": ".mrc", "blo": ".blo", "dm": ".dm4", "seq": ".seq", "ser": ".ser", "tvips": ".tvips"}[fmt])
     junk.write_bytes(b"hello, this is not a detector file\n" * 3)
     for p in others + [str(junk)]:
         with pytest.raises(DataSetException) as e:
-            kwargs = {"nav_shape": (2, 3)} if p.endswith(".raw") else {}
-            inline_ctx.load(fmt, path=p, **kwargs)
+            inline_ctx.load(fmt, path=p, nav_shape=(2, 3))
         assert os.path.basename(p) in str(e.value), str(e.value)
 
 
@@ -307,7 +323,7 @@ def test_detect_params(tmp_path, rng):
         cls = get_format(w.name)
         params = cls.detect_params(w.path)
         assert params is not None and params["path"] == w.path, key
-        nav = (4, 4) if key not in ("dm3", "dm_stack") else ((16,) if key == "dm3" else (1,))
+        nav = {"dm3": (16,), "dm_stack": (1,), "tvips": (16,)}.get(key, (4, 4))
         assert tuple(params["nav_shape"]) == nav and tuple(params["sig_shape"]) == w.frames.shape[2:], key
         for other, ow in written.items():
             if ow.name != w.name:
@@ -377,13 +393,15 @@ def test_dm_order_index_thumbnail_and_stack_checks(inline_ctx, tmp_path, rng):
     _check(inline_ctx, ds, frames, tilings=((None, None),))
     ds = inline_ctx.load("dm", files=str(tmp_path / "e*.dm3"), nav_shape=(2, 3))
     _check(inline_ctx, ds, frames, tilings=((None, None),))
+    ds = inline_ctx.load("dm", path=paths, nav_shape=(2, 3))  # a list of files is a stack (LiberTEM: DMDataSet([...]))
+    _check(inline_ctx, ds, frames, tilings=((None, None),))
 
 
 def test_dm_corrupt_tag_trees_fail_cleanly(inline_ctx, tmp_path, rng):
     """Bytes of the tag structure overwritten at random: a DataSetException or a correct read, never a hang."""
     frames = rng.integers(0, 1000, (6, 4, 5)).astype(np.uint16)
     for version in (3, 4):
-        good = open(write_dm(str(tmp_path / f"g.dm{version}"), frames, version=version), "rb").read()
+        good = Path(write_dm(str(tmp_path / f"g.dm{version}"), frames, version=version)).read_bytes()
         p = tmp_path / f"bad.dm{version}"
         for trial in range(60):
             data = bytearray(good)
@@ -407,3 +425,165 @@ def test_dm_corrupt_tag_trees_fail_cleanly(inline_ctx, tmp_path, rng):
     p.write_bytes(b"\x00\x00\x00\x05" + good[4:])
     with pytest.raises(DataSetException, match="version word 5"):
         inline_ctx.load("dm", path=str(p))
+
+
+def test_seq_corrections_found_next_to_the_file(inline_ctx, tmp_path, rng):
+    frames = rng.integers(0, 4000, (2, 3, 8, 8)).astype(np.uint16)
+    dark = rng.integers(0, 50, (8, 8)).astype(np.float32)
+    gain = rng.choice([0.5, 1.0, 2.0], (8, 8)).astype(np.float32)
+    p = write_seq(str(tmp_path / "c.seq"), frames, dark=dark, gain=gain)
+    ds = inline_ctx.load("seq", path=p, nav_shape=(2, 3), num_partitions=2)
+    res = inline_ctx.run_udf(dataset=ds, udf=SumUDF(dtype="float64"))
+    want = ((frames.reshape(6, 8, 8).astype(np.float64) - dark) * gain).sum(axis=0)
+    np.testing.assert_allclose(res["intensity"].data, want, rtol=1e-6)
+    res = inline_ctx.run_udf(dataset=ds, udf=SumUDF(dtype="float64"), corrections=rt.CorrectionSet())
+    np.testing.assert_array_equal(res["intensity"].data, frames.reshape(6, 8, 8).sum(axis=0))
+    # bad pixels: a 12 x 12 sensor map, the frames are its window at (2, 3)
+    write_seq_bad_pixels(p, (12, 12), (8, 8), offset=(2, 3), rows=["3", "5-6"], columns=["9"],
+                         pixels=[(7, 4), (11, 11)])
+    ds = inline_ctx.load("seq", path=p, nav_shape=(2, 3))
+    mask = np.zeros((8, 8), bool)
+    mask[[1, 3, 4]] = True  # sensor rows 3, 5, 6
+    mask[:, 6] = True  # sensor column 9
+    mask[5, 1] = True  # sensor pixel (7, 4); (11, 11) lies outside the window
+    np.testing.assert_array_equal(ds.corrections.get_excluded_pixels().todense(), mask)
+    # LiberTEM 0.16 finds and applies the same dark, gain and bad pixels
+    lt_api = pytest.importorskip("libertem.api")
+    from libertem.udf.sum import SumUDF as LTSumUDF
+
+    lt_ds = lt_api.Context.make_with("inline").load("seq", path=p, nav_shape=(2, 3))
+    lt_res = lt_api.Context.make_with("inline").run_udf(dataset=lt_ds, udf=LTSumUDF())
+    np.testing.assert_array_equal(lt_ds.get_correction_data().get_excluded_pixels().todense(), mask)
+    res = inline_ctx.run_udf(dataset=ds, udf=SumUDF())
+    np.testing.assert_allclose(res["intensity"].data, lt_res["intensity"].data, rtol=1e-5)
+    assert ds.get_correction_data().get_dark_frame() is not None
+    # a corrections= parameter replaces what the files give
+    own = rt.CorrectionSet(dark=np.ones((8, 8), np.float32))
+    ds = inline_ctx.load("seq", path=p, nav_shape=(2, 3), corrections=own)
+    res = inline_ctx.run_udf(dataset=ds, udf=SumUDF(dtype="float64"))
+    np.testing.assert_array_equal(res["intensity"].data, frames.reshape(6, 8, 8).sum(axis=0) - 6)
+
+
+def test_seq_bad_headers(inline_ctx, tmp_path, rng):
+    frames = rng.integers(0, 200, (6, 5, 3)).astype(np.uint8)
+    odd = write_seq(str(tmp_path / "odd.seq"), frames, version=4, footer_bytes=13)  # odd frame stride
+    ds = inline_ctx.load("seq", path=odd, nav_shape=(2, 3), io_backend="buffered")
+    assert ds.fileset.files[0].file_header == 1024
+    _check(inline_ctx, ds, frames.reshape(2, 3, 5, 3), tilings=((None, None), (2, 4)))
+    w = _seq(str(tmp_path), (2, 3), rng, version=4)
+    with pytest.raises(rt.common.errors.ConfigValidationError, match="nav_shape"):
+        inline_ctx.load("seq", path=w.path)
+    good = Path(w.path).read_bytes()
+    for at, value, match in [(620, 1, "compressed"), (568, 101, "not monochrome"), (556, 12, "12 bits"),
+                             (580, 3, "smaller than a frame")]:
+        bad = bytearray(good)
+        bad[at:at + 4] = value.to_bytes(4, "little")
+        Path(w.path).write_bytes(bytes(bad))
+        with pytest.raises(DataSetException, match=match) as e:
+            inline_ctx.load("seq", path=w.path, nav_shape=(2, 3))
+        assert w.path in str(e.value)
+
+
+def test_ser_uneven_offsets_spare_slots_and_corrupt(inline_ctx, tmp_path, rng):
+    frames = rng.integers(0, 4000, (2, 5, 6, 4)).astype(np.int32)
+    p = write_ser(str(tmp_path / "u.ser"), frames, version=0x0210, spare_elements=3, pad_after=(2, 3, 7))
+    for backend in BACKENDS:
+        ds = inline_ctx.load("ser", path=p, num_partitions=3, io_backend=backend)
+        assert int(dict((d["name"], d["value"]) for d in ds.get_diagnostics())["runs of equal stride"]) == 4
+        _check(inline_ctx, ds, frames, tilings=((None, None), (3, 10)))
+    good = Path(p).read_bytes()
+    for at, value, match in [(0, 0x4d4d, "not a TIA SER"), (4, 0x0300, "series version"),
+                             (6, 0x4121, "DataTypeID")]:
+        bad = bytearray(good)
+        bad[at:at + 2] = value.to_bytes(2, "little")
+        Path(p).write_bytes(bytes(bad))
+        with pytest.raises(DataSetException, match=match) as e:
+            inline_ctx.load("ser", path=p)
+        assert p in str(e.value)
+    bad = bytearray(good)
+    bad[22:26] = (len(good) - 4).to_bytes(4, "little")  # the offset array beyond the end
+    Path(p).write_bytes(bytes(bad))
+    with pytest.raises(DataSetException, match="too short for its SER data offset array"):
+        inline_ctx.load("ser", path=p)
+
+
+def test_tvips_scan_detection_and_series_files(inline_ctx, tmp_path, rng):
+    frames = rng.integers(0, 4000, (26, 5, 4)).astype(np.uint16)
+    lead = 3  # frames before the scan; a 4 x 5 scan follows, then 3 more frames
+    paths = write_tvips(str(tmp_path), frames, frames_per_file=10, scan_width=5, lead_in=lead)
+    ds = inline_ctx.load("tvips", path=paths[2], num_partitions=2)
+    assert ds.shape.to_tuple() == (4, 5, 5, 4) and ds.meta.sync_offset == lead
+    _check(inline_ctx, ds, frames[lead:lead + 20].reshape(4, 5, 5, 4), tilings=((None, None), (3, 7)))
+    assert get_format("tvips").detect_params(paths[1]) == {"path": paths[1], "nav_shape": (4, 5),
+                                                           "sig_shape": (5, 4), "sync_offset": lead}
+    lt_api = pytest.importorskip("libertem.api")
+    from libertem.udf.sum import SumUDF as LTSumUDF
+
+    lt_ctx = lt_api.Context.make_with("inline")
+    lt_ds = lt_ctx.load("tvips", path=paths[0])
+    assert tuple(lt_ds.shape) == ds.shape.to_tuple() and lt_ds._sync_offset == lead
+    np.testing.assert_array_equal(lt_ctx.run_udf(dataset=lt_ds, udf=LTSumUDF())["intensity"].data,
+                                  inline_ctx.run_udf(dataset=ds, udf=SumUDF())["intensity"].data)
+    ds = inline_ctx.load("tvips", path=paths[0], sync_offset=0, nav_shape=(26,))  # given values win
+    _check(inline_ctx, ds, frames, tilings=((None, None),))
+    os.remove(paths[1])
+    with pytest.raises(DataSetException, match=r"files missing: suffixes \[1\]"):
+        inline_ctx.load("tvips", path=paths[0])
+    os.remove(paths[0])
+    with pytest.raises(DataSetException, match="first file .*scan_000.tvips .*is missing"):
+        inline_ctx.load("tvips", path=paths[2])
+
+
+@pytest.mark.parametrize("fmt", sorted(set(MAKERS) - {"dm_stack"}))
+def test_auto_detects_each_format(inline_ctx, tmp_path, rng, fmt):
+    """``ctx.load("auto", path=...)`` (where the branch providing it is merged) opens the same frames."""
+    from raytile.io.formats import known_formats
+
+    if "auto" not in known_formats():
+        pytest.skip("the auto format is not registered in this tree")
+    w = MAKERS[fmt](str(tmp_path), (4, 4), rng)
+    ds = inline_ctx.load("auto", path=w.path)
+    assert isinstance(ds, get_format(w.name))
+    res = inline_ctx.run_udf(dataset=ds, udf=SumUDF(dtype="float64"))
+    np.testing.assert_array_equal(res["intensity"].data,
+                                  w.frames.reshape((16,) + w.frames.shape[2:]).astype(np.float64).sum(axis=0))
+
+
+@pytest.mark.parametrize("fmt", ["mrc", "blo", "seq", "ser", "tvips", "dm3"])
+def test_random_header_corruption_fails_cleanly(inline_ctx, tmp_path, rng, fmt):
+    """Header bytes overwritten at random: a DataSetException naming the file, or a read of the right size."""
+    w = MAKERS[fmt](str(tmp_path), (2, 3), rng)
+    target = w.params["path"]
+    good = Path(target).read_bytes()
+    span = min(len(good), 1024)
+    for _ in range(40):
+        bad = bytearray(good)
+        at = int(rng.integers(0, span - 4))
+        bad[at:at + 4] = rng.integers(0, 256, 4).astype(np.uint8).tobytes()
+        Path(target).write_bytes(bytes(bad))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ds = inline_ctx.load(w.name, **w.params)
+                res = inline_ctx.run_udf(dataset=ds, udf=SumSigUDF())
+            assert res["intensity"].data.size == 6
+        except DataSetException as e:
+            assert target in str(e) or str(tmp_path) in str(e), str(e)
+
+
+def test_dm_tag_tree_unknown_types_and_flat_numbers(inline_ctx, tmp_path, rng):
+    from raytile.io.formats.dm_tags import flat_numbers, read_dm_tags
+
+    frames = rng.integers(0, 1000, (3, 4, 5)).astype(np.uint16)
+    odd = (("Future", [99, 7], b"\x01" * 13),)  # a type this reader does not know
+    p4 = write_dm(str(tmp_path / "u.dm4"), frames, version=4, extra_tags=odd)
+    ds = inline_ctx.load("dm", path=p4)  # DM4 states each tag's size: the unknown tag is passed over
+    _check(inline_ctx, ds, frames, tilings=((None, None),))
+    p3 = write_dm(str(tmp_path / "u.dm3"), frames, version=3, extra_tags=odd)
+    with pytest.raises(DataSetException, match="unknown tag type 99"):
+        inline_ctx.load("dm", path=p3)
+    flat = flat_numbers(read_dm_tags(p4).root)
+    assert flat[".HasWindowPosition"] is True and flat[".DocumentObjectList.1.AnnotationType"] == 20
+    assert flat[".ImageList.1.ImageData.DataType"] == 23 and flat[".ImageList.2.ImageData.DataType"] == 10
+    assert flat[".ImageList.2.ImageData.Dimensions.3"] == 3 and flat[".ImageList.2.ImageData.PixelDepth"] == 2
+    assert ".Future" not in flat

@@ -27,6 +27,9 @@ _FORMATS: dict[str, str] = {
     "dm": "raytile.io.formats.dm:DMDataSet",
     "mib": "raytile.io.formats.mib:MIBDataSet",
     "auto": "raytile.io.formats.auto:AutoDataSet",
+    "seq": "raytile.io.formats.seq:SEQDataSet",
+    "ser": "raytile.io.formats.ser:SERDataSet",
+    "tvips": "raytile.io.formats.tvips:TVIPSDataSet",
 }
 
 

@@ -158,23 +158,25 @@ class DMDataSet(FrameFileDataSet):
 
     format_name = "dm"
     params_schema = {
-        "path": {"type": "path"},
+        "path": {"type": "paths"},
         "files": {"type": "paths"},
         "same_offset": {"type": "bool"},
         "force_c_order": {"type": "bool"},
         "dataset_index": {"type": "int", "min": 0},
     }
 
-    def __init__(self, path: str | None = None, files: str | list[str] | None = None, *,
+    def __init__(self, path: str | list[str] | None = None, files: str | list[str] | None = None, *,
                  same_offset: bool = False, force_c_order: bool = False, dataset_index: int | None = None,
                  **kwargs: Any):
+        if isinstance(path, list) and files is None:  # LiberTEM's DMDataSet(["a.dm4", ...]): a stack
+            path, files = None, path
         if (path is None) == (files is None):
             raise ConfigValidationError("dm: give either 'path' (one DM file) or 'files' (a stack of DM files)")
         self._files_in = files
         self._same_offset = same_offset
         self._force_c_order = force_c_order
         self._dataset_index = dataset_index
-        first = path if path is not None else (files[0] if isinstance(files, list) else files)
+        first = path if isinstance(path, str) else (files[0] if isinstance(files, list) else files)
         super().__init__(first or "", **kwargs)
 
     def _check_inputs(self) -> None:

@@ -38,7 +38,7 @@ import numpy as np
 
 from raytile.common.errors import DataSetException
 
-__all__ = ["DMTree", "TagGroup", "ArrayRef", "read_dm_tags", "tag_text", "SIMPLE_TYPES"]
+__all__ = ["DMTree", "TagGroup", "ArrayRef", "read_dm_tags", "tag_text", "flat_numbers", "SIMPLE_TYPES"]
 
 #: Simple DM tag types: code -> (struct format char, numpy kind+size).
 SIMPLE_TYPES: dict[int, tuple[str, str]] = {
@@ -50,6 +50,7 @@ _GROUP, _DATA = 20, 21
 #: Arrays with more elements than this are left in the file (an :class:`ArrayRef`).
 _INLINE_ARRAY_MAX = 4096
 _MAX_DEPTH = 64
+_SKIPPED = object()  # a DM4 tag of a type this reader does not know, passed over by its byte size
 
 
 @dataclass(frozen=True)
@@ -145,26 +146,51 @@ class _Reader:
         entries = []
         for _ in range(n):
             kind = self.unpack("B")
+            if kind == 0:  # an end mark: some writers close a group early
+                break
             name_len = self.unpack(">H")
             name = self.read(name_len).decode("latin-1")
+            end = None
             if self.version == 4:
-                self.read(8)  # the tag's byte size
+                size = self.unpack(">Q")  # the tag's byte size: unknown data types are skipped by it
+                end = self.f.tell() + size
+                if end > self.size:
+                    raise self.fail(f"tag {name!r} of {size} bytes runs past the end of the file (truncated?)")
             if kind == _GROUP:
                 entries.append((name, self.group(depth + 1)))
             elif kind == _DATA:
-                entries.append((name, self.data()))
+                entries.append((name, self.data(skippable=end is not None)))
             else:
                 raise self.fail(f"tag {name!r} of unknown kind {kind} (expected 20 or 21)")
+            if end is not None and entries[-1][1] is _SKIPPED:
+                self.f.seek(end)
+                entries.pop()
         return TagGroup(entries)
 
-    def data(self) -> Any:
+    def data(self, skippable: bool = False) -> Any:
+        """A data tag's value; with ``skippable`` (DM4: the caller knows the tag's end) a value of an
+        unknown type comes back as ``_SKIPPED`` instead of failing."""
         if self.read(4) != b"%%%%":
             raise self.fail("a data tag lacks its '%%%%' mark")
         n_info = self.count("type-info length", self.wsize)
         info = [int(self.unpack(self.word)) for _ in range(n_info)]
         if not info:
             raise self.fail("a data tag has no type")
+        if skippable and not self.known(info):
+            return _SKIPPED
         return self.value(info)
+
+    def known(self, info: list[int]) -> bool:
+        code = info[0]
+        if code in SIMPLE_TYPES or code == _STRING:
+            return True
+        if code == _STRUCT:
+            return len(info) >= 3 and all(t in SIMPLE_TYPES for t in info[4:4 + 2 * info[2]:2])
+        if code == _ARRAY and len(info) >= 3:
+            if info[1] == _STRUCT:
+                return len(info) >= 5 and all(t in SIMPLE_TYPES for t in info[5:5 + 2 * info[3]:2])
+            return info[1] in SIMPLE_TYPES
+        return False
 
     def simple(self, code: int) -> Any:
         if code not in SIMPLE_TYPES:
@@ -172,6 +198,8 @@ class _Reader:
         return self.unpack(self.order + SIMPLE_TYPES[code][0])
 
     def struct_fields(self, info: list[int], at: int) -> list[int]:
+        if len(info) < at + 3:
+            raise self.fail(f"struct type info {info} is too short")
         n_fields = info[at + 2]
         types = info[at + 3:at + 3 + 2 * n_fields][1::2]
         if len(types) != n_fields or any(t not in SIMPLE_TYPES for t in types):
@@ -214,6 +242,20 @@ class _Reader:
         if n < 0 or self.f.tell() + n > self.size:
             raise self.fail(f"an array of {n} bytes runs past the end of the file ({self.size} bytes; truncated?)")
         self.f.seek(n, os.SEEK_CUR)
+
+
+def flat_numbers(group: TagGroup, prefix: str = "") -> dict[str, Any]:
+    """The simple-typed values (numbers, bools) under ``group``, flat, named as ncempy and LiberTEM name
+    them: the labels from the root down, each preceded by a dot (``".SI Dimensions.Size Y"``), an
+    unlabelled entry by its 1-based position in its group (``".ImageList.2.ImageData.DataType"``)."""
+    out: dict[str, Any] = {}
+    for i, (name, value) in enumerate(group.entries):
+        key = f"{prefix}.{name or i + 1}"
+        if isinstance(value, TagGroup):
+            out.update(flat_numbers(value, key))
+        elif isinstance(value, (int, float, bool)):
+            out[key] = value
+    return out
 
 
 def read_dm_tags(path: str) -> DMTree:

@@ -128,11 +128,7 @@ class EMPADDataSet(FrameFileDataSet):
     @classmethod
     def detect_params(cls, path: str) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape"}`` for an EMPAD ``.xml`` whose raw file fits its scan, else None."""
-        if not str(path).lower().endswith(".xml"):
+        probe = cls._probe(path, (".xml",))
+        if probe is None:
             return None
-        try:
-            ds = cls(path=path)
-            layout = ds._read_layout()
-        except (DataSetException, OSError):
-            return None
-        return {"path": path, "nav_shape": layout.nav_shape, "sig_shape": EMPAD_SIG_SHAPE}
+        return {"path": path, "nav_shape": probe[1].nav_shape, "sig_shape": EMPAD_SIG_SHAPE}

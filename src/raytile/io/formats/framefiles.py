@@ -5,10 +5,14 @@ dtype at a fixed byte stride (a frame, optionally with header/footer bytes
 around it) after a file header whose length the file itself states. A
 format reads its header in :meth:`FrameFileDataSet._read_layout` and
 returns a :class:`FrameLayout`; this base checks the user's ``nav_shape``,
-``sig_shape`` and ``sync_offset`` against it the way LiberTEM 0.16 does
-(same parameter names and defaults) and reads the frames through
+``sig_shape`` and ``sync_offset`` against it (LiberTEM 0.16's parameter
+names and defaults; as raytile's ``raw``, and unlike LiberTEM, a nav shape
+needing more frames than the file holds is an error unless a
+``sync_offset`` asks for blank frames) and reads the frames through
 :class:`~raytile.io.fileset.FileSet` and the IO backends (mmap, buffered,
-direct; "straight" zero-copy reads where no conversion is needed).
+direct; "straight" zero-copy reads where no conversion is needed). The
+headers are parsed with ``struct``/numpy, so nothing is compiled: a fresh
+worker reads its first tile without numba.
 
 Example::
 
@@ -155,6 +159,18 @@ class FrameFileDataSet(FileDataSet):
         self._native_dtype = dtype
         return DataSetMeta(shape=Shape(tuple(nav) + tuple(sig), sig_dims=len(sig)),
                            raw_dtype=dtype.newbyteorder("="), sync_offset=self._sync_offset)
+
+    @classmethod
+    def _probe(cls, path: str, extensions: tuple[str, ...]) -> tuple["FrameFileDataSet", FrameLayout] | None:
+        """For ``detect_params``: the data set of ``path`` and its layout, or None when ``path`` does not
+        end with one of ``extensions`` (lower case) or its header is not this format's."""
+        if not str(path).lower().endswith(extensions):
+            return None
+        try:
+            ds = cls(path=path)
+            return ds, ds._read_layout()
+        except (DataSetException, OSError):
+            return None
 
     def get_diagnostics(self) -> list[dict[str, Any]]:
         diag = super().get_diagnostics()

@@ -97,14 +97,16 @@ class _Writer:
 
 
 def write_dm(path: str | os.PathLike, data: np.ndarray, version: int = 4, byteorder: str = "<",
-             thumbnail: bool = True, data_order_swapped: bool | None = None, fmt: str | None = None) -> str:
+             thumbnail: bool = True, data_order_swapped: bool | None = None, fmt: str | None = None,
+             extra_tags: tuple[tuple[str, list[int], bytes], ...] = ()) -> str:
     """Write ``data`` (2-D image, 3-D stack ``(n, h, w)`` or 4-D ``(ny, nx, h, w)``) as a DM3/DM4 file.
 
     The stored ``Dimensions`` are ``data``'s shape reversed (x first) and
     the values are written in C order. ``data_order_swapped`` writes the
     ``Meta Data`` tag of that name (4-D data is C-ordered only with it
     True); ``fmt`` the ``Format`` tag (default "Diffraction image" for 4-D,
-    "Image" otherwise).
+    "Image" otherwise); ``extra_tags`` adds data tags ``(name, type words, value bytes)`` to the root
+    (e.g. of a type a reader does not know).
     """
     data = np.asarray(data)
     w = _Writer(version, byteorder)
@@ -127,7 +129,7 @@ def write_dm(path: str | os.PathLike, data: np.ndarray, version: int = 4, byteor
         ("ImageList", w.group(images), g),
         ("InImageMode", w.simple(8, True), d),
         ("ThumbNails", w.struct_array([3, 3], [[0, 1], [8, 8]]), d),
-    ])
+    ] + [(name, w.data(info, payload), d) for name, info, payload in extra_tags])
     order_flag = 1 if byteorder == "<" else 0
     head = struct.pack(">i", version) + struct.pack(">Q" if version == 4 else ">I", len(root)) + \
         struct.pack(">i", order_flag)
