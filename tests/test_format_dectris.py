@@ -77,6 +77,28 @@ def test_roi_and_partitions(ctx, series):
         assert np.array_equal(got[roi.reshape(-1)], _sum_sig(data)[roi.reshape(-1)])
 
 
+class _ThreeFrameTiles(SumSigUDF):
+    """SumSigUDF on tiles of 3 frames: many tiles cut from one decoded block, a short one at the end."""
+
+    def get_tiling_preferences(self):
+        return {"depth": 3, "total_size": 1 << 30}
+
+
+def test_small_tiles_from_large_reads(inline_ctx, series, monkeypatch):
+    """Blocks of decoded frames (here 6, two tiles) are cut into the scheme's tiles, ROI and files crossed."""
+    from raytile.io.formats import dectris
+
+    data, _, masters = series
+    monkeypatch.setattr(dectris, "READ_BYTES", 6 * 255 * 2)
+    roi = np.ones(60, bool)
+    roi[[5, 17, 40, 41]] = False
+    ds = inline_ctx.load("dectris", path=masters["bslz4"], nav_shape=(60,), num_partitions=2)
+    got = inline_ctx.run_udf(dataset=ds, udf=_ThreeFrameTiles(dtype="int64"), roi=roi)["intensity"].data
+    assert np.array_equal(got[roi], _sum_sig(data)[roi])
+    assert np.array_equal(inline_ctx.run_udf(dataset=ds, udf=_ThreeFrameTiles(dtype="int64"))["intensity"].data,
+                          _sum_sig(data))
+
+
 @pytest.mark.parametrize("sync_offset", [3, -2])
 def test_sync_offset(inline_ctx, series, sync_offset):
     """Nav position i reads image i + sync_offset; images outside the series read as zeros."""

@@ -62,6 +62,8 @@ HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 _DETECTOR_SPECIFIC = "/entry/instrument/detector/detectorSpecific"
 _LINK_NAME = re.compile(r"^data_(\d+)$")
 _FILTER_BSLZ4, _FILTER_LZ4 = 32008, 32004
+#: Bytes of frames decoded per call in a worker, whatever the tile size (tiles are views of them).
+READ_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -316,30 +318,37 @@ class DectrisPartition(Partition):
         sig = self.meta.shape.sig.to_tuple()
         sig_dims = len(sig)
         depth = tiling_scheme.depth
+        # Decode READ_BYTES of frames per call (tiles of small frames are small: 32 ARINA frames are 590 kB),
+        # a whole number of tiles, and yield the tiles as views of it.
+        frame_bytes = math.prod(sig) * self.frame_dtype.itemsize
+        per_read = depth * max(1, READ_BYTES // max(1, depth * frame_bytes))
         reader = _FrameReader(self) if self.codec is not None else _H5Reader(self)
         raw: dict[int, np.ndarray] = {}
         conv: dict[tuple, np.ndarray] = {}
         whole = len(tiling_scheme.slices) == 1 and tiling_scheme.slices[0].shape.to_tuple() == sig
         try:
-            for b0 in range(0, len(images), depth):
-                block = images[b0:b0 + depth]
-                count = len(block)
-                buf = raw.get(count)
+            for r0 in range(0, len(images), per_read):
+                block = images[r0:r0 + per_read]
+                buf = raw.get(len(block))
                 if buf is None:
-                    buf = raw[count] = np.empty((count,) + sig, dtype=self.frame_dtype)
-                reader.read(block, buf.reshape(count, -1))
-                for s_idx, sl in enumerate(tiling_scheme.slices):
-                    data = buf if whole else buf[(slice(None),) + sl.get()]
-                    if data.dtype != dest_dtype or not whole:
-                        key = (s_idx, count)
-                        c = conv.get(key)
-                        if c is None:
-                            c = conv[key] = np.empty((count,) + sl.shape.to_tuple(), dtype=dest_dtype)
-                        np.copyto(c, data, casting="unsafe")
-                        data = c
-                    tile_slice = Slice((nav_origin + b0,) + sl.origin,
-                                       Shape((count,) + sl.shape.to_tuple(), sig_dims=sig_dims))
-                    yield DataTile(data, tile_slice, s_idx)
+                    raw.clear()
+                    buf = raw[len(block)] = np.empty((len(block),) + sig, dtype=self.frame_dtype)
+                reader.read(block, buf.reshape(len(block), -1))
+                for t0 in range(0, len(block), depth):
+                    tile = buf[t0:t0 + depth]
+                    count = tile.shape[0]
+                    for s_idx, sl in enumerate(tiling_scheme.slices):
+                        data = tile if whole else tile[(slice(None),) + sl.get()]
+                        if data.dtype != dest_dtype or not whole:
+                            key = (s_idx, count)
+                            c = conv.get(key)
+                            if c is None:
+                                c = conv[key] = np.empty((count,) + sl.shape.to_tuple(), dtype=dest_dtype)
+                            np.copyto(c, data, casting="unsafe")
+                            data = c
+                        tile_slice = Slice((nav_origin + r0 + t0,) + sl.origin,
+                                           Shape((count,) + sl.shape.to_tuple(), sig_dims=sig_dims))
+                        yield DataTile(data, tile_slice, s_idx)
         finally:
             reader.close()
 
@@ -361,6 +370,7 @@ class _FrameReader:
         self.part = part
         self.codec: int = part.codec
         self.maps: dict[int, np.ndarray] = {}
+        self.index: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.scratch = np.empty(0, np.uint8)
         if part.codec != bslz4.CODEC_RAW:
             bslz4.check_decoder()
@@ -393,7 +403,10 @@ class _FrameReader:
                 out[a:b] = 0
                 continue
             lf = part.files[fi]
-            offsets, sizes, skipped = _ChunkIndex.get(lf)
+            index = self.index.get(fi)
+            if index is None:
+                index = self.index[fi] = _ChunkIndex.get(lf)
+            offsets, sizes, skipped = index
             local = images[a:b] - lf.start
             offs, szs, skp = offsets[local], sizes[local], skipped[local]
             unwritten = offs < 0
