@@ -15,11 +15,12 @@ Calling the per-block kernels rather than ``bshuf_decompress_lz4`` keeps
 OpenMP out (its per-call thread team cost ~0.8 ms a frame on a busy
 machine) and lets every length be checked against the chunk first.
 
-Measured, 2000 frames of 96x96 uint16 in the page cache, one core, on a
-shared machine (load ~7, so absolute numbers are low): h5py + hdf5plugin
-0.48 GB/s, ``bitshuffle.decompress_lz4`` per chunk 0.48 GB/s,
-``lz4.block`` with a jitted unshuffle 0.11 GB/s, a pure numba LZ4 +
-unshuffle 0.13 GB/s, this loop 1.0-1.9 GB/s.
+Measured on one core (``python benchmarks/_formats_dectris.py --decoders``:
+4000 ARINA-like 96x96 uint16 frames in the page cache, a shared 2-core
+machine): HDF5's filter pipeline (h5py + hdf5plugin) 0.91 GB/s,
+``bitshuffle.decompress_lz4`` called per chunk 0.78 GB/s (one OpenMP
+thread), this loop 2.52 GB/s. A pure numba LZ4 + bit-unshuffle and
+``lz4.block`` with a jitted unshuffle were 5-8x slower than this loop.
 
 Layouts, from the filters' documentation (bitshuffle's ``bshuf_h5filter.c``
 and ``bitshuffle_core.c``, the HDF5 LZ4 filter 32004's description):
