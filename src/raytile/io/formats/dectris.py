@@ -152,16 +152,21 @@ def _linked_datasets(master: str, f) -> list[tuple[int, str, str]]:
     return sorted(out)
 
 
+def _open_h5(path: str, what: str):
+    """``h5py.File(path)``, or DataSetException ``what``: cannot open as HDF5 (naming the file)."""
+    h5py = h5py_with_filters()
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:
+        raise DataSetException(f"{what}: cannot open as HDF5: {e}") from None
+
+
 def read_master(path: str) -> MasterInfo:
     """Read a master file and look at every linked data set (DataSetException naming what is wrong)."""
     h5py = h5py_with_filters()
     if not os.path.isfile(path):
         raise DataSetException(f"file not found: {path}")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        raise DataSetException(f"{path}: cannot open as HDF5: {e}") from None
-    with f:
+    with _open_h5(path, path) as f:
         links = _linked_datasets(path, f)
         spec = f.get(_DETECTOR_SPECIFIC)
         nimages = _scalar(spec, "nimages") if spec is not None else None
@@ -174,11 +179,7 @@ def read_master(path: str) -> MasterInfo:
     for number, target, ds_path in links:
         if not os.path.isfile(target):
             raise DataSetException(f"{path}: data file of link data_{number:06d} is missing: {target}")
-        try:
-            df = h5py.File(target, "r")
-        except OSError as e:
-            raise DataSetException(f"{path}: data file {target} cannot be opened as HDF5: {e}") from None
-        with df:
+        with _open_h5(target, f"{path}: data file {target}") as df:
             ds = df.get(ds_path)
             if not isinstance(ds, h5py.Dataset):
                 raise DataSetException(f"{path}: data file {target} has no dataset {ds_path}")
