@@ -258,6 +258,15 @@ def test_missing_data_file(inline_ctx, series, tmp_path):
         inline_ctx.load("dectris", path=master)
 
 
+def test_truncated_data_file(inline_ctx, series, tmp_path):
+    master = _copy_series(series[2]["bslz4"], tmp_path)
+    victim = tmp_path / "series_1_data_000002.h5"
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    with pytest.raises(DataSetException, match=r"series_1_master\.h5: data file .*series_1_data_000002\.h5: "
+                                               r"cannot open as HDF5"):
+        inline_ctx.load("dectris", path=master)
+
+
 def _corrupt_chunk(data_file: str, frame: int, how: str) -> None:
     with h5py.File(data_file, "r") as f:
         info = f["/entry/data/data"].id.get_chunk_info(frame)
@@ -276,6 +285,9 @@ def test_corrupt_chunk_at_load(inline_ctx, series, tmp_path):
     with pytest.raises(DataSetException, match=r"series_1_data_000001\.h5:/entry/data/data: cannot decode the "
                                                r"chunk of frame 0 \(image 1 of the series\): .*uncompressed size"):
         inline_ctx.load("dectris", path=master)
+    with pytest.raises(DataSetException, match=r"series_1_data_000001\.h5:/entry/data/data: cannot read frames "
+                                               r"0\.\.0"):
+        inline_ctx.load("dectris", path=master, decoder="hdf5plugin")
 
 
 def test_corrupt_chunk_in_a_task(ctx, series, tmp_path):

@@ -439,7 +439,6 @@ class _H5Reader:
         self.open: dict[int, Any] = {}
 
     def read(self, images: np.ndarray, out: np.ndarray) -> None:
-        h5py = h5py_with_filters()
         part = self.part
         frames = out  # (images, pixels), C-contiguous
         for fi, a, b in part.segments(images):
@@ -449,7 +448,7 @@ class _H5Reader:
             lf = part.files[fi]
             ds = self.open.get(fi)
             if ds is None:
-                ds = self.open[fi] = h5py.File(lf.path, "r")[lf.ds_path]
+                ds = self.open[fi] = _open_h5(lf.path, lf.path)[lf.ds_path]
             local = images[a:b] - lf.start
             runs = np.concatenate(([0], np.flatnonzero(np.diff(local) != 1) + 1, [len(local)]))
             for r0, r1 in zip(runs[:-1], runs[1:]):
