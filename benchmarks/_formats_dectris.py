@@ -95,25 +95,49 @@ def plain_h5py_read(data_file: str) -> Callable[[], int]:
     return read
 
 
-def cases(tmpdir: str, size_gib: float = 1.0) -> list[dict[str, Any]]:
-    """The DECTRIS case of bench_formats.py: how raytile and LiberTEM load the same file, and the plain read.
+def h5py_frame_sum(data_file: str) -> Callable[[], np.ndarray]:
+    """A function summing all frames (float64, signal shaped) read through h5py + hdf5plugin: the reference."""
+    def run() -> np.ndarray:
+        import h5py
+        import hdf5plugin  # noqa: F401
 
-    Each case is a dict: ``name``, ``nbytes`` (decoded), ``raytile`` (``Context.load`` keyword arguments,
-    ``format`` first), ``libertem`` (the same for LiberTEM's ``Context.load``), ``libertem_env``
-    (environment its workers need: hdf5plugin's filters), ``baseline`` (name and a function reading the
-    same data plainly, returning bytes read).
+        with h5py.File(data_file, "r") as f:
+            ds = f["/entry/data/data"]
+            acc = np.zeros(ds.shape[1:], np.float64)
+            block = np.empty((4096,) + ds.shape[1:], ds.dtype)
+            for a in range(0, ds.shape[0], block.shape[0]):
+                n = min(block.shape[0], ds.shape[0] - a)
+                ds.read_direct(block, np.s_[a:a + n], np.s_[:n])
+                acc += block[:n].sum(axis=0, dtype=np.float64)
+        return acc
+    return run
+
+
+def cases(tmpdir: str, size_gib: float = 1.0) -> list[dict[str, Any]]:
+    """The DECTRIS case of bench_formats.py, as a dict (``bench_formats.normalise`` reads it).
+
+    ``name``; ``files`` (master and data file); ``nbytes`` (decoded frame bytes); ``raytile`` and
+    ``libertem`` (``Context.load`` keyword arguments, ``format`` among them; the same file);
+    ``libertem_env`` (what LiberTEM's Dask workers need: hdf5plugin's filters through
+    ``HDF5_PLUGIN_PATH``); ``numpy_sum`` (the frames' float64 sum through h5py: reference and
+    baseline); ``baseline`` (label and a plain h5py read of every frame); ``decoded``; ``notes``.
     """
     import hdf5plugin
 
     s = make_series(tmpdir, size_gib)
     return [{
-        "name": "DECTRIS bitshuffle-LZ4 96x96 uint16",
+        "name": "dectris_bslz4",
+        "files": [s["master"], s["data_file"]],
         "nbytes": s["nbytes"],
         "file_bytes": s["file_bytes"],
         "raytile": {"format": "dectris", "path": s["master"]},
         "libertem": {"format": "hdf5", "path": s["data_file"], "ds_path": "/entry/data/data"},
         "libertem_env": {"HDF5_PLUGIN_PATH": hdf5plugin.PLUGIN_PATH},
+        "numpy_sum": h5py_frame_sum(s["data_file"]),
         "baseline": ("plain h5py read (hdf5plugin, 1 core)", plain_h5py_read(s["data_file"])),
+        "decoded": True,
+        "notes": "DECTRIS master + 1 data file, 96x96 uint16, bitshuffle-LZ4 chunks of one frame "
+                 f"({s['nbytes'] / s['file_bytes']:.1f}x compressed); LiberTEM: its hdf5 reader + hdf5plugin",
     }]
 
 
@@ -289,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"load average before: {load_avg()}")
         (case,) = cases(directory, args.size_gib)
         gb = case["nbytes"] / 1e9
-        print(f"{case['name']}: {gb:.3f} GB decoded, {case['file_bytes'] / 1e9:.3f} GB in the file "
+        print(f"{case['name']} ({case['notes']}): {gb:.3f} GB decoded, "
+              f"{case['file_bytes'] / 1e9:.3f} GB in the file "
               f"(ratio {case['nbytes'] / case['file_bytes']:.1f}), page cache")
         if args.decoders:
             for name, gbs in bench_decoders(case["libertem"]["path"], args.trials).items():
