@@ -71,7 +71,7 @@ def test_roi_and_partitions(ctx, series):
     data, _, masters = series
     roi = np.random.default_rng(3).random(NAV) < 0.4
     roi[0, 11] = roi[1, 0] = True  # the last image of file 1 and the first of file 2 (images 12, 13)
-    for io_backend in ("mmap", "buffered"):
+    for io_backend in ("mmap", "buffered", "direct"):
         ds = ctx.load("dectris", path=masters["bslz4"], num_partitions=7, io_backend=io_backend)
         res = ctx.run_udf(dataset=ds, udf=[SumUDF(dtype="int64"), SumSigUDF()], roi=roi)
         assert np.array_equal(res[0]["intensity"].data, data[roi.reshape(-1)].sum(axis=0, dtype=np.int64))

@@ -23,8 +23,9 @@ Parameters (LiberTEM's names where it has them): ``path``, ``nav_shape``
 above 1 and match the frame count, else all frames in one axis),
 ``sig_shape`` (a reshape of the frame), ``sync_offset`` (nav position ``i``
 reads image ``i + sync_offset``; images outside the series read as zeros),
-``decoder`` and ``io_backend`` (``"mmap"`` or ``"buffered"``: one ``pread``
-of a tile's chunks). The master's ``detectorSpecific/pixel_mask`` (non-zero:
+``decoder`` and ``io_backend`` (``"mmap"``; ``"buffered"``: one ``pread``
+of the byte span of each block of chunks into a reused buffer; ``"direct"``:
+the same with O_DIRECT, page-aligned, for series larger than RAM). The master's ``detectorSpecific/pixel_mask`` (non-zero:
 gap, dead or hot pixel) is offered, as LiberTEM's data sets offer theirs,
 by :meth:`DectrisDataSet.get_correction_data` as excluded pixels::
 
@@ -34,6 +35,7 @@ by :meth:`DectrisDataSet.get_correction_data` as excluded pixels::
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
@@ -50,6 +52,7 @@ from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.common.tiling import DataTile, TilingScheme
 from raytile.io import bslz4
+from raytile.io.backends.buffered import ALIGN, _preadv_all, aligned_empty
 from raytile.io.corrections import CorrectionSet
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
 from raytile.io.fileset import check_sync_offset
@@ -371,30 +374,53 @@ class _FrameReader:
         self.part = part
         self.codec: int = part.codec
         self.maps: dict[int, np.ndarray] = {}
+        self.fds: dict[int, int] = {}
         self.index: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.scratch = np.empty(0, np.uint8)
         if part.codec != bslz4.CODEC_RAW:
             bslz4.check_decoder()
 
     def _bytes(self, fi: int, offsets: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The bytes holding the chunks at ``offsets`` and their offsets in them (-1 stays -1)."""
         lf = self.part.files[fi]
-        if self.part.io_backend == "buffered":
-            ok = offsets >= 0
-            lo = int(offsets[ok].min()) if ok.any() else 0
-            hi = int((offsets + sizes)[ok].max()) if ok.any() else 0
-            if self.scratch.shape[0] < hi - lo:
-                self.scratch = np.empty(hi - lo, np.uint8)
-            got = 0
-            if hi > lo:
-                with open(lf.path, "rb", buffering=0) as fh:
-                    fh.seek(lo)
-                    got = fh.readinto(self.scratch[:hi - lo].data)
-            return self.scratch[:got], np.where(ok, offsets - lo, -1)
-        m = self.maps.get(fi)
-        if m is None:
-            size = os.path.getsize(lf.path)
-            m = self.maps[fi] = np.memmap(lf.path, np.uint8, "r") if size else np.zeros(0, np.uint8)
-        return m, offsets
+        if self.part.io_backend == "mmap":
+            m = self.maps.get(fi)
+            if m is None:
+                size = os.path.getsize(lf.path)
+                m = self.maps[fi] = np.memmap(lf.path, np.uint8, "r") if size else np.zeros(0, np.uint8)
+            return m, offsets
+        ok = offsets >= 0
+        if not ok.any():
+            return np.zeros(0, np.uint8), offsets
+        align = ALIGN if self.part.io_backend == "direct" else 1
+        lo = int(offsets[ok].min())
+        lo -= lo % align
+        hi = -(-int((offsets + sizes)[ok].max()) // align) * align
+        if self.scratch.shape[0] < hi - lo:
+            self.scratch = aligned_empty(hi - lo)
+        got = self._pread(fi, self.scratch[:hi - lo], lo)
+        return self.scratch[:got], np.where(ok, offsets - lo, -1)
+
+    def _pread(self, fi: int, dest: np.ndarray, offset: int) -> int:
+        """``pread`` into ``dest`` (short at the end of the file); O_DIRECT where asked and possible."""
+        path = self.part.files[fi].path
+        fd = self.fds.get(fi)
+        if fd is None:
+            flags = os.O_RDONLY
+            if self.part.io_backend == "direct" and hasattr(os, "O_DIRECT"):
+                try:
+                    fd = os.open(path, flags | os.O_DIRECT)
+                except OSError:  # e.g. tmpfs: no O_DIRECT, read through the page cache
+                    fd = None
+            self.fds[fi] = fd = fd if fd is not None else os.open(path, flags)
+        try:
+            return _preadv_all(fd, dest, offset, path, exact=False)
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise DataSetException(f"{path}: read failed: {e}") from None
+            os.close(fd)  # this file system wants another alignment: read through the page cache
+            self.fds[fi] = fd = os.open(path, os.O_RDONLY)
+            return _preadv_all(fd, dest, offset, path, exact=False)
 
     def read(self, images: np.ndarray, out: np.ndarray) -> None:
         part = self.part
@@ -429,6 +455,9 @@ class _FrameReader:
 
     def close(self) -> None:
         self.maps.clear()
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
 
 
 class _H5Reader:
@@ -477,7 +506,7 @@ class DectrisDataSet(DataSet):
         "sig_shape": {"type": "shape"},
         "sync_offset": {"type": "int"},
         "decoder": {"type": "choice", "choices": ["bitshuffle", "hdf5plugin"]},
-        "io_backend": {"type": "choice", "choices": ["mmap", "buffered"]},
+        "io_backend": {"type": "choice", "choices": ["mmap", "buffered", "direct"]},
     }
 
     def __init__(self, path: str, nav_shape: tuple[int, ...] | None = None, sig_shape: tuple[int, ...] | None = None,
