@@ -3,14 +3,15 @@
 A case module of ``benchmarks/bench_formats.py`` (:func:`cases`), which also
 runs on its own::
 
-    python benchmarks/_formats_dectris.py [--size-gib 0.25] [--trials 3] [--no-first-run]
+    python benchmarks/_formats_dectris.py [--size-gib 0.25] [--trials 3] [--no-first-run] [--decoders]
 
 It writes an ARINA-like series (96x96 uint16 frames, Poisson counts with a
 bright disk, bitshuffle-LZ4 chunks of one frame written by HDF5 through
 hdf5plugin) of ``--size-gib`` decoded bytes: a master file and ONE data file,
 so that LiberTEM, whose ``hdf5`` reader opens one data set, reads the same
 bytes as raytile. The file is read once into the page cache. Then, in one
-run, best of ``--trials``:
+run, best of ``--trials`` rounds that run each once in turn (a load that
+comes and goes on a shared machine hits all alike):
 
 * raytile: ``ctx.load("dectris", path=master)``, SumUDF, Ray with 2 workers;
 * LiberTEM 0.16: ``ctx.load("hdf5", path=data file, ds_path="/entry/data/data")``,
@@ -19,7 +20,10 @@ run, best of ``--trials``:
 * a plain h5py read (``read_direct`` of all frames, hdf5plugin's filters,
   this process, one core);
 * the first run of a fresh process (new Ray, new workers, an empty numba
-  cache) against its warm second run.
+  cache) against its warm second run;
+* with ``--decoders``, the decoder candidates on one core of this process:
+  HDF5's filter pipeline, ``bitshuffle.decompress_lz4`` called per chunk,
+  and raytile's :func:`raytile.io.bslz4.decode_chunks`.
 
 GB/s count decoded bytes (GB = 1e9). The load average is printed before and
 after: on a shared machine other processes' work shows in every figure.
@@ -91,26 +95,99 @@ def plain_h5py_read(data_file: str) -> Callable[[], int]:
     return read
 
 
-def cases(tmpdir: str, size_gib: float = 1.0) -> list[dict[str, Any]]:
-    """The DECTRIS case of bench_formats.py: how raytile and LiberTEM load the same file, and the plain read.
+def h5py_frame_sum(data_file: str) -> Callable[[], np.ndarray]:
+    """A function summing all frames (float64, signal shaped) read through h5py + hdf5plugin: the reference."""
+    def run() -> np.ndarray:
+        import h5py
+        import hdf5plugin  # noqa: F401
 
-    Each case is a dict: ``name``, ``nbytes`` (decoded), ``raytile`` (``Context.load`` keyword arguments,
-    ``format`` first), ``libertem`` (the same for LiberTEM's ``Context.load``), ``libertem_env``
-    (environment its workers need: hdf5plugin's filters), ``baseline`` (name and a function reading the
-    same data plainly, returning bytes read).
+        with h5py.File(data_file, "r") as f:
+            ds = f["/entry/data/data"]
+            acc = np.zeros(ds.shape[1:], np.float64)
+            block = np.empty((4096,) + ds.shape[1:], ds.dtype)
+            for a in range(0, ds.shape[0], block.shape[0]):
+                n = min(block.shape[0], ds.shape[0] - a)
+                ds.read_direct(block, np.s_[a:a + n], np.s_[:n])
+                acc += block[:n].sum(axis=0, dtype=np.float64)
+        return acc
+    return run
+
+
+def cases(tmpdir: str, size_gib: float = 1.0) -> list[dict[str, Any]]:
+    """The DECTRIS case of bench_formats.py, as a dict (``bench_formats.normalise`` reads it).
+
+    ``name``; ``files`` (master and data file); ``nbytes`` (decoded frame bytes); ``raytile`` and
+    ``libertem`` (``Context.load`` keyword arguments, ``format`` among them; the same file);
+    ``libertem_env`` (what LiberTEM's Dask workers need: hdf5plugin's filters through
+    ``HDF5_PLUGIN_PATH``); ``numpy_sum`` (the frames' float64 sum through h5py: reference and
+    baseline); ``baseline`` (label and a plain h5py read of every frame); ``decoded``; ``notes``.
     """
     import hdf5plugin
 
     s = make_series(tmpdir, size_gib)
     return [{
-        "name": "DECTRIS bitshuffle-LZ4 96x96 uint16",
+        "name": "dectris_bslz4",
+        "files": [s["master"], s["data_file"]],
         "nbytes": s["nbytes"],
         "file_bytes": s["file_bytes"],
         "raytile": {"format": "dectris", "path": s["master"]},
         "libertem": {"format": "hdf5", "path": s["data_file"], "ds_path": "/entry/data/data"},
         "libertem_env": {"HDF5_PLUGIN_PATH": hdf5plugin.PLUGIN_PATH},
+        "numpy_sum": h5py_frame_sum(s["data_file"]),
         "baseline": ("plain h5py read (hdf5plugin, 1 core)", plain_h5py_read(s["data_file"])),
+        "decoded": True,
+        "notes": "DECTRIS master + 1 data file, 96x96 uint16, bitshuffle-LZ4 chunks of one frame "
+                 f"({s['nbytes'] / s['file_bytes']:.1f}x compressed); LiberTEM: its hdf5 reader + hdf5plugin",
     }]
+
+
+def bench_decoders(data_file: str, trials: int, frames: int = 4000) -> dict[str, float]:
+    """One core, this process: GB/s of the decoder candidates on the first ``frames`` chunks of the file."""
+    import ctypes
+    import glob
+
+    import bitshuffle
+    import h5py
+    import hdf5plugin  # noqa: F401
+
+    from raytile.io import bslz4
+
+    with h5py.File(data_file, "r") as f:
+        ds = f["/entry/data/data"]
+        n = min(frames, ds.shape[0])
+        want = ds[:n]
+        info = [ds.id.get_chunk_info(i) for i in range(n)]
+    offsets = np.array([c.byte_offset for c in info], np.int64)
+    sizes = np.array([c.size for c in info], np.int64)
+    buf = np.memmap(data_file, np.uint8, "r")
+    out = np.empty_like(want)
+    rows = out.view(np.uint8).reshape(n, -1)
+    gomp = glob.glob(os.path.join(os.path.dirname(bitshuffle.__file__), "..", "bitshuffle.libs", "libgomp*"))
+    if gomp:  # bitshuffle.decompress_lz4 runs an OpenMP team per call: one thread, as in a worker
+        ctypes.CDLL(gomp[0]).omp_set_num_threads(1)
+
+    def h5() -> None:
+        with h5py.File(data_file, "r") as f:
+            f["/entry/data/data"].read_direct(out, np.s_[:n])
+
+    def per_chunk() -> None:
+        for i in range(n):
+            o = offsets[i]
+            out[i] = bitshuffle.decompress_lz4(buf[o + 12:o + sizes[i]], FRAME, DTYPE)
+
+    def ours() -> None:
+        bslz4.decode_chunks(buf, offsets, sizes, np.zeros(n, np.bool_), bslz4.CODEC_BSLZ4, DTYPE.itemsize, rows)
+
+    result = {}
+    for name, fn in (("h5py + hdf5plugin (HDF5 filter pipeline)", h5),
+                     ("bitshuffle.decompress_lz4, a call a chunk", per_chunk),
+                     ("raytile bslz4.decode_chunks (bitshuffle C kernels)", ours)):
+        fn()
+        out[:] = 0
+        t = _best(fn, trials)
+        assert np.array_equal(out, want), name
+        result[name] = out.nbytes / t / 1e9
+    return result
 
 
 def _best(fn: Callable[[], Any], trials: int) -> float:
@@ -122,41 +199,64 @@ def _best(fn: Callable[[], Any], trials: int) -> float:
     return best
 
 
-def bench_raytile(params: dict[str, Any], trials: int, workers: int = 2) -> dict[str, float]:
-    import raytile as rt
+class RaytileRun:
+    """raytile on Ray with ``workers`` workers: SumUDF over the case's data set (``first`` is its first run)."""
 
-    params = dict(params)
-    fmt = params.pop("format")
-    ctx = rt.Context.make_local(cpus=workers, gpus=0)
-    try:
-        ds = ctx.load(fmt, **params)
+    def __init__(self, params: dict[str, Any], workers: int):
+        import raytile as rt
+
+        params = dict(params)
+        fmt = params.pop("format")
+        self.rt = rt
+        self.ctx = rt.Context.make_local(cpus=workers, gpus=0)
+        self.ds = self.ctx.load(fmt, **params)
         t0 = time.perf_counter()
-        ctx.run_udf(dataset=ds, udf=rt.udf.SumUDF())
-        first = time.perf_counter() - t0
-        warm = _best(lambda: ctx.run_udf(dataset=ds, udf=rt.udf.SumUDF()), trials)
-    finally:
-        ctx.close()
+        self()
+        self.first = time.perf_counter() - t0
+
+    def __call__(self) -> None:
+        self.ctx.run_udf(dataset=self.ds, udf=self.rt.udf.SumUDF())
+
+    def close(self) -> None:
+        self.ctx.close()
         import ray
 
         ray.shutdown()
-    return {"first": first, "warm": warm}
 
 
-def bench_libertem(params: dict[str, Any], env: dict[str, str], trials: int, workers: int = 2) -> float:
-    os.environ.update(env)  # inherited by the Dask workers LiberTEM starts
-    import hdf5plugin  # noqa: F401  (this process reads the file's metadata)
-    from libertem.api import Context
-    from libertem.udf.sum import SumUDF
+class LiberTEMRun:
+    """LiberTEM 0.16 with Dask, ``workers`` workers: its SumUDF over the same file."""
 
-    params = dict(params)
-    fmt = params.pop("format")
-    ctx = Context.make_with("dask", cpus=workers)
-    try:
-        ds = ctx.load(fmt, **params)
-        ctx.run_udf(dataset=ds, udf=SumUDF())
-        return _best(lambda: ctx.run_udf(dataset=ds, udf=SumUDF()), trials)
-    finally:
-        ctx.close()
+    def __init__(self, params: dict[str, Any], env: dict[str, str], workers: int):
+        os.environ.update(env)  # inherited by the Dask workers LiberTEM starts
+        import hdf5plugin  # noqa: F401  (this process reads the file's metadata)
+        from libertem.api import Context
+        from libertem.udf.sum import SumUDF
+
+        params = dict(params)
+        fmt = params.pop("format")
+        self.udf = SumUDF
+        self.ctx = Context.make_with("dask", cpus=workers)
+        self.ds = self.ctx.load(fmt, **params)
+        self()
+
+    def __call__(self) -> None:
+        self.ctx.run_udf(dataset=self.ds, udf=self.udf())
+
+    def close(self) -> None:
+        self.ctx.close()
+
+
+def interleaved(runs: dict[str, Callable[[], Any]], trials: int) -> dict[str, float]:
+    """Best time of each run over ``trials`` rounds that run each once, in turn: a load that comes and goes
+    on a shared machine then hits all of them alike."""
+    best = {name: float("inf") for name in runs}
+    for _ in range(trials):
+        for name, fn in runs.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best
 
 
 def first_run_child(master: str, workers: int) -> None:
@@ -201,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", default=None, help="where the series is written (default: a temporary folder)")
     p.add_argument("--no-libertem", action="store_true")
     p.add_argument("--no-first-run", action="store_true")
+    p.add_argument("--decoders", action="store_true", help="also the decoder candidates on one core")
     p.add_argument("--child-first-run", metavar="MASTER", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child_first_run:
@@ -212,19 +313,32 @@ def main(argv: list[str] | None = None) -> int:
         print(f"load average before: {load_avg()}")
         (case,) = cases(directory, args.size_gib)
         gb = case["nbytes"] / 1e9
-        print(f"{case['name']}: {gb:.3f} GB decoded, {case['file_bytes'] / 1e9:.3f} GB in the file "
+        print(f"{case['name']} ({case['notes']}): {gb:.3f} GB decoded, "
+              f"{case['file_bytes'] / 1e9:.3f} GB in the file "
               f"(ratio {case['nbytes'] / case['file_bytes']:.1f}), page cache")
+        if args.decoders:
+            for name, gbs in bench_decoders(case["libertem"]["path"], args.trials).items():
+                print(f"decoder, 1 core: {name:52s} {gbs:6.2f} GB/s")
         label, read = case["baseline"]
-        base = _best(read, args.trials)
-        print(f"{label:44s} {gb / base:6.2f} GB/s  ({base:.3f} s)")
-        rt_t = bench_raytile(case["raytile"], args.trials, args.workers)
-        print(f"{'raytile SumUDF, Ray, %d workers' % args.workers:44s} {gb / rt_t['warm']:6.2f} GB/s  "
-              f"({rt_t['warm']:.3f} s; first run in this process {rt_t['first']:.3f} s)")
-        if not args.no_libertem:
-            lt = bench_libertem(case["libertem"], case["libertem_env"], args.trials, args.workers)
+        ours = RaytileRun(case["raytile"], args.workers)
+        runs: dict[str, Callable[[], Any]] = {"raytile": ours, "plain": read}
+        theirs = None
+        try:
+            if not args.no_libertem:
+                theirs = runs["libertem"] = LiberTEMRun(case["libertem"], case["libertem_env"], args.workers)
+            best = interleaved(runs, args.trials)
+        finally:
+            ours.close()
+            if theirs is not None:
+                theirs.close()
+        print(f"{label:44s} {gb / best['plain']:6.2f} GB/s  ({best['plain']:.3f} s)")
+        print(f"{'raytile SumUDF, Ray, %d workers' % args.workers:44s} {gb / best['raytile']:6.2f} GB/s  "
+              f"({best['raytile']:.3f} s; first run in this process {ours.first:.3f} s)")
+        if "libertem" in best:
+            lt = best["libertem"]
             print(f"{'LiberTEM 0.16 SumUDF, Dask, %d workers' % args.workers:44s} {gb / lt:6.2f} GB/s  ({lt:.3f} s)"
-                  f"  -> raytile / LiberTEM = {lt / rt_t['warm']:.2f}x")
-        print(f"raytile / plain h5py read = {base / rt_t['warm']:.2f}x")
+                  f"  -> raytile / LiberTEM = {lt / best['raytile']:.2f}x")
+        print(f"raytile / plain h5py read = {best['plain'] / best['raytile']:.2f}x")
         if not args.no_first_run:
             fr = first_run(case["raytile"]["path"], args.workers)
             print(f"fresh process, empty numba cache: start-up {fr['start-up']:.1f} s, load {fr['load']:.2f} s, "

@@ -15,11 +15,12 @@ Calling the per-block kernels rather than ``bshuf_decompress_lz4`` keeps
 OpenMP out (its per-call thread team cost ~0.8 ms a frame on a busy
 machine) and lets every length be checked against the chunk first.
 
-Measured, 2000 frames of 96x96 uint16 in the page cache, one core, on a
-shared machine (load ~7, so absolute numbers are low): h5py + hdf5plugin
-0.48 GB/s, ``bitshuffle.decompress_lz4`` per chunk 0.48 GB/s,
-``lz4.block`` with a jitted unshuffle 0.11 GB/s, a pure numba LZ4 +
-unshuffle 0.13 GB/s, this loop 1.0-1.9 GB/s.
+Measured on one core (``python benchmarks/_formats_dectris.py --decoders``:
+4000 ARINA-like 96x96 uint16 frames in the page cache, a shared 2-core
+machine): HDF5's filter pipeline (h5py + hdf5plugin) 0.91 GB/s,
+``bitshuffle.decompress_lz4`` called per chunk 0.78 GB/s (one OpenMP
+thread), this loop 2.52 GB/s. A pure numba LZ4 + bit-unshuffle and
+``lz4.block`` with a jitted unshuffle were 5-8x slower than this loop.
 
 Layouts, from the filters' documentation (bitshuffle's ``bshuf_h5filter.c``
 and ``bitshuffle_core.c``, the HDF5 LZ4 filter 32004's description):
@@ -107,18 +108,35 @@ def _be_u32(buf, pos):
         | np.int64(buf[pos + 3])
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _block_bytes(buf, start, stop, nbytes):
+    """The chunk header's block size in bytes, or minus an :data:`ERRORS` key."""
+    if stop - start < 12:
+        return -1
+    if (_be_u32(buf, start) << 32) | _be_u32(buf, start + 4) != nbytes:
+        return -2
+    block_bytes = _be_u32(buf, start + 8)
+    return block_bytes if block_bytes > 0 else -4
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _block_length(buf, ip, stop):
+    """The compressed length of the block whose length field is at ``ip``, or -1 if it overruns ``stop``."""
+    if ip + 4 > stop:
+        return -1
+    clen = _be_u32(buf, ip)
+    return clen if ip + 4 + clen <= stop else -1
+
+
 @numba.njit(cache=True, nogil=True)
 def _decode_bslz4(buf, start, stop, elem_size, row, scratch):
-    nbytes = row.shape[0]
-    if stop - start < 12:
-        return 1
-    if (_be_u32(buf, start) << 32) | _be_u32(buf, start + 4) != nbytes:
-        return 2
-    block_bytes = _be_u32(buf, start + 8)
-    if block_bytes == 0 or block_bytes % (8 * elem_size):
+    block_bytes = _block_bytes(buf, start, stop, row.shape[0])
+    if block_bytes < 0:
+        return -block_bytes
+    if block_bytes % (8 * elem_size):
         return 4
     block = block_bytes // elem_size
-    n = nbytes // elem_size
+    n = row.shape[0] // elem_size
     whole = n - n % 8
     ip = start + 12
     done = 0
@@ -127,12 +145,10 @@ def _decode_bslz4(buf, start, stop, elem_size, row, scratch):
     tmp = scratch.ctypes.data
     while done < whole:
         this = min(block, whole - done)
-        if ip + 4 > stop:
+        clen = _block_length(buf, ip, stop)
+        if clen < 0:
             return 1
-        clen = _be_u32(buf, ip)
         ip += 4
-        if ip + clen > stop:
-            return 1
         want = this * elem_size
         if _lz4_decompress_safe(base + ip, tmp, clen, want) != want:
             return 3
@@ -151,25 +167,19 @@ def _decode_bslz4(buf, start, stop, elem_size, row, scratch):
 @numba.njit(cache=True, nogil=True)
 def _decode_lz4(buf, start, stop, row):
     nbytes = row.shape[0]
-    if stop - start < 12:
-        return 1
-    if (_be_u32(buf, start) << 32) | _be_u32(buf, start + 4) != nbytes:
-        return 2
-    block_bytes = _be_u32(buf, start + 8)
-    if block_bytes == 0:
-        return 4
+    block_bytes = _block_bytes(buf, start, stop, nbytes)
+    if block_bytes < 0:
+        return -block_bytes
     ip = start + 12
     done = 0
     base = buf.ctypes.data
     out = row.ctypes.data
     while done < nbytes:
         this = min(block_bytes, nbytes - done)
-        if ip + 4 > stop:
+        clen = _block_length(buf, ip, stop)
+        if clen < 0:
             return 1
-        clen = _be_u32(buf, ip)
         ip += 4
-        if ip + clen > stop:
-            return 1
         if clen == this:  # stored as it is
             for i in range(this):
                 row[done + i] = buf[ip + i]
