@@ -19,6 +19,7 @@ _FORMATS: dict[str, str] = {
     "sparse_memory": "raytile.io.formats.sparse:SparseMemoryDataSet",
     "npz_csr": "raytile.io.formats.sparse:NPZCSRDataSet",
     "mib": "raytile.io.formats.mib:MIBDataSet",
+    "raw_csr": "raytile.io.formats.raw_csr:RawCSRDataSet",
     "auto": "raytile.io.formats.auto:AutoDataSet",
 }
 
