@@ -264,3 +264,11 @@ def test_truncated_corrupt_and_missing(inline_ctx, tmp_path, rng):
         warnings.simplefilter("ignore")  # the truncated last file again
         with pytest.raises(DataSetException, match="Frames in Acquisition"):
             inline_ctx.load("mib", path=hdr)
+
+
+def test_info_lists_formats_with_parameters():
+    from raytile.cli import format_lines
+
+    lines = {line.split()[0]: line for line in format_lines(["mib", "raw_csr", "auto"])}
+    assert "path*" in lines["mib"] and "sync_offset=0" in lines["mib"] and "disable_glob=False" in lines["mib"]
+    assert "path*" in lines["raw_csr"] and "path*" in lines["auto"]
