@@ -129,3 +129,4 @@ def test_bad_files(inline_ctx, tmp_path, rng):
         inline_ctx.load("raw_csr", path=str(other))
     with pytest.raises(DataSetException, match="cannot detect the format"):
         inline_ctx.load("auto", path=str(other))
+
