@@ -272,3 +272,13 @@ def test_info_lists_formats_with_parameters():
     lines = {line.split()[0]: line for line in format_lines(["mib", "raw_csr", "auto"])}
     assert "path*" in lines["mib"] and "sync_offset=0" in lines["mib"] and "disable_glob=False" in lines["mib"]
     assert "path*" in lines["raw_csr"] and "path*" in lines["auto"]
+
+
+def test_served_schema_has_the_new_formats():
+    """Serve builds its JSON schemas from the declared parameters: mib's bool parameter has a JSON form."""
+    from raytile.serve.datasets import served_formats
+
+    formats = served_formats()
+    assert formats["mib"]["properties"]["disable_glob"] == {"type": "boolean"}
+    assert formats["mib"]["required"] == ["path"] and formats["raw_csr"]["required"] == ["path"]
+    assert "auto" in formats

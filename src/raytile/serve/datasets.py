@@ -44,6 +44,8 @@ def _json_spec(spec: ParamSpec) -> Schema:
     kind = spec["type"]
     if kind == "int":
         return {"type": "integer", "minimum": spec.get("min", INT64_MIN), "maximum": spec.get("max", INT64_MAX)}
+    if kind == "bool":
+        return {"type": "boolean"}
     if kind == "shape":
         return {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1, "maxItems": 8}
     if kind == "dtype":
