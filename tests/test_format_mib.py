@@ -151,8 +151,9 @@ def test_nav_from_hdr_scan_xy_and_extra_trigger_frames(inline_ctx, tmp_path, rng
     assert inline_ctx.load("mib", path=per_trigger).shape.nav.to_tuple() == (2, 7)
 
 
-def test_sig_shape_reshaped_raw(inline_ctx, tmp_path, rng):
-    hdr, frames = _write(tmp_path, rng, "R12", True)
+@pytest.mark.parametrize("mode", ["R12", "U16"])
+def test_sig_shape_reshaped(inline_ctx, tmp_path, rng, mode):
+    hdr, frames = _write(tmp_path, rng, mode, True)
     ds = inline_ctx.load("mib", path=hdr, sig_shape=(128 * 128,))
     assert np.array_equal(_sum(inline_ctx, ds), frames.sum(axis=0).reshape(-1))
     with pytest.raises(DataSetException, match="sig_shape"):
@@ -282,3 +283,14 @@ def test_served_schema_has_the_new_formats():
     assert formats["mib"]["properties"]["disable_glob"] == {"type": "boolean"}
     assert formats["mib"]["required"] == ["path"] and formats["raw_csr"]["required"] == ["path"]
     assert "auto" in formats
+
+
+def test_corrections_on_raw_frames(inline_ctx, tmp_path, rng):
+    """Dark frame and gain applied to decoded raw quad frames, as on any other format (float32)."""
+    hdr, frames = _write(tmp_path, rng, "R12", True)
+    dark = rng.integers(0, 10, size=(128, 128)).astype(np.float32)
+    gain = rng.uniform(0.5, 1.5, size=(128, 128)).astype(np.float32)
+    ds = inline_ctx.load("mib", path=hdr)
+    res = inline_ctx.run_udf(dataset=ds, udf=rt.udf.SumUDF(), corrections=rt.io.CorrectionSet(dark=dark, gain=gain))
+    expected = ((frames.astype(np.float32) - dark) * gain).sum(axis=0)
+    assert np.allclose(res["intensity"].data, expected, rtol=1e-5)
