@@ -294,3 +294,18 @@ def test_corrections_on_raw_frames(inline_ctx, tmp_path, rng):
     res = inline_ctx.run_udf(dataset=ds, udf=rt.udf.SumUDF(), corrections=rt.io.CorrectionSet(dark=dark, gain=gain))
     expected = ((frames.astype(np.float32) - dark) * gain).sum(axis=0)
     assert np.allclose(res["intensity"].data, expected, rtol=1e-5)
+
+
+def test_diagnostics_and_pickled_partitions(inline_ctx, tmp_path, rng):
+    import pickle
+
+    hdr, frames = _write(tmp_path, rng, "R12", True)
+    ds = inline_ctx.load("mib", path=hdr, num_partitions=2)
+    diag = {d["name"]: d["value"] for d in ds.get_diagnostics()}
+    assert diag["MIB frames"].startswith("R64 counter depth 12, 4 chip(s) 2x2, 128x128")
+    assert diag["decoder"] == "MIB raw 12-bit quad" and diag["files"] == "4"
+    part = pickle.loads(pickle.dumps(ds.get_partitions()[1]))  # what Ray ships to a worker
+    tiles = [np.array(t.data) for t in part.get_tiles(rt.common.tiling.TilingScheme.make_for_shape(
+        rt.common.shape.Shape((3, 128, 128), sig_dims=2), ds.shape))]  # tiles reuse buffers: copies
+    got = np.concatenate(tiles)
+    assert np.array_equal(got, frames[part.start:part.stop].reshape(got.shape))

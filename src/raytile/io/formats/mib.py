@@ -343,6 +343,5 @@ class MIBDataSet(FileDataSet):
     def get_diagnostics(self) -> list[dict[str, Any]]:
         return super().get_diagnostics() + [
             {"name": "MIB frames", "value": self.header.describe()},
-            {"name": "frames in files", "value": str(self._file_frames)},
         ]
 
