@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import glob
 import importlib
+import inspect
 import json
 import os
 import subprocess
@@ -39,6 +40,8 @@ import sys
 import tempfile
 import time
 import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 
@@ -50,8 +53,49 @@ def load_avg() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def find_cases(tmpdir: str, only: set[str] | None) -> list:
-    """Every case of every ``_formats_*.py`` module (a module that cannot be imported is reported and skipped)."""
+@dataclass
+class Case:
+    """A case module's case, whatever form it came in (see :func:`normalise`)."""
+
+    name: str
+    files: list[str]
+    nbytes: int                      # bytes of frame data (decoded), for GB/s
+    raytile: tuple[str, dict]
+    libertem: tuple[str, dict] | None
+    numpy_sum: Callable[[], np.ndarray] | None = None   # numpy's frame sum: baseline and reference
+    baseline: tuple[str, Callable[[], Any]] | None = None  # another plain read: (label, function)
+    libertem_env: dict = field(default_factory=dict)
+    decoded: bool = True
+    notes: str = ""
+
+
+def normalise(raw: Any, size: int) -> Case:
+    """A :class:`Case` from a :class:`_formats_case.FormatCase` (made here, ``make(size)``), a dict
+    (``name``, ``nbytes``, ``raytile``/``libertem`` as load keywords with ``format``, ``baseline``,
+    ``libertem_env``, ``files``) or any object with ``name``, ``files``, ``raytile``, ``libertem``."""
+    if isinstance(raw, dict):
+        def split(d):
+            if d is None:
+                return None
+            d = dict(d)
+            return d.pop("format"), d
+        files = list(raw.get("files") or [])
+        return Case(raw["name"], files, int(raw.get("nbytes") or sum(os.path.getsize(f) for f in files)),
+                    split(raw["raytile"]), split(raw.get("libertem")), raw.get("numpy_sum"),
+                    raw.get("baseline"), dict(raw.get("libertem_env") or {}), bool(raw.get("decoded", True)),
+                    raw.get("notes", ""))
+    make = getattr(raw, "make", None)
+    if callable(make):
+        make(size)
+    files = raw.files() if callable(raw.files) else list(raw.files)
+    nbytes = int(getattr(raw, "nbytes", 0) or sum(os.path.getsize(f) for f in files))
+    return Case(raw.name, files, nbytes, raw.raytile, raw.libertem, getattr(raw, "numpy_sum", None),
+                getattr(raw, "baseline", None), dict(getattr(raw, "libertem_env", None) or {}),
+                bool(getattr(raw, "decoded", True)), getattr(raw, "notes", ""))
+
+
+def find_cases(tmpdir: str, only: set[str] | None, size_gib: float) -> list[Case]:
+    """Every case of every ``_formats_*.py`` module, made (a module that cannot be imported is skipped)."""
     found = []
     for path in sorted(glob.glob(os.path.join(HERE, "_formats_*.py"))):
         mod_name = os.path.splitext(os.path.basename(path))[0]
@@ -59,22 +103,26 @@ def find_cases(tmpdir: str, only: set[str] | None) -> list:
             continue
         try:
             mod = importlib.import_module(mod_name)
-            cases = mod.cases(tmpdir)
+            takes_size = len(inspect.signature(mod.cases).parameters) > 1
+            raw_cases = mod.cases(tmpdir, size_gib) if takes_size else mod.cases(tmpdir)
         except ImportError as e:
             print(f"skipping {mod_name}: {e}")
             continue
-        found += [c for c in cases if only is None or c.name in only]
+        for raw in raw_cases:
+            name = raw["name"] if isinstance(raw, dict) else raw.name
+            if only is None or name in only:
+                t0 = time.perf_counter()
+                case = normalise(raw, int(size_gib * 2**30))
+                print(f"{case.name}: {case.nbytes / 1e9:.2f} GB of frames in {len(case.files)} file(s) "
+                      f"(made/checked in {time.perf_counter() - t0:.1f} s)")
+                found.append(case)
     return found
 
 
-def nbytes_of(case) -> int:
-    return sum(os.path.getsize(p) for p in case.files())
-
-
-def read_roof(case, buf: np.ndarray) -> float:
+def read_roof(case: Case, buf: np.ndarray) -> float:
     """Seconds to read the case's files into ``buf`` chunk by chunk (page cache)."""
     t0 = time.perf_counter()
-    for p in case.files():
+    for p in case.files:
         with open(p, "rb", buffering=0) as f:
             while f.readinto(buf):
                 pass
@@ -92,9 +140,11 @@ def best(fn, repeat: int):
 
 
 def check(name: str, who: str, got, ref) -> str:
+    if ref is None:
+        return ""
     got = np.asarray(got, dtype=np.float64).reshape(ref.shape)
     ok = np.allclose(got, ref, rtol=1e-4, atol=1e-3 * float(np.abs(ref).max() or 1))
-    return "" if ok else f"  !! {who} result differs from numpy's on {name}"
+    return "" if ok else f"  !! {who} result differs from the reference on {name}"
 
 
 def raytile_runs(cases, workers: int, repeat: int, refs: dict) -> dict:
@@ -111,7 +161,9 @@ def raytile_runs(cases, workers: int, repeat: int, refs: dict) -> dict:
             run()
             first = time.perf_counter() - t0
             seconds, res = best(run, repeat)
-            out[case.name] = (seconds, first, check(case.name, "raytile", res, refs[case.name]))
+            if refs.get(case.name) is None:  # no numpy reference: LiberTEM's result is checked against this
+                refs[case.name + "/raytile"] = np.asarray(res, dtype=np.float64)
+            out[case.name] = (seconds, first, check(case.name, "raytile", res, refs.get(case.name)))
     finally:
         ctx.close()
         import ray
@@ -128,6 +180,8 @@ def libertem_runs(cases, workers: int, repeat: int, refs: dict) -> dict:
         print(f"LiberTEM not importable ({e}); no LiberTEM figures")
         return {}
     out = {}
+    for case in cases:  # environment the workers need (e.g. HDF5_PLUGIN_PATH), set before they start
+        os.environ.update({k: str(v) for k, v in case.libertem_env.items()})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lt = LTContext.make_with("dask", cpus=workers)
@@ -144,17 +198,19 @@ def libertem_runs(cases, workers: int, repeat: int, refs: dict) -> dict:
                 run = lambda: lt.run_udf(dataset=ds, udf=LTSum())["intensity"].data  # noqa: E731
                 run()
                 seconds, res = best(run, repeat)
-                out[case.name] = (seconds, None, check(case.name, "LiberTEM", res, refs[case.name]))
+                ref = refs.get(case.name)
+                ref = ref if ref is not None else refs.get(case.name + "/raytile")
+                out[case.name] = (seconds, None, check(case.name, "LiberTEM", res, ref))
         finally:
             lt.close()
     return out
 
 
-def child_first_run(name: str, tmpdir: str, workers: int) -> None:
+def child_first_run(name: str, tmpdir: str, workers: int, size_gib: float) -> None:
     """In a fresh process: first and second SumUDF run of one case on a new Ray instance, as JSON."""
     import raytile as rt
 
-    case = next(c for c in find_cases(tmpdir, {name}))
+    case = next(c for c in find_cases(tmpdir, {name}, size_gib))
     t0 = time.perf_counter()
     ctx = rt.Context.make_local(cpus=workers, gpus=0)
     start = time.perf_counter() - t0
@@ -169,11 +225,12 @@ def child_first_run(name: str, tmpdir: str, workers: int) -> None:
     print("RESULT " + json.dumps({"start": start, "first": times[0], "warm": times[1]}))
 
 
-def fresh_process(name: str, tmpdir: str, workers: int) -> dict | None:
+def fresh_process(name: str, tmpdir: str, workers: int, size_gib: float) -> dict | None:
     with tempfile.TemporaryDirectory(prefix="raytile-numba-") as numba_dir:
         env = dict(os.environ, NUMBA_CACHE_DIR=numba_dir)
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", name, "--dir", tmpdir,
-                               "--workers", str(workers)], env=env, capture_output=True, text=True)
+                               "--workers", str(workers), "--size-gib", str(size_gib)], env=env,
+                              capture_output=True, text=True)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
@@ -195,40 +252,51 @@ def main() -> None:
     args = ap.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     if args.child:
-        child_first_run(args.child, args.dir, args.workers)
+        child_first_run(args.child, args.dir, args.workers, args.size_gib)
         return
     only = set(args.only.split(",")) if args.only else None
-    cases = find_cases(args.dir, only)
+    print(f"load average before: {load_avg()}")
+    cases = find_cases(args.dir, only, args.size_gib)
     if not cases:
         raise SystemExit("no cases (see benchmarks/_formats_*.py, --only)")
-    print(f"load average before: {load_avg()}")
-    size = int(args.size_gib * 2**30)
     buf = np.empty(16 << 20, dtype=np.uint8)
-    refs, roof, npy = {}, {}, {}
+    refs: dict[str, Any] = {}
+    roof: dict[str, float | None] = {}
+    npy: dict[str, tuple[str, float] | None] = {}
     for case in cases:
-        t0 = time.perf_counter()
-        case.make(size)
-        made = time.perf_counter() - t0
-        read_roof(case, buf)  # into the page cache
-        roof[case.name] = best(lambda: read_roof(case, buf), args.repeat)[0]
-        npy[case.name], refs[case.name] = best(case.numpy_sum, args.repeat)
-        print(f"{case.name}: {nbytes_of(case) / 1e9:.2f} GB in {len(case.files())} file(s) (made/checked in "
-              f"{made:.1f} s)")
+        roof[case.name] = None
+        if case.files:
+            read_roof(case, buf)  # into the page cache
+            roof[case.name] = best(lambda: read_roof(case, buf), args.repeat)[0]
+        npy[case.name] = None
+        refs[case.name] = None
+        if case.numpy_sum is not None:
+            seconds, refs[case.name] = best(case.numpy_sum, args.repeat)
+            npy[case.name] = ("numpy sum of the frames, one thread", seconds)
+        elif case.baseline is not None:
+            label, fn = case.baseline
+            npy[case.name] = (label, best(fn, args.repeat)[0])
     rt_res = raytile_runs(cases, args.workers, args.repeat, refs)
     lt_res = {} if args.no_libertem else libertem_runs(cases, args.workers, args.repeat, refs)
     print(f"\nSumUDF over each file in the page cache; {args.workers} workers; best of {args.repeat}; GB/s")
     for case in cases:
-        gb = nbytes_of(case) / 1e9
+        gb = case.nbytes / 1e9
         print(f"\n{case.name} ({gb:.2f} GB{', ' + case.notes if case.notes else ''})")
-        print(f"  numpy read          {gb / roof[case.name]:7.2f}")
-        print(f"  numpy sum           {gb / npy[case.name]:7.2f}  (numpy alone, one thread)")
+        roof_s = roof[case.name]
+        if roof_s:
+            file_gb = sum(os.path.getsize(f) for f in case.files) / 1e9
+            print(f"  numpy read          {file_gb / roof_s:7.2f}  ({file_gb:.2f} GB of files read into a buffer)")
+        if npy[case.name]:
+            label, np_s = npy[case.name]
+            print(f"  numpy               {gb / np_s:7.2f}  ({label})")
         seconds, first, problem = rt_res[case.name]
         rt_gbs = gb / seconds
         lt = lt_res.get(case.name)
         vs_lt = f"{rt_gbs / (gb / lt[0]):.2f}x LiberTEM" if lt and lt[0] else "LiberTEM n/a"
-        target = "" if case.decoded else " (target >= 0.8x)"
-        print(f"  raytile (Ray)       {rt_gbs:7.2f}  {vs_lt} (target >= 1.5x), "
-              f"{rt_gbs / (gb / roof[case.name]):.2f}x numpy read{target}; first run here {first:.2f} s")
+        vs_np = ""
+        if roof_s:  # the same bytes: a ratio of times
+            vs_np = f", {roof_s / seconds:.2f}x numpy read" + ("" if case.decoded else " (target >= 0.8x)")
+        print(f"  raytile (Ray)       {rt_gbs:7.2f}  {vs_lt} (target >= 1.5x){vs_np}; first run here {first:.2f} s")
         if problem:
             print(problem)
         if lt:
@@ -236,7 +304,7 @@ def main() -> None:
             if lt[0] and lt[2]:
                 print(lt[2])
         if not args.no_first_run:
-            fr = fresh_process(case.name, args.dir, args.workers)
+            fr = fresh_process(case.name, args.dir, args.workers, args.size_gib)
             if fr:
                 print(f"  fresh process       first {fr['first']:.2f} s, warm {fr['warm']:.2f} s: "
                       f"{fr['first'] / fr['warm']:.2f}x warm (target <= 2x); Ray start {fr['start']:.1f} s")

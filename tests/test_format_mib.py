@@ -151,8 +151,9 @@ def test_nav_from_hdr_scan_xy_and_extra_trigger_frames(inline_ctx, tmp_path, rng
     assert inline_ctx.load("mib", path=per_trigger).shape.nav.to_tuple() == (2, 7)
 
 
-def test_sig_shape_reshaped_raw(inline_ctx, tmp_path, rng):
-    hdr, frames = _write(tmp_path, rng, "R12", True)
+@pytest.mark.parametrize("mode", ["R12", "U16"])
+def test_sig_shape_reshaped(inline_ctx, tmp_path, rng, mode):
+    hdr, frames = _write(tmp_path, rng, mode, True)
     ds = inline_ctx.load("mib", path=hdr, sig_shape=(128 * 128,))
     assert np.array_equal(_sum(inline_ctx, ds), frames.sum(axis=0).reshape(-1))
     with pytest.raises(DataSetException, match="sig_shape"):
@@ -264,3 +265,47 @@ def test_truncated_corrupt_and_missing(inline_ctx, tmp_path, rng):
         warnings.simplefilter("ignore")  # the truncated last file again
         with pytest.raises(DataSetException, match="Frames in Acquisition"):
             inline_ctx.load("mib", path=hdr)
+
+
+def test_info_lists_formats_with_parameters():
+    from raytile.cli import format_lines
+
+    lines = {line.split()[0]: line for line in format_lines(["mib", "raw_csr", "auto"])}
+    assert "path*" in lines["mib"] and "sync_offset=0" in lines["mib"] and "disable_glob=False" in lines["mib"]
+    assert "path*" in lines["raw_csr"] and "path*" in lines["auto"]
+
+
+def test_served_schema_has_the_new_formats():
+    """Serve builds its JSON schemas from the declared parameters: mib's bool parameter has a JSON form."""
+    from raytile.serve.datasets import served_formats
+
+    formats = served_formats()
+    assert formats["mib"]["properties"]["disable_glob"] == {"type": "boolean"}
+    assert formats["mib"]["required"] == ["path"] and formats["raw_csr"]["required"] == ["path"]
+    assert "auto" in formats
+
+
+def test_corrections_on_raw_frames(inline_ctx, tmp_path, rng):
+    """Dark frame and gain applied to decoded raw quad frames, as on any other format (float32)."""
+    hdr, frames = _write(tmp_path, rng, "R12", True)
+    dark = rng.integers(0, 10, size=(128, 128)).astype(np.float32)
+    gain = rng.uniform(0.5, 1.5, size=(128, 128)).astype(np.float32)
+    ds = inline_ctx.load("mib", path=hdr)
+    res = inline_ctx.run_udf(dataset=ds, udf=rt.udf.SumUDF(), corrections=rt.io.CorrectionSet(dark=dark, gain=gain))
+    expected = ((frames.astype(np.float32) - dark) * gain).sum(axis=0)
+    assert np.allclose(res["intensity"].data, expected, rtol=1e-5)
+
+
+def test_diagnostics_and_pickled_partitions(inline_ctx, tmp_path, rng):
+    import pickle
+
+    hdr, frames = _write(tmp_path, rng, "R12", True)
+    ds = inline_ctx.load("mib", path=hdr, num_partitions=2)
+    diag = {d["name"]: d["value"] for d in ds.get_diagnostics()}
+    assert diag["MIB frames"].startswith("R64 counter depth 12, 4 chip(s) 2x2, 128x128")
+    assert diag["decoder"] == "MIB raw 12-bit quad" and diag["files"] == "4"
+    part = pickle.loads(pickle.dumps(ds.get_partitions()[1]))  # what Ray ships to a worker
+    tiles = [np.array(t.data) for t in part.get_tiles(rt.common.tiling.TilingScheme.make_for_shape(
+        rt.common.shape.Shape((3, 128, 128), sig_dims=2), ds.shape))]  # tiles reuse buffers: copies
+    got = np.concatenate(tiles)
+    assert np.array_equal(got, frames[part.start:part.stop].reshape(got.shape))

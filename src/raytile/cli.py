@@ -423,6 +423,44 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
+def format_lines(names: Sequence[str]) -> list[str]:
+    """One line per data set format: its name and parameters (``*`` required, ``=default`` where one is set)."""
+    import inspect
+
+    from raytile.io.dataset import DataSet
+    from raytile.io.formats import get_format
+
+    common = list(DataSet.params_schema)
+    lines = []
+    for name in names:
+        try:
+            cls = get_format(name)
+        except ImportError as e:  # an optional dependency is missing
+            lines.append(f"  {name:<14}(not available: {e})")
+            continue
+        defaults: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):
+            init = klass.__dict__.get("__init__")
+            if init is not None:
+                defaults.update({p.name: p.default for p in inspect.signature(init).parameters.values()
+                                 if p.default is not p.empty and p.default is not None})
+        params = []
+        for pname, spec in cls.get_params_schema().items():
+            if pname in common:
+                continue
+            if spec.get("required"):
+                params.append(pname + "*")
+            elif pname in defaults and not isinstance(defaults[pname], (dict, list)):
+                params.append(f"{pname}={defaults[pname]!r}")
+            else:
+                params.append(pname)
+        if name == "auto":
+            params.append("and the detected format's")
+        lines.append(f"  {name:<14}{', '.join(params)}")
+    lines.append(f"  (every format also takes {', '.join(common)})")
+    return lines
+
+
 def cmd_info(args) -> int:
     import raytile
     from raytile.io.formats import known_formats
@@ -432,7 +470,9 @@ def cmd_info(args) -> int:
     for dist in ("numpy", "ray", "numba", "sparse", "sparseconverter", "scipy", "cupy-cuda12x", "h5py"):
         print(f"{dist:<16}{_version(dist)}")
     print(f"cpus    {os.cpu_count()}")
-    print(f"formats {', '.join(known_formats())}")
+    print("formats (parameters; * required, =default)")
+    for line in format_lines(known_formats()):
+        print(line)
     try:
         import raytile.actors.executor  # noqa: F401
 

@@ -26,6 +26,7 @@ _FORMATS: dict[str, str] = {
     "blo": "raytile.io.formats.blo:BloDataSet",
     "dm": "raytile.io.formats.dm:DMDataSet",
     "mib": "raytile.io.formats.mib:MIBDataSet",
+    "raw_csr": "raytile.io.formats.raw_csr:RawCSRDataSet",
     "auto": "raytile.io.formats.auto:AutoDataSet",
     "seq": "raytile.io.formats.seq:SEQDataSet",
     "ser": "raytile.io.formats.ser:SERDataSet",

@@ -276,6 +276,31 @@ class H5DataSet(DataSet):
         self._io_backend = io_backend
         self._raw_fileset: FileSet | None = None
 
+    @classmethod
+    def detect_params(cls, path: str) -> dict | None:
+        """``path`` and ``ds_path`` of the largest numeric dataset of 3 or more dimensions in an HDF5 file."""
+        try:
+            with open(path, "rb") as fh:
+                if fh.read(8) != b"\x89HDF\r\n\x1a\n":
+                    return None
+        except OSError:
+            return None
+        h5py = _h5py()
+        found: list[tuple[int, str]] = []
+
+        def visit(name, obj):
+            if isinstance(obj, h5py.Dataset) and obj.ndim >= 3 and obj.dtype.kind in "biuf":
+                found.append((int(np.prod(obj.shape)), "/" + name))
+
+        try:
+            with h5py.File(path, "r") as f:
+                f.visititems(visit)
+        except OSError as e:
+            raise DataSetException(f"{path}: an HDF5 file h5py cannot open: {e}") from None
+        if not found:
+            raise DataSetException(f"{path}: an HDF5 file without a dataset of 3 or more dimensions")
+        return {"path": path, "ds_path": max(found)[1]}
+
     def _do_initialize(self) -> DataSetMeta:
         if not os.path.isfile(self._path):
             raise DataSetException(f"file not found: {self._path}")

@@ -14,7 +14,9 @@ Every frame has its own ASCII header (:mod:`raytile.io.decoders_mib`).
 (a strided view of the file map or read buffer, byte-swapped while
 converting to the tile's dtype); raw ``R64`` frames (counter depths 1, 6,
 12, 24; single chips and 2x2 quads) are decoded per tile in the workers by
-:func:`~raytile.io.decoders_mib.decode_raw_rows` (numba, cached on disk).
+:func:`~raytile.io.decoders_mib.decode_raw_rows` (a vectorised numpy byte
+swap of the 64-bit words, then the quad re-arrangement as strided copies:
+no compiled code, so a fresh worker's first run is as fast as the next).
 Files holding more frames than the nav shape (extra trigger frames) are
 read up to the nav shape; ``sync_offset`` skips (or, negative, inserts
 blank) frames at the start.
@@ -341,6 +343,5 @@ class MIBDataSet(FileDataSet):
     def get_diagnostics(self) -> list[dict[str, Any]]:
         return super().get_diagnostics() + [
             {"name": "MIB frames", "value": self.header.describe()},
-            {"name": "frames in files", "value": str(self._file_frames)},
         ]
 
