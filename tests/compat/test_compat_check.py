@@ -70,7 +70,7 @@ def test_rewritten_import_keeps_the_bound_name_working():
     """``import libertem.udf.masks`` binds ``libertem``; after the rewrite the name still resolves."""
     ns: dict = {}
     exec(rewrite_imports("import libertem.udf.masks\nudf_cls = libertem.udf.masks.ApplyMasksUDF\n"
-                         "import libertem\nctx_cls = libertem.api.Context\n"), ns)
+                         "import libertem.api\nctx_cls = libertem.api.Context\n"), ns)
     assert ns["udf_cls"] is rt.ApplyMasksUDF
     assert ns["ctx_cls"] is rt.Context
 
