@@ -151,7 +151,10 @@ class Context(AnalysisMethods, NotebookMethods):
         """
         if not isinstance(detached, bool):
             raise ConfigValidationError(f"detached must be True or False, got {detached!r}")
-        return self._start(dataset, udf, roi, corrections, backends, progress, final_only=False, detached=detached)
+        if not isinstance(sync, bool):
+            raise ConfigValidationError(f"sync must be True or False, got {sync!r}")
+        return self._start(dataset, udf, roi, corrections, backends, progress, final_only=False, detached=detached,
+                           sync=sync)
 
     def attach(self, run_id: str) -> UDFRun:
         """Another viewer of a live run started with ``coordinator="actor"``, here or in any process
@@ -173,7 +176,8 @@ class Context(AnalysisMethods, NotebookMethods):
         return self._host.list_runs()
 
     def _start(self, dataset: DataSet, udf: Any, roi: Any, corrections: Any, backends: Iterable[str] | None,
-               progress: bool | ProgressReporter, final_only: bool, detached: bool = False) -> UDFRun:
+               progress: bool | ProgressReporter, final_only: bool, detached: bool = False,
+               sync: bool = True) -> UDFRun:
         span = tracing.start_span("raytile.run")
         try:
             with tracing.use_span(span), tracing.child_span("raytile.plan"):
@@ -185,7 +189,7 @@ class Context(AnalysisMethods, NotebookMethods):
             tracing.record_error(span, e)
             span.end()
             raise
-        return UDFRun(source, plan.udfs, cancel_on_leave=not detached)
+        return UDFRun(source, plan.udfs, cancel_on_leave=not detached, sync=sync)
 
     def run_udf(
         self,
