@@ -38,29 +38,41 @@ UDF_SOURCE = textwrap.dedent('''\
 
 def test_rewrite_imports_touches_import_statements_only():
     out = rewrite_imports(UDF_SOURCE)
-    assert "import numpy as np, raytile.common.math\n" in out
+    assert "import numpy as np, raytile.common.math; import raytile as libertem\n" in out  # keeps the name
     assert "from raytile.udf import (\n    UDF,\n)" in out
     assert "from raytile.common.buffers import reshaped_view  # from libertem.x import y" in out
     assert "from .relative import thing" in out
     assert "import raytile.masks as lmasks" in out
     assert "        from raytile.common.math import prod\n" in out  # inside a function
     assert 'NAME = "libertem"' in out and "the word libertem in this docstring" in out
-    assert out.count("libertem") == 3  # docstring, comment, string
+    assert out.count("libertem") == 4  # docstring, comment, string, the kept name
     assert rewrite_imports(out) == out
 
 
 @pytest.mark.parametrize("src, want", [
-    ("import libertem\n", "import raytile\n"),
+    ("import libertem\n", "import raytile as libertem\n"),
+    ("import os, libertem\n", "import os, raytile as libertem\n"),
+    ("import libertem.udf.masks\n", "import raytile.udf.masks; import raytile as libertem\n"),
     ("import libertem as lt\n", "import raytile as lt\n"),
     ("import os, libertem.udf as u, sys\n", "import os, raytile.udf as u, sys\n"),
     ("from libertem import masks\n", "from raytile import masks\n"),
     ("from libertem.udf.base import UDF as libertem\n", "from raytile.udf.base import UDF as libertem\n"),
     ("import libertem_holo\nfrom libertem_holo import x\n", "import libertem_holo\nfrom libertem_holo import x\n"),
-    ("x = 1; import libertem.udf; y = 'libertem'\n", "x = 1; import raytile.udf; y = 'libertem'\n"),
+    ("x = 1; import libertem.udf; y = 'libertem'\n",
+     "x = 1; import raytile.udf; import raytile as libertem; y = 'libertem'\n"),
     ("s = 'é'; from libertem.udf import UDF\n", "s = 'é'; from raytile.udf import UDF\n"),
 ])
 def test_rewrite_imports_cases(src, want):
     assert rewrite_imports(src) == want
+
+
+def test_rewritten_import_keeps_the_bound_name_working():
+    """``import libertem.udf.masks`` binds ``libertem``; after the rewrite the name still resolves."""
+    ns: dict = {}
+    exec(rewrite_imports("import libertem.udf.masks\nudf_cls = libertem.udf.masks.ApplyMasksUDF\n"
+                         "import libertem.api\nctx_cls = libertem.api.Context\n"), ns)
+    assert ns["udf_cls"] is rt.ApplyMasksUDF
+    assert ns["ctx_cls"] is rt.Context
 
 
 def test_find_unmapped_names_each_missing_name():

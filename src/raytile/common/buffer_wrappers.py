@@ -100,6 +100,11 @@ class BufferWrapper:
         return self.data is not None
 
     @property
+    def shape(self) -> tuple[int, ...] | None:
+        """The allocated array's shape (the whole buffer, not a view), None before allocation."""
+        return None if self.data is None else tuple(self.data.shape)
+
+    @property
     def raw_data(self) -> Any:
         """The array as stored: for ``nav`` buffers flat and ROI-compressed (LiberTEM's ``raw_data``)."""
         return self.data

@@ -58,16 +58,18 @@ def rewrite_imports(source: str) -> str:
     """
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
-    spans: list[tuple[int, int, int, int]] = []
+    spans: list[tuple[int, int, int, int, bool]] = []
     for node in _import_nodes(tree):
+        binds = False  # ``import libertem.x`` binds the name ``libertem``: keep it bound (to raytile)
         if isinstance(node, ast.ImportFrom):
             hit = node.level == 0 and _is_source_module(node.module)
         else:
             hit = any(_is_source_module(alias.name) for alias in node.names)
+            binds = any(_is_source_module(alias.name) and alias.asname is None for alias in node.names)
         if hit and node.end_lineno is not None and node.end_col_offset is not None:
-            spans.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset))
+            spans.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, binds))
     # Last statement first, so earlier offsets stay valid. ast offsets are UTF-8 byte offsets.
-    for lineno, col, end_lineno, end_col in sorted(spans, reverse=True):
+    for lineno, col, end_lineno, end_col, binds in sorted(spans, reverse=True):
         first, last = lineno - 1, end_lineno - 1
         head = lines[first].encode("utf-8")[:col].decode("utf-8")
         tail = lines[last].encode("utf-8")[end_col:].decode("utf-8")
@@ -75,13 +77,20 @@ def rewrite_imports(source: str) -> str:
         body = "".join(body_lines)
         start = len(head)
         stop = len(body) - len(tail)
-        stmt = _rewrite_statement(body[start:stop])
+        stmt = _rewrite_statement(body[start:stop], binds)
         lines[first:last + 1] = [head + stmt + tail]
     return "".join(lines)
 
 
-def _rewrite_statement(stmt: str) -> str:
-    """One import statement's text with the package name replaced in module names only."""
+def _rewrite_statement(stmt: str, binds: bool = False) -> str:
+    """One import statement's text with the package name replaced in module names only.
+
+    ``binds``: the statement binds the name ``libertem`` itself (``import libertem`` or
+    ``import libertem.udf``, no ``as``). The name stays bound, to raytile, so that code
+    reading ``libertem.udf.masks.ApplyMasksUDF`` keeps working: ``import libertem``
+    becomes ``import raytile as libertem``, and ``import libertem.udf`` becomes
+    ``import raytile.udf; import raytile as libertem`` (on the same line).
+    """
     if stmt.startswith("from"):
         # ``from libertem.x import a as libertem``: only the module part after ``from``.
         m = re.match(r"from(\s+)(libertem\b)", stmt)
@@ -89,6 +98,11 @@ def _rewrite_statement(stmt: str) -> str:
             return stmt
         return stmt[: m.start(2)] + _TARGET_PKG + stmt[m.end(2):]
     # ``import a, libertem.x as y``: module names, never the ``as`` names.
+    if binds:
+        bare = re.compile(r"((?:(?<=import)|(?<=,))\s*)libertem(?=\s*(?:,|$))")
+        if bare.search(stmt):
+            return _rewrite_statement(bare.sub(lambda m: m.group(1) + f"{_TARGET_PKG} as {_SOURCE_PKG}", stmt))
+        return _rewrite_statement(stmt) + f"; import {_TARGET_PKG} as {_SOURCE_PKG}"
     out: list[str] = []
     pos = 0
     for m in re.finditer(r"(?:(?<=import)|(?<=,))(\s*\(?\s*)(libertem\b)", stmt):

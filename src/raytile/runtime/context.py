@@ -10,7 +10,7 @@ from raytile.io.dataset import DataSet
 from raytile.io.formats import get_format
 from raytile.runtime import tracing
 from raytile.runtime.executor import Executor
-from raytile.runtime.notebook import NotebookMethods
+from raytile.runtime.notebook import NotebookMethods, dry_run_results
 from raytile.runtime.host import DriverHost, RunHost, choose_coordinator
 from raytile.runtime.host_factories import make_host
 from raytile.runtime.plan import make_plan
@@ -130,11 +130,13 @@ class Context(AnalysisMethods, NotebookMethods):
         progress: bool | ProgressReporter = False,
         sync: bool = True,
         detached: bool = False,
+        plots: Any = None,
     ) -> UDFRun:
         """Start a run; iterate the returned :class:`UDFRun` for partial results.
 
         ``for part in ctx.run_udf_iter(...)`` or, in async code,
-        ``async for part in ctx.run_udf_iter(..., sync=False)``.
+        ``async for part in ctx.run_udf_iter(..., sync=False)``. ``plots``: live
+        plots fed with each partial result (see :meth:`run_udf`).
 
         With ``detached=True`` (``coordinator="actor"`` only) the run goes on
         when this process leaves the loop or exits; any process on the
@@ -142,7 +144,16 @@ class Context(AnalysisMethods, NotebookMethods):
         """
         if not isinstance(detached, bool):
             raise ConfigValidationError(f"detached must be True or False, got {detached!r}")
-        return self._start(dataset, udf, roi, corrections, backends, progress, final_only=False, detached=detached)
+        if not isinstance(sync, bool):
+            raise ConfigValidationError(f"sync must be True or False, got {sync!r}")
+        if plots:  # live plots (raytile.viz.runplots), as LiberTEM's plots=
+            from raytile.viz.runplots import run_iter_with_plots
+
+            plotted: Any = run_iter_with_plots(self, plots, dataset, udf, roi=roi, corrections=corrections,
+                                               backends=backends, progress=progress, sync=sync, detached=detached)
+            return plotted  # a UDFRun that also feeds the plots
+        return self._start(dataset, udf, roi, corrections, backends, progress, final_only=False, detached=detached,
+                           sync=sync)
 
     def attach(self, run_id: str) -> UDFRun:
         """Another viewer of a live run started with ``coordinator="actor"``, here or in any process
@@ -164,7 +175,8 @@ class Context(AnalysisMethods, NotebookMethods):
         return self._host.list_runs()
 
     def _start(self, dataset: DataSet, udf: Any, roi: Any, corrections: Any, backends: Iterable[str] | None,
-               progress: bool | ProgressReporter, final_only: bool, detached: bool = False) -> UDFRun:
+               progress: bool | ProgressReporter, final_only: bool, detached: bool = False,
+               sync: bool = True) -> UDFRun:
         span = tracing.start_span("raytile.run")
         try:
             with tracing.use_span(span), tracing.child_span("raytile.plan"):
@@ -176,7 +188,7 @@ class Context(AnalysisMethods, NotebookMethods):
             tracing.record_error(span, e)
             span.end()
             raise
-        return UDFRun(source, plan.udfs, cancel_on_leave=not detached)
+        return UDFRun(source, plan.udfs, cancel_on_leave=not detached, sync=sync)
 
     def run_udf(
         self,
@@ -187,12 +199,20 @@ class Context(AnalysisMethods, NotebookMethods):
         backends: Iterable[str] | None = None,
         progress: bool | ProgressReporter = False,
         sync: bool = True,
+        plots: Any = None,
     ):
         """Run UDFs over the data set; one read of each tile serves all of them.
 
         Returns ``{name: ResultBuffer}`` for one UDF, a list of such dicts for
         a list of UDFs. With ``sync=False`` returns an awaitable of the same.
+        ``plots``: live plots updated while the run goes on, as LiberTEM's
+        (``True``, channel lists, or plot objects; see raytile.viz.runplots).
         """
+        if plots:
+            from raytile.viz.runplots import run_with_plots
+
+            return run_with_plots(self, plots, dataset, udf, roi=roi, corrections=corrections, backends=backends,
+                                  progress=progress, sync=sync)
         single = isinstance(udf, UDF)
         run = self._start(dataset, udf, roi, corrections, backends, progress, final_only=True)
         if sync:
@@ -205,13 +225,7 @@ class Context(AnalysisMethods, NotebookMethods):
 
     def dry_run(self, dataset: DataSet, udf: Any, roi: Any = None):
         """Check a run without reading data: the result buffers as they would come back (empty)."""
-        single = isinstance(udf, UDF)
-        plan = make_plan(dataset, udf, roi=roi, device_classes=self._host.device_classes)
-        from raytile.runtime.results import ResultAccumulator
-
-        acc = ResultAccumulator([u.copy() for u in plan.udfs], plan.params.dataset_shape, plan.params.roi,
-                                plan.metas(), plan.partition_offsets, plan.total_partitions)
-        return _unpack(acc.snapshot(finished=False), single)
+        return _unpack(dry_run_results(dataset, udf, roi, self._host.device_classes), isinstance(udf, UDF))
 
 
 def _reporter(progress: bool | ProgressReporter) -> ProgressReporter | None:

@@ -28,7 +28,7 @@ from raytile.udf.auto import AutoUDF
 from raytile.udf.base import UDF
 from raytile.udf.record import RecordUDF
 
-__all__ = ["NotebookMethods", "UDFInfo", "EXECUTOR_NAMES", "context_kwargs_for"]
+__all__ = ["NotebookMethods", "UDFInfo", "EXECUTOR_NAMES", "context_kwargs_for", "dry_run_results"]
 
 #: LiberTEM's executor names and the executor raytile gives for each. "dask", "threads" and
 #: "pipelined" all become a local Ray (one worker per CPU, or ``cpus``/``gpus``): raytile has one
@@ -105,6 +105,21 @@ class NotebookMethods:
 
     run_udf: Any
     dry_run: Any
+    _plot_class: Any = None
+
+    @property
+    def plot_class(self) -> type:
+        """The class of the plots ``run_udf(..., plots=True)`` makes (default
+        :class:`~raytile.viz.mpl.MPLLive2DPlot`; e.g. :class:`~raytile.viz.bqp.BQLive2DPlot` in Jupyter)."""
+        if self._plot_class is None:
+            from raytile.viz.runplots import default_plot_class
+
+            return default_plot_class()
+        return self._plot_class
+
+    @plot_class.setter
+    def plot_class(self, value: type) -> None:
+        self._plot_class = value
 
     @classmethod
     def make_with(cls, executor_spec: str = "dask", *, cpus: int | Iterable[int] | None = None,
@@ -123,7 +138,7 @@ class NotebookMethods:
         """
         ctx = cls(**context_kwargs_for(executor_spec, cpus, gpus))
         if plot_class is not None:
-            ctx.plot_class = plot_class  # type: ignore[attr-defined]
+            ctx.plot_class = plot_class
         return ctx
 
     def map(self, dataset: DataSet, f: Any, roi: Any = None, progress: Any = False, corrections: Any = None,
@@ -172,3 +187,14 @@ class NotebookMethods:
             for name, buf in declared.items() if buf.use != "private"}
         return UDFInfo(type(udf).__name__, str(planned.get_method()), tuple(planned.get_backends()),
                        np.dtype(plan.params.input_dtype), buffers)
+
+
+def dry_run_results(dataset: DataSet, udfs: Any, roi: Any = None, device_classes: Iterable[str] = ("cpu",)) -> Any:
+    """The results a run would return, empty (nothing read): shapes, kinds, dtypes (``Context.dry_run``)."""
+    from raytile.runtime.plan import make_plan
+    from raytile.runtime.results import ResultAccumulator
+
+    plan = make_plan(dataset, udfs, roi=roi, device_classes=device_classes)
+    acc = ResultAccumulator([u.copy() for u in plan.udfs], plan.params.dataset_shape, plan.params.roi,
+                            plan.metas(), plan.partition_offsets, plan.total_partitions)
+    return acc.snapshot(finished=False)

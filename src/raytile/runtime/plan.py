@@ -16,7 +16,7 @@ from raytile.runtime.execution_plan import (
     ExecutionPlan, check_backends, device_classes_for, execution_plan, plan_dtype,
 )
 from raytile.runtime.params import PartitionTask, RunParams
-from raytile.udf.base import UDF
+from raytile.udf.base import UDF, check_method
 from raytile.udf.meta import UDFMeta
 
 __all__ = ["RunPlan", "make_plan", "check_udfs", "input_dtype", "dataset_backends", "backend_plans"]
@@ -87,7 +87,7 @@ def check_udfs(udfs: Any) -> list[UDF]:
     for udf in udfs:
         if not isinstance(udf, UDF):
             raise UDFException(f"expected a raytile UDF instance, got {udf!r}")
-        udf.get_method()  # raises UDFException naming the class if none is implemented
+        check_method(udf)  # a UDFException naming the class, before any task, if process_* is missing
     return udfs
 
 

@@ -23,11 +23,14 @@ class ResultBuffer:
     shape); positions outside the ROI are NaN (float results; zero for
     others), positions not yet merged hold the buffer's initial zeros.
     ``.valid_mask`` has the shape of ``.data`` and is False for both.
-    ``.raw_data`` is the ROI-compressed array the UDF sees.
+    ``.raw_data`` is the ROI-compressed array the UDF sees; ``.extra_shape``
+    the declared extra shape (LiberTEM's ``BufferWrapper.extra_shape``).
     """
 
-    def __init__(self, kind: str, raw_data: np.ndarray, data: np.ndarray, valid_mask: Any):
+    def __init__(self, kind: str, raw_data: np.ndarray, data: np.ndarray, valid_mask: Any,
+                 extra_shape: tuple[int, ...] = ()):
         self.kind = kind
+        self.extra_shape = tuple(extra_shape)
         self.raw_data = raw_data
         self.data = data
         self.valid_mask = valid_mask
@@ -201,6 +204,11 @@ class ResultAccumulator:
             if private:
                 raise UDFException(f"{type(udf).__name__}.get_results returned use='private' buffers {private}; "
                                    "private buffers are merged for get_results but are not results")
+            undeclared = sorted(str(n) for n in results if n not in declared)
+            if undeclared:
+                raise UDFException(f"{type(udf).__name__}.get_results returned {undeclared}, which "
+                                   f"get_result_buffers does not declare (it declares {sorted(declared)}); "
+                                   "declare them, with use='result_only' if get_results computes them")
             results = dict(results)
             for name, buf in declared.items():  # declared results get_results leaves out pass through
                 if name not in results and buf.use is None:
@@ -229,11 +237,11 @@ class ResultAccumulator:
                                         data.shape).copy()
             else:
                 valid = np.asarray(mask)
-            return ResultBuffer("nav", arr, data, valid)
+            return ResultBuffer("nav", arr, data, valid, extra_shape=tuple(extra))
         kind = decl.kind if decl is not None else "single"
         # sig and single results are valid as they stand (partial merges included), as in LiberTEM
         valid = np.ones(arr.shape, dtype=bool) if mask is None else mask
-        return ResultBuffer(kind, arr, arr, valid)
+        return ResultBuffer(kind, arr, arr, valid, extra_shape=decl.extra_shape if decl is not None else arr.shape)
 
 
 def _preprocess_on_main_node(udf: UDF) -> None:

@@ -32,9 +32,11 @@ JOIN_TIMEOUT_S = 5.0
 class UDFRun:
     """A run in progress. Both a sync and an async iterator of :class:`UDFResults`."""
 
-    def __init__(self, source: RunSource, udfs: Sequence[UDF], cancel_on_leave: bool = True):
+    def __init__(self, source: RunSource, udfs: Sequence[UDF], cancel_on_leave: bool = True, sync: bool = True):
         """``source``: the run's coordinator (or a viewer's end of it, see runtime/host.py), started;
-        ``cancel_on_leave``: leaving the loop before the end cancels the run."""
+        ``cancel_on_leave``: leaving the loop before the end cancels the run; ``sync=False``: an async
+        iterator only (``run_udf_iter(..., sync=False)``, as LiberTEM's): a plain ``for`` raises."""
+        self.sync = sync
         self._coordinator = source
         self._udfs = [u.copy() for u in udfs]  # validates patches in the caller's thread
         self._cancel_on_leave = cancel_on_leave
@@ -108,6 +110,9 @@ class UDFRun:
 
     def __iter__(self) -> Iterator[UDFResults]:
         try:
+            if not self.sync:
+                raise TypeError("this run was started with run_udf_iter(..., sync=False): iterate it with "
+                                "`async for`, or start it with sync=True for a plain `for` loop")
             while not self._exhausted:
                 try:
                     yield self._take(self._coordinator.outbox.take())

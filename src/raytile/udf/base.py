@@ -21,6 +21,7 @@ result with :meth:`UDF.merge`. Example::
 from __future__ import annotations
 
 import copy
+import warnings
 from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
@@ -41,8 +42,12 @@ __all__ = [
     "UDFFrameMixin", "UDFTileMixin", "UDFPartitionMixin", "UDFPreprocessMixin", "UDFPostprocessMixin",
     "BACKEND_NUMPY",
     "BACKEND_CUPY", "BACKEND_SPARSE_COO", "BACKEND_SPARSE_GCXS", "BACKEND_SCIPY_CSR", "BACKEND_SCIPY_CSC",
-    "BACKEND_CUPY_SCIPY_CSR", "BACKEND_CUPY_SCIPY_CSC", "BACKEND_CUDA",
+    "BACKEND_CUPY_SCIPY_CSR", "BACKEND_CUPY_SCIPY_CSC", "BACKEND_CUDA", "UseDiscouragedWarning", "check_method",
 ]
+
+
+class UseDiscouragedWarning(FutureWarning):
+    """A feature that works, for LiberTEM's sake, but reads wrong: ``self.results["x"]`` inside a UDF."""
 
 UDFMethod = Literal["tile", "frame", "partition"]
 
@@ -120,6 +125,18 @@ class UDFData:
 
     def __setattr__(self, name: str, value) -> None:
         getattr(self, name)[...] = value
+
+    def __getitem__(self, name: str) -> Any:
+        """The stored entry itself, as LiberTEM: for a buffer the whole declared buffer (a
+        ``BufferWrapper``, which takes no item assignment), not the current view; for a parameter or
+        task data entry its value. Discouraged (a :class:`UseDiscouragedWarning`): attribute access
+        gives the view, ``get_buffer`` the buffer."""
+        warnings.warn("dict-like access is discouraged, as it can be confusing vs. using attribute access. "
+                      "Please use `get_buffer` instead, if you really need the `BufferWrapper` and not the "
+                      "current view", UseDiscouragedWarning, stacklevel=2)
+        if name not in self._data:
+            raise KeyError(f"no buffer or parameter named {name!r}; have {sorted(self._data)}")
+        return self.get_buffer(name)
 
     def __contains__(self, name: str) -> bool:
         return name in self._data
@@ -384,7 +401,10 @@ class UDF:
             arr = arr.reshape(shape)
         return arr
 
+    @property
     def requires_custom_merge(self) -> bool:
+        """True if the UDF has buffers the default merge cannot combine (kind sig or single, not
+        result_only): it must implement ``merge``. A property, as in LiberTEM."""
         return any(
             buf.kind != "nav" and buf.use != "result_only" for buf in self.get_result_buffers().values()
         )
@@ -451,6 +471,25 @@ class UDF:
     process_partition: Callable[[Any], Any] | None = None
     preprocess: Callable[[], Any] | None = None
     postprocess: Callable[[], Any] | None = None
+
+
+def check_method(udf: "UDF") -> UDFMethod:
+    """``udf.get_method()``, checked before any task runs: a known value whose ``process_*`` exists.
+
+    Raises :class:`UDFException` naming the UDF and what to implement
+    (otherwise a worker fails later with "'NoneType' object is not callable").
+    """
+    name = type(udf).__name__
+    method = udf.get_method()
+    known = ("tile", "frame", "partition")
+    value = getattr(method, "value", method)
+    if value not in known:
+        raise UDFException(f"{name}.get_method() returned {method!r}; it must return one of {known} "
+                           "(or UDF.UDF_METHOD.TILE/FRAME/PARTITION)")
+    if getattr(type(udf), f"process_{value}", None) is None:
+        raise UDFException(f"{name}.get_method() returned {value!r} but {name} does not implement "
+                           f"process_{value}: implement {name}.process_{value} or return another method")
+    return value  # type: ignore[return-value]
 
 
 def check_cast(src: Any, dest: Any, name: str | None = None) -> None:

@@ -1,0 +1,181 @@
+"""Live plots of a run: ``ctx.run_udf(..., plots=...)`` and ``ctx.run_udf_iter(..., plots=...)``.
+
+``plots`` takes LiberTEM's forms:
+
+- ``True``: one plot per plottable (2D) channel of every UDF, titled
+  ``"<UDF>: <channel>"``; a UDF without one gets a warning naming it;
+- a list with one list per UDF of channels (``"name"``, ``("name", fn)`` or
+  a callable ``fn(udf_results, damage)``);
+- a list of plot objects (:class:`~raytile.viz.live.Live2DPlot` subclasses)
+  made by the caller for the UDF instances passed to the run.
+
+New plots are of ``ctx.plot_class`` (default
+:class:`~raytile.viz.mpl.MPLLive2DPlot`). Plots are redrawn from the
+consumer's side, never from the workers or the coordinator: a slow plot
+only means the coordinator publishes fewer snapshots (latest wins), and a
+plot whose ``min_delta`` has not passed is not even handed the data.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any, AsyncIterator, Iterator, Sequence
+
+from raytile.viz.live import Live2DPlot, get_plottable_2D_channels
+
+__all__ = ["prepare_plots", "update_plots", "PlottedRun", "default_plot_class", "run_iter_with_plots",
+           "run_with_plots"]
+
+
+def default_plot_class() -> type:
+    """:class:`~raytile.viz.mpl.MPLLive2DPlot` (imported when first needed)."""
+    from raytile.viz.mpl import MPLLive2DPlot
+
+    return MPLLive2DPlot
+
+
+def _is_channel_lists(plots: Any) -> bool:
+    return (isinstance(plots, (list, tuple)) and all(isinstance(p, (list, tuple)) for p in plots)
+            and all(all(isinstance(c, (str, list, tuple)) or callable(c) for c in p) for p in plots)
+            and not any(isinstance(c, Live2DPlot) for p in plots for c in p))
+
+
+def prepare_plots(udfs: Sequence[Any], dataset: Any, roi: Any, plots: Any, plot_class: type | None = None,
+                  display: bool = True) -> list[Live2DPlot]:
+    """The plot objects for ``plots`` (see the module docstring), displayed."""
+    from raytile.runtime.notebook import dry_run_results
+    from raytile.runtime.results import UDFResults
+
+    if not plots:
+        return []
+    if not (plots is True or _is_channel_lists(plots)):
+        made = list(plots)
+        bad = [p for p in made if not isinstance(p, Live2DPlot)]
+        if bad:
+            raise TypeError(f"plots must be True, a list of channel lists (one per UDF) or a list of Live2DPlot "
+                            f"objects; got {bad[0]!r}")
+        return made
+    dry = dry_run_results(dataset, list(udfs), roi)
+    if plots is True:
+        channels: list[Any] = [get_plottable_2D_channels(buffers) for buffers in dry.buffers]
+        for idx, (udf, chans) in enumerate(zip(udfs, channels)):
+            if not chans:
+                warnings.warn(f"No plottable channels found for UDF #{idx}: {type(udf).__name__}, not plotting.")
+    else:
+        channels = list(plots)
+        if len(channels) != len(udfs):
+            raise ValueError(f"plots has {len(channels)} channel lists for {len(udfs)} UDFs; give one per UDF")
+    cls = plot_class or default_plot_class()
+    made = []
+    for idx, (udf, chans) in enumerate(zip(udfs, channels)):
+        for channel in chans:
+            plot = cls(dataset, udf=udf, roi=roi, channel=channel,
+                       udfresult=UDFResults((dry.buffers[idx],), dry.damage, {}, 0, 0, False))
+            if display:
+                plot.display()
+            made.append(plot)
+    return made
+
+
+def update_plots(plots: Sequence[Live2DPlot], udfs: Sequence[Any], results: Any, force: bool = False) -> None:
+    """Hand a (partial) result to every plot (each redraws unless its ``min_delta`` has not passed)."""
+    for plot in plots:
+        idx = _index(udfs, plot.get_udf())
+        plot.new_data(results.buffers[idx], results.damage.data, force=force)
+
+
+def _index(udfs: Sequence[Any], udf: Any) -> int:
+    for i, u in enumerate(udfs):
+        if u is udf:
+            return i
+    raise ValueError(f"the plot's UDF {udf!r} is not one of this run's UDFs: make plots for the UDF instances "
+                     "passed to run_udf")
+
+
+def _next_due(plots: Sequence[Live2DPlot]) -> float:
+    """When the earliest plot may redraw next (monotonic seconds)."""
+    return min(p.last_update + p.min_delta for p in plots)
+
+
+class PlottedRun:
+    """A :class:`~raytile.runtime.run.UDFRun` whose partial results also go to plots.
+
+    Iterating it (sync or async) yields what the run yields; each result is
+    handed to the plots when one of them is due, and the last one (the
+    final data) always. Everything else (``cancel``, ``update_parameters``,
+    ``run_id``, ...) is the run's.
+    """
+
+    def __init__(self, run: Any, udfs: Sequence[Any], plots: Sequence[Live2DPlot]):
+        self._run = run
+        self._udfs = list(udfs)
+        self.plots = list(plots)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._run, name)
+
+    def _show(self, part: Any) -> None:
+        finished = bool(getattr(part, "finished", False))
+        if finished or time.monotonic() >= _next_due(self.plots):
+            update_plots(self.plots, self._udfs, part, force=finished)
+
+    def __iter__(self) -> Iterator[Any]:
+        for part in self._run:
+            self._show(part)
+            yield part
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._aiter()
+
+    async def _aiter(self) -> AsyncIterator[Any]:
+        async for part in self._run:
+            self._show(part)
+            yield part
+
+    def result(self) -> Any:
+        """Run to the end, plotting; the final results."""
+        for _ in self:
+            pass
+        return self._run._final()
+
+    async def aresult(self) -> Any:
+        """Await the end of the run, plotting; the final results."""
+        async for _ in self:
+            pass
+        return self._run._final()
+
+
+def _udf_list(udf: Any) -> list[Any]:
+    from raytile.udf.base import UDF
+
+    return [udf] if isinstance(udf, UDF) else list(udf)
+
+
+def run_iter_with_plots(ctx: Any, plots: Any, dataset: Any, udf: Any, roi: Any = None, **kwargs: Any) -> PlottedRun:
+    """``ctx.run_udf_iter(...)`` with live ``plots`` (see the module docstring)."""
+    udfs = _udf_list(udf)
+    made = prepare_plots(udfs, dataset, roi, plots, ctx.plot_class)
+    return PlottedRun(ctx.run_udf_iter(dataset=dataset, udf=udf, roi=roi, **kwargs), udfs, made)
+
+
+def run_with_plots(ctx: Any, plots: Any, dataset: Any, udf: Any, roi: Any = None, sync: bool = True,
+                   **kwargs: Any) -> Any:
+    """``ctx.run_udf(...)`` with live ``plots``: the same return value, plots updated on the way."""
+    from raytile.udf.base import UDF
+
+    run = run_iter_with_plots(ctx, plots, dataset, udf, roi=roi, sync=sync, **kwargs)
+    single = isinstance(udf, UDF)
+
+    def unpack(results: Any) -> Any:
+        return results.buffers[0] if single else list(results.buffers)
+
+    if sync:
+        return unpack(run.result())
+
+    async def _await() -> Any:
+        return unpack(await run.aresult())
+
+    return _await()
