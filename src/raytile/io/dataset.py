@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import inspect
 import math
+import warnings
 from abc import ABC, ABCMeta, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence, cast
 
 import numpy as np
 
-from raytile.common.errors import ConfigValidationError, DataSetException
+from raytile.common.errors import ConfigValidationError, DataSetException, DataSetWarning
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.common.tiling import DataTile, TilingScheme
@@ -276,6 +277,7 @@ class DataSet(metaclass=DataSetType):
         run through ``executor.run_function`` (on a worker, where the files
         are), and the state they set comes back to this object.
         """
+        self._load_warnings = []
         if executor is not None:
             self._num_workers = max(1, getattr(executor, "num_workers", 1))
         run_function = getattr(executor, "run_function", None)
@@ -288,7 +290,24 @@ class DataSet(metaclass=DataSetType):
         else:
             self._meta = self._do_initialize()
             self.check_valid()
+        for message in self._load_warnings:  # here, in the driver, wherever the files were opened
+            warnings.warn(message, DataSetWarning, stacklevel=3)  # at the caller of Context.load
         return self
+
+    #: what opening the data set found suspicious (see :meth:`warn_on_load`)
+    _load_warnings: list[str] = []
+
+    @property
+    def load_warnings(self) -> list[str]:
+        """What opening the data set found suspicious, e.g. a raw file with more frames than
+        ``nav_shape`` reads: each is also a :class:`~raytile.common.errors.DataSetWarning` raised by
+        ``Context.load``, and an entry of ``warnings`` in the Serve stream."""
+        return list(self._load_warnings)
+
+    def warn_on_load(self, message: str) -> None:
+        """Note ``message`` while opening (in :meth:`_do_initialize`, maybe on a worker); the driver
+        raises it as a :class:`~raytile.common.errors.DataSetWarning`."""
+        self._load_warnings = [*self._load_warnings, message]
 
     # -- parameters ----------------------------------------------------------
     @classmethod

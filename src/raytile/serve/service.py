@@ -109,13 +109,13 @@ class Service:
         rate = min(float(body.get("max_rate_hz", self.config.max_rate_hz)), self.config.max_rate_hz)
         self.registry.reserve()
         try:
-            run, specs, sig_shape = await anyio.to_thread.run_sync(self._start, body)
-            served = ServedRun(run, [u["name"] for u in body["udfs"]], rate, sig_shape, specs)
+            run, specs, sig_shape, notes = await anyio.to_thread.run_sync(self._start, body)
+            served = ServedRun(run, [u["name"] for u in body["udfs"]], rate, sig_shape, specs, warnings=notes)
             return self.registry.add(served)
         finally:
             self.registry.release()
 
-    def _start(self, body: dict[str, Any]) -> tuple[Any, list[Any], tuple[int, ...]]:
+    def _start(self, body: dict[str, Any]) -> tuple[Any, list[Any], tuple[int, ...], list[str]]:
         name, params = resolve_dataset(body["dataset"], self.roots, "dataset", self._formats)
         ds = self.datasets_open.get((name, params), lambda: open_dataset(self.ctx, name, params, "dataset"))
         sig_shape = tuple(ds.shape.sig)
@@ -130,7 +130,8 @@ class Service:
         if size > self.config.max_result_bytes:
             raise PayloadTooLarge("udfs", f"the results would take {size} bytes; this server allows "
                                           f"{self.config.max_result_bytes} per run")
-        return self.ctx.run_udf_iter(dataset=ds, udf=udfs, roi=roi, sync=False), specs, sig_shape
+        run = self.ctx.run_udf_iter(dataset=ds, udf=udfs, roi=roi, sync=False)
+        return run, specs, sig_shape, ds.load_warnings
 
     def patch(self, served: ServedRun, body: Any) -> dict[str, Any]:
         """A live patch: ``{"params": [one dict per UDF], "recompute": bool}``."""
@@ -174,6 +175,8 @@ class Service:
             "coalesced": served.run.coalesced,
             "buffers": encode_buffers(part, served.udf_names, mode, url_base) if part else [],
         }
+        if served.warnings:  # what opening the data set found suspicious (file, size, what was read)
+            msg["warnings"] = list(served.warnings)
         if served.error is not None:
             msg["error"] = served.error
         if served.cancel_reason is not None:
