@@ -196,6 +196,19 @@ def test_sse_stream_raw_file_with_roi(client, data, ray_context):
     np.testing.assert_array_equal(arrays(msgs[-1])[0]["intensity"], got)
 
 
+def test_stream_names_a_raw_file_larger_than_its_shapes(client, data):
+    # 64 frames in the file, nav_shape reads 32: the run works, and every message says so (issue 20)
+    body = {"dataset": {"format": "raw", "params": {"path": "sub/scan.raw", "nav_shape": [4, 8],
+                                                    "sig_shape": list(SIG), "dtype": "uint16"}},
+            "udfs": [{"name": "sumsig"}]}
+    msgs = stream(client, start(client, body))
+    assert msgs[-1]["status"] == "finished" and all(m.get("warnings") == msgs[0]["warnings"] for m in msgs)
+    (warning,) = msgs[0]["warnings"]
+    assert "scan.raw" in warning and f"{data['raw'].nbytes} bytes" in warning and "first 32" in warning
+    ref = data["raw"].reshape(64, -1)[:32].sum(axis=-1, dtype=np.int64).reshape(4, 8)
+    np.testing.assert_allclose(arrays(msgs[-1])[0]["intensity"], ref, rtol=1e-6)
+
+
 def test_buffers_as_urls_and_results_endpoint(client, data):
     run_id = start(client, npy_body([{"name": "sum"}, {"name": "sumsig"}]))
     msgs = stream(client, run_id, buffers="url")
