@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
@@ -33,7 +34,7 @@ __all__ = ["detector_figure", "scan_figure", "save_figure"]
 FIG_WIDTH_IN = 6.0
 
 
-def _figure(shape: tuple[int, int]) -> tuple[Figure, object]:
+def _figure(shape: tuple[int, int]) -> tuple[Figure, Axes]:
     ny, nx = shape
     aspect = ny / nx  # the image's height over width, kept on screen
     fig = Figure(figsize=(FIG_WIDTH_IN, min(12.0, max(2.5, FIG_WIDTH_IN * 0.8 * aspect + 1.2))), dpi=100)
