@@ -17,10 +17,17 @@ data set, the first and the warm run, and counts numba's compilations
 (``numba:compile`` events; the outermost ones only, so nested compiles are
 not counted twice).
 
+``--startup`` measures what comes before any analysis, each in a new
+process: Ray's own start (``ray.init`` of a private local instance), a
+Context's start (Ray plus the worker actors, ready to run), and ``raytile
+serve``'s time from the command to its first accepted request (``GET
+/v1/healthz`` answering 200), over ``--trials``.
+
 The machine's load average is printed before and after: on a shared machine
 other processes' work shows up in every figure. GB = 1e9 bytes. Run::
 
     python benchmarks/bench_first_run.py [--size-gib 1] [--trials 3] [--executor ray] [--breakdown]
+    python benchmarks/bench_first_run.py --startup [--trials 3]
 """
 
 from __future__ import annotations
@@ -60,6 +67,95 @@ def demo_trial(size_gib: float, cache: Path, executor: str) -> dict[str, float]:
     figures = {label: float(seconds) for label, seconds in FIGURE.findall(proc.stdout)}
     figures["start-up"] = float(START_UP.search(proc.stdout).group(1))
     return figures
+
+
+RAY_START = """
+import time
+t0 = time.perf_counter()
+import ray
+ray.init(address="local", include_dashboard=False, logging_level="ERROR")
+print("SECONDS", time.perf_counter() - t0, flush=True)
+"""
+
+CONTEXT_START = """
+import time
+t0 = time.perf_counter()
+import raytile as rt
+ctx = rt.Context.make_local()
+assert ctx.num_workers >= 1
+print("SECONDS", time.perf_counter() - t0, flush=True)
+"""
+
+
+def _timed_script(script: str) -> float:
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    if proc.returncode:
+        raise SystemExit(f"start-up probe failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return float(proc.stdout.split("SECONDS")[1].split()[0])
+
+
+def serve_trial(timeout: float = 180.0) -> tuple[float, float]:
+    """Seconds from starting ``raytile serve`` (a new process) to its first answered ``GET /v1/healthz``,
+    and to the end of its first run (SumUDF on a 16x16x32x32 .npy, POST then the whole NDJSON stream)."""
+    import signal
+    import socket
+    import urllib.request
+
+    import numpy as np
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory(prefix="raytile-serve-") as root:
+        np.save(os.path.join(root, "scan.npy"), np.ones((16, 16, 32, 32), np.float32))
+        cmd = [sys.executable, "-m", "raytile.cli", "serve", "--data-root", root, "--port", str(port)]
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            while True:
+                if proc.poll() is not None:
+                    raise SystemExit(f"raytile serve exited ({proc.returncode}): {proc.stderr.read()[-3000:]!r}")
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/healthz", timeout=1) as r:
+                        if r.status == 200:
+                            health = time.perf_counter() - t0
+                            break
+                except OSError:
+                    pass
+                if time.perf_counter() - t0 > timeout:
+                    raise SystemExit(f"raytile serve answered nothing within {timeout} s")
+                time.sleep(0.05)
+            body = json.dumps({"dataset": {"format": "npy", "params": {"path": "scan.npy"}},
+                               "udfs": [{"name": "sum"}]}).encode()
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/runs", data=body,
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                run_id = json.loads(r.read())["run_id"]
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/runs/{run_id}/stream", timeout=timeout) as r:
+                last = json.loads([ln for ln in r.read().splitlines() if ln.strip()][-1])
+            if last.get("status") != "finished":
+                raise SystemExit(f"the first run over HTTP ended {last.get('status')}: {last.get('error')}")
+            return health, time.perf_counter() - t0
+        finally:
+            proc.send_signal(signal.SIGTERM)  # it shuts Serve and its own Ray down
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def startup(trials: int) -> None:
+    print(f"start-up, each a new process; {trials} trials; load average before: {load_avg()}")
+    serve = [serve_trial() for _ in range(trials)]
+    rows = {"ray.init (local)": [_timed_script(RAY_START) for _ in range(trials)],
+            "Context ready": [_timed_script(CONTEXT_START) for _ in range(trials)],
+            "serve: 1st request": [h for h, _ in serve], "serve: 1st run done": [r for _, r in serve]}
+    print(f"load average after:  {load_avg()}")
+    print(f"{'':<20}{'best':>10}{'median':>10}   all")
+    for label, values in rows.items():
+        print(f"{label:<20}{min(values):>8.2f} s{statistics.median(values):>8.2f} s   "
+              + " ".join(f"{v:.2f}" for v in values))
 
 
 class OuterCompiles:
@@ -135,11 +231,16 @@ def main(argv=None) -> int:
     p.add_argument("--executor", choices=("ray", "inline"), default="ray")
     p.add_argument("--breakdown", action="store_true", help="also the per-process first-run breakdown")
     p.add_argument("--cache-dir", default=None, help="where the demo file is kept (default: the demo's)")
+    p.add_argument("--startup", action="store_true", help="only Ray's, a Context's and raytile serve's start-up")
     p.add_argument("--probe", nargs=3, metavar=("PATH", "NAV", "SIG"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.probe:
         path, nav, sig = args.probe
         print(json.dumps(probe(path, tuple(map(int, nav.split(","))), tuple(map(int, sig.split(","))))))
+        return 0
+
+    if args.startup:
+        startup(args.trials)
         return 0
 
     # imported here, not at the top: the --probe process times its own imports

@@ -193,6 +193,19 @@ def test_sse_stream_raw_file_with_roi(client, data, ray_context):
     np.testing.assert_array_equal(arrays(msgs[-1])[0]["intensity"], got)
 
 
+def test_stream_names_a_raw_file_larger_than_its_shapes(client, data):
+    # 64 frames in the file, nav_shape reads 32: the run works, and every message says so (issue 20)
+    body = {"dataset": {"format": "raw", "params": {"path": "sub/scan.raw", "nav_shape": [4, 8],
+                                                    "sig_shape": list(SIG), "dtype": "uint16"}},
+            "udfs": [{"name": "sumsig"}]}
+    msgs = stream(client, start(client, body))
+    assert msgs[-1]["status"] == "finished" and all(m.get("warnings") == msgs[0]["warnings"] for m in msgs)
+    (warning,) = msgs[0]["warnings"]
+    assert "scan.raw" in warning and f"{data['raw'].nbytes} bytes" in warning and "first 32" in warning
+    ref = data["raw"].reshape(64, -1)[:32].sum(axis=-1, dtype=np.int64).reshape(4, 8)
+    np.testing.assert_allclose(arrays(msgs[-1])[0]["intensity"], ref, rtol=1e-6)
+
+
 def test_buffers_as_urls_and_results_endpoint(client, data):
     run_id = start(client, npy_body([{"name": "sum"}, {"name": "sumsig"}]))
     msgs = stream(client, run_id, buffers="url")
@@ -537,6 +550,91 @@ def test_viewer_in_headless_chromium(server, data, tmp_path_factory):
         finally:
             browser.close()
     assert os.path.getsize(os.path.join(shots, "viewer-after.png")) > 1000
+
+
+def _canvas_gray_of(page, canvas_id) -> np.ndarray:
+    h, w, px = page.evaluate(f"""() => {{ const c = document.getElementById({json.dumps(canvas_id)});
+        return [c.height, c.width, Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data)]; }}""")
+    return np.array(px, dtype=np.uint8).reshape(h, w, 4)[..., 0]
+
+
+def _linear_gray(img) -> np.ndarray:
+    img = np.asarray(img, np.float64)
+    return np.round(255 * (img - img.min()) / (img.max() - img.min()))
+
+
+def _off_rings(shape, ri, ro, margin=2.0) -> np.ndarray:
+    """Pixels of the detector panel that the drawn rings do not touch."""
+    yy, xx = np.mgrid[:shape[0], :shape[1]]
+    d = np.hypot(yy - (shape[0] - 1) / 2, xx - (shape[1] - 1) / 2)
+    return (np.abs(d - ri) > margin) & (np.abs(d - ro) > margin)
+
+
+def test_viewer_detector_panel_aspect_colour_bar_log_scale_and_picked_frame(server, data, tmp_path_factory):
+    # issue 20: a 4x16 scan keeps its aspect, the detector panel shows the sum frame (then a clicked position's
+    # frame) under the ring, colour bars give their range, the log scale changes the pixels, radii fit the frame
+    import shutil
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium; .ci/run does)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    shots = os.environ.get("RAYTILE_ARTIFACTS") or str(tmp_path_factory.mktemp("viewer2"))
+    frames = data["raw"].reshape(64, *SIG).astype(np.float64)  # the raw file read as a 4x16 scan
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True,
+                                    args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                                          "--disable-component-update", "--no-first-run"])
+        try:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"{server}/?token={TOKEN}")
+            page.wait_for_function("document.getElementById('dataset').options.length > 0")
+            page.select_option("#dataset", label="sub/scan.raw")
+            page.fill("#nav_shape", "4,16")
+            page.fill("#sig_shape", "32,32")
+            page.dispatch_event("#sig_shape", "change")
+            ri, ro = float(page.input_value("#ri")), float(page.input_value("#ro"))
+            assert (ri, ro) == (4.0, 12.0)  # a quarter and three quarters of half the 32-pixel frame
+            page.select_option("#analysis", "ring")
+            page.click("#start")
+            page.wait_for_function("""() => { const s = window.raytileViewer;
+                return s.last && s.last.final && s.sum !== null; }""", timeout=60_000)
+            assert not errors, errors
+            # the scan image: its aspect kept, its colour bar's range the values' range
+            box = page.locator("#result").bounding_box()
+            assert box["width"] / box["height"] == pytest.approx(16 / 4, rel=0.03)
+            ring = np.einsum("nab,ab->n", frames, masks.ring(15.5, 15.5, ri, ro, SIG)).reshape(4, 16)
+            rng = page.evaluate("Object.assign({}, document.getElementById('result_range').dataset)")
+            assert float(rng["lo"]) == pytest.approx(ring.min(), rel=1e-6)
+            assert float(rng["hi"]) == pytest.approx(ring.max(), rel=1e-6) and rng["scale"] == "linear"
+            np.testing.assert_allclose(_canvas_gray_of(page, "result"), _linear_gray(ring), atol=1)
+            # the detector panel: the sum frame under the rings, not a black square
+            det = _canvas_gray_of(page, "detector")
+            off = _off_rings(SIG, ri, ro)
+            assert det.std() > 10
+            np.testing.assert_allclose(det[off], _linear_gray(frames.sum(axis=0))[off], atol=1)
+            drng = page.evaluate("Object.assign({}, document.getElementById('detector_range').dataset)")
+            assert float(drng["hi"]) == pytest.approx(frames.sum(axis=0).max(), rel=1e-6)
+            page.screenshot(path=os.path.join(shots, "viewer-sum-frame.png"), full_page=True)
+            # the log scale changes what is shown, in both panels
+            page.check("#log")
+            assert (_canvas_gray_of(page, "detector") != det).sum() > det.size // 4
+            assert page.evaluate("document.getElementById('detector_range').dataset.scale") == "log"
+            assert (_canvas_gray_of(page, "result") != _linear_gray(ring)).any()
+            page.uncheck("#log")
+            # a click on the scan image at (y 2, x 11): that position's frame in the detector panel
+            page.mouse.click(box["x"] + (11 + 0.5) * box["width"] / 16, box["y"] + (2 + 0.5) * box["height"] / 4)
+            page.wait_for_function("window.raytileViewer.picks === 1", timeout=60_000)
+            assert page.evaluate("window.raytileViewer.frame.pos") == [2, 11]
+            picked = _canvas_gray_of(page, "detector")
+            np.testing.assert_allclose(picked[off], _linear_gray(frames[2 * 16 + 11])[off], atol=1)
+            assert "y 2, x 11" in page.inner_text("#detector_title")
+            page.screenshot(path=os.path.join(shots, "viewer-picked-frame.png"), full_page=True)
+            assert not errors, errors
+        finally:
+            browser.close()
 
 
 def test_post_with_stream_is_one_request(client, data):

@@ -10,8 +10,8 @@
 
 from raytile import actors, udf  # actors: registers Ray's run hosts (imports no Ray until used)
 from raytile.common.errors import (
-    BackendError, ConfigValidationError, DataSetException, ExecutorError, RaytileError, UDFException,
-    UDFRunCancelled,
+    BackendError, ConfigValidationError, DataSetException, DataSetWarning, ExecutorError, RaytileError,
+    UDFException, UDFRunCancelled,
 )
 from raytile.io.corrections import CorrectionSet
 from raytile.runtime.context import Context
@@ -30,5 +30,5 @@ __all__ = [
     "CoMUDF", "PickUDF", "AutoUDF", "SignalMaxUDF", "RecordUDF", "FEMUDF", "CrystallinityUDF",
     "UDFResults", "ResultBuffer", "UDFRun",
     "ProgressReporter", "RaytileError", "DataSetException", "UDFException", "UDFRunCancelled",
-    "BackendError", "ExecutorError", "ConfigValidationError", "CorrectionSet",
+    "BackendError", "ExecutorError", "ConfigValidationError", "CorrectionSet", "DataSetWarning",
 ]

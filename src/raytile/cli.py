@@ -245,11 +245,9 @@ def make_context(executor: str, log=print, address: str | None = None, coordinat
     return rt.Context(executor="ray", address=address or "local", coordinator=coordinator), executor
 
 
-def ring_udf(sig_shape: tuple[int, ...], radii: Sequence[float] | None = None,
-             center: Sequence[float] | None = None):
-    """A ring (annular) virtual detector: ApplyMasksUDF with one ``masks.ring`` mask."""
-    from raytile.udf import ApplyMasksUDF, masks
-
+def ring_geometry(sig_shape: tuple[int, ...], radii: Sequence[float] | None = None,
+                  center: Sequence[float] | None = None) -> tuple[float, float, float, float]:
+    """``(cy, cx, ri, ro)`` of the ring detector: by default centred, radii sig/4 and 0.45 sig."""
     if len(sig_shape) != 2:
         raise CLIError(f"the ring detector needs a 2D signal, got sig shape {tuple(sig_shape)}")
     sy, sx = sig_shape
@@ -257,7 +255,16 @@ def ring_udf(sig_shape: tuple[int, ...], radii: Sequence[float] | None = None,
     ri, ro = radii if radii else (min(sy, sx) / 4, min(sy, sx) * 0.45)
     if ri > ro or ri < 0:
         raise CLIError(f"--ring-radii needs 0 <= inner <= outer, got {ri}, {ro}")
-    shape = (int(sy), int(sx))
+    return float(cy), float(cx), float(ri), float(ro)
+
+
+def ring_udf(sig_shape: tuple[int, ...], radii: Sequence[float] | None = None,
+             center: Sequence[float] | None = None):
+    """A ring (annular) virtual detector: ApplyMasksUDF with one ``masks.ring`` mask."""
+    from raytile.udf import ApplyMasksUDF, masks
+
+    cy, cx, ri, ro = ring_geometry(sig_shape, radii, center)
+    shape = (int(sig_shape[0]), int(sig_shape[1]))
 
     def ring_mask():
         return masks.ring(cy, cx, ri, ro, shape)
@@ -285,24 +292,19 @@ def _result_arrays(names: Sequence[str], results: Sequence[dict]) -> dict[str, A
     return out
 
 
-def save_png(path: Path, image: np.ndarray, title: str, log_scale: bool = False) -> None:
-    """An image with a colour bar, written with the Agg canvas (no pyplot, no display)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+def demo_figures(arrays: dict[str, np.ndarray], sig_shape: tuple[int, int], frames: int, args) -> dict[str, Any]:
+    """The demo's figures by result name (see :mod:`raytile.figures`): the sum frame with the ring
+    detector drawn on it, and the two scan images."""
+    from raytile.figures import detector_figure, scan_figure
 
-    img = np.asarray(image, dtype=np.float64)
-    if img.ndim == 1:
-        img = img[None, :]
-    if log_scale:
-        img = np.log1p(np.maximum(img - img.min(), 0))
-    fig = Figure(figsize=(5, 4.2 if img.shape[0] <= img.shape[1] else 6), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    im = ax.imshow(img, cmap="inferno", interpolation="nearest")
-    ax.set_title(title + (" (log)" if log_scale else ""))
-    fig.colorbar(im, ax=ax, shrink=0.8)
-    fig.tight_layout()
-    fig.savefig(path, format="png")
+    rings = [ring_geometry(sig_shape, getattr(args, "ring_radii", None), getattr(args, "ring_center", None))]
+    return {
+        "sum": detector_figure(arrays["sum"], "SumUDF: sum of all frames", rings=rings, frames=frames),
+        "sumsig": scan_figure(arrays["sumsig"], "SumSigUDF: integrated intensity per scan position",
+                              what="counts (sum over each frame)"),
+        "ring": scan_figure(arrays["ring"], "ring virtual detector (ADF) per scan position",
+                            what="counts inside the ring"),
+    }
 
 
 def _fmt_throughput(nbytes: int, frames: int, seconds: float) -> str:
@@ -359,12 +361,12 @@ def cmd_demo(args) -> int:
     arrays = _result_arrays(names, results)
     npz = out / "results.npz"
     np.savez(npz, **arrays)
-    titles = {"sum": "SumUDF: sum of all frames", "sumsig": "SumSigUDF: integrated intensity",
-              "ring": "ring virtual detector (ADF)"}
+    from raytile.figures import save_figure
+
     written = [npz]
-    for name in names:
+    for name, fig in demo_figures(arrays, sig_shape, frames, args).items():
         png = out / f"{name}.png"
-        save_png(png, arrays[name], titles[name], log_scale=(name == "sum"))
+        save_figure(fig, png)
         written.append(png)
     print("wrote " + ", ".join(str(p) for p in written))
     print(f"again on this file: raytile run --format raw --path {path} "

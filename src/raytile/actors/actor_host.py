@@ -19,10 +19,10 @@ from typing import Any, Callable, Sequence
 import ray
 from ray import exceptions as rex
 
-from raytile.actors.coordinator_actor import NAME_PREFIX, NAMESPACE, CoordinatorActor, RunUpdate
+from raytile.actors.coordinator_actor import DETACHED_KEEP_S, NAME_PREFIX, NAMESPACE, CoordinatorActor, RunUpdate
 from raytile.actors.executor import MERGE_INTERVAL_S, join_ray
 from raytile.actors.reply import Reply, ReplyStatus
-from raytile.common.errors import CoordinatorDied, ExecutorError
+from raytile.common.errors import ConfigValidationError, CoordinatorDied, ExecutorError
 from raytile.io.formats.memory import dense_frames
 from raytile.runtime.channel import is_terminal
 from raytile.runtime.host import RunHost, RunSource
@@ -57,8 +57,9 @@ class ActorHost(RunHost):
 
     coordinator = "actor"
 
-    def __init__(self, executor_kwargs: dict):
+    def __init__(self, executor_kwargs: dict, detached_keep_s: float = DETACHED_KEEP_S):
         self._executor_kwargs = executor_kwargs
+        self._keep_s = detached_keep_s
         self._owner = ray.get_runtime_context().get_job_id()
         #: memory data sets shared with the actor, by key: shared again with a replacement actor
         self._datasets: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
@@ -70,7 +71,7 @@ class ActorHost(RunHost):
         self.actor = _RemoteCoordinator.options(
             name=self.name, namespace=NAMESPACE, lifetime="detached",
             resources={HEAD_NODE_RESOURCE: 0.001},  # on the head node, like a driver: not among busy workers
-        ).remote(self._executor_kwargs, self._owner)
+        ).remote(self._executor_kwargs, self._owner, self._keep_s)
         self._description: dict | None = None
         self._described_at = 0.0
 
@@ -92,12 +93,18 @@ class ActorHost(RunHost):
     @classmethod
     def make(cls, cpus: int | None = None, gpus: int | None = None, address: str | None = None,
              max_workers: int | None = None, min_workers: int | None = None,
-             merge_interval_s: float | None = MERGE_INTERVAL_S, **init_kwargs: Any) -> "ActorHost":
+             merge_interval_s: float | None = MERGE_INTERVAL_S, detached_keep_s: float = DETACHED_KEEP_S,
+             **init_kwargs: Any) -> "ActorHost":
         """Join or start Ray as :meth:`RayExecutor.make` does, then start the coordinator actor
-        (its workers start with the first data set)."""
+        (its workers start with the first data set). ``detached_keep_s``: how long a detached run's
+        result is kept after it ended, for viewers to attach; the actor exits once its driver is gone
+        and no result is kept any more."""
+        if isinstance(detached_keep_s, bool) or not isinstance(detached_keep_s, (int, float)) \
+                or not detached_keep_s >= 0:
+            raise ConfigValidationError(f"detached_keep_s must be a number of seconds >= 0, got {detached_keep_s!r}")
         join_ray(address, cpus, gpus, max_workers, min_workers, init_kwargs)
         return cls({"cpus": cpus, "gpus": gpus, "max_workers": max_workers, "min_workers": min_workers,
-                    "merge_interval_s": merge_interval_s})
+                    "merge_interval_s": merge_interval_s}, float(detached_keep_s))
 
     def _describe(self) -> dict:
         """The workers as they were at most ``DESCRIBE_TTL_S`` ago (started with the first call)."""
@@ -133,7 +140,9 @@ class ActorHost(RunHost):
             return
         self._ask("share_dataset", id(dataset), frames, what="share a data set")
         self._datasets[id(dataset)] = dataset
-        weakref.finalize(dataset, _release, weakref.ref(self), id(dataset))
+        # not at interpreter exit: Ray may have shut down by then (a call would start another Ray), and
+        # the actor forgets the frames itself when this driver is gone
+        weakref.finalize(dataset, _release, weakref.ref(self), id(dataset)).atexit = False
 
     def start(self, plan: RunPlan, progress: ProgressReporter | None, final_only: bool,
               detached: bool, span: Any = None) -> RunSource:
@@ -225,7 +234,7 @@ def _call(ref: Any, timeout: float, what: str) -> Any:
 
 def _release(host_ref: "weakref.ref[ActorHost]", key: int) -> None:
     host = host_ref()
-    if host is None or host._closed:
+    if host is None or host._closed or not ray.is_initialized():  # no call may start Ray again
         return
     try:
         host.actor.release_dataset.remote(key)
@@ -245,7 +254,7 @@ class RemoteRun:
         self._end: Any = None  #: the run's end, when it came with the final snapshot
         self.owner = owner
         self.outbox = _RemoteQueue(self)
-        weakref.finalize(self, _leave, actor, run_id, self.outbox.left)
+        weakref.finalize(self, _leave, actor, run_id, self.outbox.left).atexit = False  # see prepare_dataset
 
     @property
     def run_id(self) -> str:
@@ -310,7 +319,7 @@ class RemoteRun:
 
 
 def _leave(actor: Any, run_id: str, left: list) -> None:
-    if left:
+    if left or not ray.is_initialized():  # after Ray's shutdown a call would start another Ray
         return
     left.append(True)
     try:

@@ -14,7 +14,8 @@ It is a named, detached actor (namespace ``raytile``), so that
 - another process can find a run by its id and view it too
   (``Context.attach``), and
 - a run started with ``detached=True`` goes on when the driver that started
-  it exits; its result is kept ``DETACHED_KEEP_S`` for viewers to attach.
+  it exits; its result is kept ``detached_keep_s`` (default ``DETACHED_KEEP_S``,
+  ``Context(coordinator="actor", detached_keep_s=...)``) for viewers to attach.
 
 It ends itself: a reaper looks at the cluster's job table every
 ``REAP_S``; once the driver that made it is gone, that driver's other runs
@@ -109,12 +110,13 @@ class CoordinatorActor:
     (a Context that only attaches to runs starts no workers).
     """
 
-    def __init__(self, executor_kwargs: dict, owner_job: str):
+    def __init__(self, executor_kwargs: dict, owner_job: str, detached_keep_s: float = DETACHED_KEEP_S):
         # blocking ray.get happens only in this actor's threads (the executor's), never in its event loop
         os.environ["RAY_WARN_BLOCKING_GET_INSIDE_ASYNC"] = "0"
         _undo_worker_niceness()
         self._executor_kwargs = executor_kwargs
         self._owner_job = owner_job
+        self._keep_s = float(detached_keep_s)
         self._owner_gone = False
         self._closing = False
         self._executor: Any = None
@@ -336,7 +338,7 @@ class CoordinatorActor:
                 log.warning("coordinator actor reaper: %s", e)
 
     def _drop_ended(self) -> None:
-        for rid in runs_to_drop(self._runs, time.monotonic()):
+        for rid in runs_to_drop(self._runs, time.monotonic(), keep_s=self._keep_s):
             run = self._runs.pop(rid)
             for w in run.waiters:
                 if not w.done():

@@ -187,6 +187,9 @@ class RayExecutor(Executor):
         ``min_workers`` asks the cluster's autoscaler for that many CPUs.
         ``merge_interval_s``: see :class:`RayExecutor`.
         """
+        if "detached_keep_s" in init_kwargs:
+            raise ConfigValidationError("detached_keep_s is for runs coordinated by an actor: "
+                                        "use Context(coordinator='actor', detached_keep_s=...)")
         join_ray(address, cpus, gpus, max_workers, min_workers, init_kwargs)
         total = ray.cluster_resources()
         n_cpu = int(total.get("CPU", 0)) if cpus is None else cpus

@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "RaytileError", "DataSetException", "UDFException", "UnsafeCastError", "UDFRunCancelled", "BackendError",
     "ExecutorError", "CoordinatorDied", "ConfigValidationError", "RepairValueError", "StageFailed", "PipelineStateError", "StageActorDied",
+    "DataSetWarning",
 ]
 
 
@@ -18,6 +19,11 @@ class RaytileError(Exception):
 
 class DataSetException(RaytileError):
     """A data set cannot be opened or read: wrong shape, missing file, bad dtype..."""
+
+
+class DataSetWarning(UserWarning):
+    """A data set opens, but maybe not as meant: e.g. a raw file holds more frames than ``nav_shape``
+    reads. Raised in the driver by ``Context.load`` (also when the files were opened on a worker)."""
 
 
 class UDFException(RaytileError):

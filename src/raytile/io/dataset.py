@@ -45,13 +45,14 @@ import enum
 import functools
 import inspect
 import math
+import warnings
 from abc import ABC, ABCMeta, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar, cast, runtime_checkable
 
 import numpy as np
 
-from raytile.common.errors import ConfigValidationError, DataSetException
+from raytile.common.errors import ConfigValidationError, DataSetException, DataSetWarning
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.common.tiling import DataTile, TilingScheme
@@ -412,6 +413,7 @@ class DataSet(metaclass=DataSetType):
         reading and :meth:`check_valid` run through ``workers.run_function`` (on a worker, where the
         files are), and the state they set comes back to this object.
         """
+        self._load_warnings = []
         if workers is not None and not isinstance(workers, WorkerAccess):
             raise DataSetException(f"initialize needs an executor (num_workers and run_function), "
                                    f"got {type(workers).__name__}")
@@ -426,7 +428,24 @@ class DataSet(metaclass=DataSetType):
         else:
             self._meta = self._do_initialize()
             self.check_valid()
+        for message in self._load_warnings:  # here, in the driver, wherever the files were opened
+            warnings.warn(message, DataSetWarning, stacklevel=3)  # at the caller of Context.load
         return self
+
+    #: what opening the data set found suspicious (see :meth:`warn_on_load`)
+    _load_warnings: list[str] = []
+
+    @property
+    def load_warnings(self) -> list[str]:
+        """What opening the data set found suspicious, e.g. a raw file with more frames than
+        ``nav_shape`` reads: each is also a :class:`~raytile.common.errors.DataSetWarning` raised by
+        ``Context.load``, and an entry of ``warnings`` in the Serve stream."""
+        return list(self._load_warnings)
+
+    def warn_on_load(self, message: str) -> None:
+        """Note ``message`` while opening (in :meth:`_do_initialize`, maybe on a worker); the driver
+        raises it as a :class:`~raytile.common.errors.DataSetWarning`."""
+        self._load_warnings = [*self._load_warnings, message]
 
     # -- parameters ----------------------------------------------------------
     @classmethod

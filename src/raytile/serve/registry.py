@@ -55,8 +55,10 @@ class ServedRun:
     """One run: its ``UDFRun``, its latest result, status and error; streams wait on :meth:`wait_newer`."""
 
     def __init__(self, run: UDFRun, udf_names: Sequence[str], rate_hz: float, sig_shape: tuple[int, ...] = (),
-                 specs: Sequence[Any] = ()):
+                 specs: Sequence[Any] = (), warnings: Sequence[str] = ()):
         self.id = uuid.uuid4().hex
+        #: DataSetWarning messages of opening the run's data set, sent with every stream message
+        self.warnings = list(warnings)
         self.run = run
         self.udf_names = list(udf_names)
         self.specs = list(specs)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import math
+import threading
 from typing import Any, AsyncGenerator
 
 import anyio.to_thread
@@ -64,14 +65,40 @@ class Service:
         self.roots = DataRoots(config.data_roots)
         self.udfs = UDFRegistry(config.udf_modules)
         self.registry = RunRegistry(config.max_runs, config.keep_finished)
-        self.ctx = ctx if ctx is not None else Context(executor="ray", cpus=config.workers)
         self._formats = served_formats()
         self.datasets_open = DataSetCache(size=8)
+        # The Context's workers start in the background: the replica answers (health, catalogue, listing)
+        # at once, and the first run waits for them (see the ctx property).
+        self._ctx: Context | None = ctx
+        self._ctx_error: BaseException | None = None
+        self._ctx_ready = threading.Event()
+        if ctx is not None:
+            self._ctx_ready.set()
+        else:
+            threading.Thread(target=self._start_context, name="raytile-serve-context", daemon=True).start()
+
+    def _start_context(self) -> None:
+        try:
+            self._ctx = Context(executor="ray", cpus=self.config.workers)
+        except BaseException as e:  # noqa: BLE001  (given to whoever needs the Context)
+            self._ctx_error = e
+        finally:
+            self._ctx_ready.set()
+
+    @property
+    def ctx(self) -> Context:
+        """The replica's Context, once its workers started (waits for them; their start's error if it failed)."""
+        self._ctx_ready.wait()
+        if self._ctx is None:
+            raise RuntimeError(f"the server's Context could not start: {self._ctx_error}") from self._ctx_error
+        return self._ctx
 
     def close(self) -> None:
         """Cancel every run and close the Context (the replica is going away)."""
         self.registry.cancel_all("the server shut down")
-        self.ctx.close()
+        self._ctx_ready.wait(60)
+        if self._ctx is not None:
+            self._ctx.close()
 
     # -- access ------------------------------------------------------------------
     def authorize(self, header: str | None) -> None:
@@ -86,7 +113,8 @@ class Service:
     # -- catalogue ---------------------------------------------------------------
     def health(self) -> dict[str, Any]:
         return {"status": "ok", "active_runs": len(self.registry.active()), "runs": len(self.registry.runs),
-                "max_runs": self.config.max_runs, "workers": self.ctx.num_workers}
+                "max_runs": self.config.max_runs, "workers_ready": self._ctx_ready.is_set() and self._ctx is not None,
+                "workers": self._ctx.num_workers if self._ctx_ready.is_set() and self._ctx is not None else 0}
 
     def formats(self) -> dict[str, Any]:
         return {"formats": [{"name": n, "params": s} for n, s in self._formats.items()]}
@@ -109,13 +137,13 @@ class Service:
         rate = min(float(body.get("max_rate_hz", self.config.max_rate_hz)), self.config.max_rate_hz)
         self.registry.reserve()
         try:
-            run, specs, sig_shape = await anyio.to_thread.run_sync(self._start, body)
-            served = ServedRun(run, [u["name"] for u in body["udfs"]], rate, sig_shape, specs)
+            run, specs, sig_shape, notes = await anyio.to_thread.run_sync(self._start, body)
+            served = ServedRun(run, [u["name"] for u in body["udfs"]], rate, sig_shape, specs, warnings=notes)
             return self.registry.add(served)
         finally:
             self.registry.release()
 
-    def _start(self, body: dict[str, Any]) -> tuple[Any, list[Any], tuple[int, ...]]:
+    def _start(self, body: dict[str, Any]) -> tuple[Any, list[Any], tuple[int, ...], list[str]]:
         name, params = resolve_dataset(body["dataset"], self.roots, "dataset", self._formats)
         ds = self.datasets_open.get((name, params), lambda: open_dataset(self.ctx, name, params, "dataset"))
         sig_shape = tuple(ds.shape.sig)
@@ -130,7 +158,8 @@ class Service:
         if size > self.config.max_result_bytes:
             raise PayloadTooLarge("udfs", f"the results would take {size} bytes; this server allows "
                                           f"{self.config.max_result_bytes} per run")
-        return self.ctx.run_udf_iter(dataset=ds, udf=udfs, roi=roi, sync=False), specs, sig_shape
+        run = self.ctx.run_udf_iter(dataset=ds, udf=udfs, roi=roi, sync=False)
+        return run, specs, sig_shape, ds.load_warnings
 
     def patch(self, served: ServedRun, body: Any) -> dict[str, Any]:
         """A live patch: ``{"params": [one dict per UDF], "recompute": bool}``."""
@@ -174,6 +203,8 @@ class Service:
             "coalesced": served.run.coalesced,
             "buffers": encode_buffers(part, served.udf_names, mode, url_base) if part else [],
         }
+        if served.warnings:  # what opening the data set found suspicious (file, size, what was read)
+            msg["warnings"] = list(served.warnings)
         if served.error is not None:
             msg["error"] = served.error
         if served.cancel_reason is not None:

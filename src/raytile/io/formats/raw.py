@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 
 import numpy as np
 
@@ -128,10 +127,17 @@ class RawFileDataSet(FileDataSet):
                 f"but nav_shape {self._nav_shape} needs {needed}; the file is too short or the shape is wrong"
             )
         if self._file_frames > needed and self._sync_offset == 0:
-            warnings.warn(
-                f"{self._path} holds {self._file_frames} frames, nav_shape {self._nav_shape} reads "
-                f"only the first {needed}", stacklevel=2,
-            )
+            stride = self._fileset.frame_stride
+            size = sum(check_file(f.path) for f in files)
+            ratio = self._file_frames / needed
+            hint = (f"; it holds exactly {ratio:.0f}x what nav_shape reads: if frames are {ratio:.0f}x larger than "
+                    f"sig_shape {self._sig_shape} says, the result is garbage"
+                    if ratio == int(ratio) else "")
+            self.warn_on_load(
+                f"{self._path}: {size} bytes hold {self._file_frames} frames of sig_shape {self._sig_shape} "
+                f"{self._dtype} ({stride} bytes each); nav_shape {self._nav_shape} reads only the first {needed} "
+                f"({needed * stride} bytes), {size - needed * stride} bytes are not read{hint}. Check nav_shape, "
+                f"sig_shape and dtype")
         shape = Shape(self._nav_shape + self._sig_shape, sig_dims=len(self._sig_shape))
         self._decoder = NativeDecoder(self._dtype)
         self._native_dtype = self._dtype
