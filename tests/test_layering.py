@@ -20,7 +20,7 @@ FLOORS: list[set[str]] = [
     {"analysis"},  # LiberTEM's Analysis API over UDFs and data sets; the Context mixes it in
     {"runtime"},
     {"actors", "pipeline", "serve", "live", "corrections", "compat"},
-    {"cli", "__init__", "__main__"},
+    {"cli", "api", "__init__", "__main__"},  # api: LiberTEM's libertem.api path (Context)
 ]
 #: Packages on one floor that must not import each other.
 SIBLINGS: list[set[str]] = [{"udf", "io"}]
