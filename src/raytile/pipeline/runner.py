@@ -130,7 +130,7 @@ class Pipeline:
                 f"{n} ({self.config.stage(n).kind})" for n in lvl))
         lines.append("placement groups:")
         for g in self.groups:
-            members = [s.name for s in self.config.stages if (s.placement or "main") == g]
+            members = [s.name for s in self.config.stages if s.group == g]
             lines.append(f"  {g}: {', '.join(members)}")
         lines.append("placement " + "\n  ".join((self._placement or self._make_placement()).describe()))
         return "\n".join(lines)
@@ -468,7 +468,7 @@ class Pipeline:
         stages = {}
         for s in self.config.stages:
             st = "failed" if s.name in failed else stage_state
-            stages[s.name] = {"state": st, "kind": s.kind, "placement": s.placement or "main",
+            stages[s.name] = {"state": st, "kind": s.kind, "placement": s.group,
                               **metrics.get(s.name, {})}
         out: dict[str, Any] = {"state": self.state.value, "step": self.t, "placement": self.placement_name,
                                "stages": stages, "loop": self.loop_metrics()}
