@@ -172,7 +172,10 @@ def main() -> int:
     for _ in range(2):
         cluster.add_node(num_cpus=1, object_store_memory=OBJECT_STORE)
     cluster.wait_for_nodes()
-    ray.init(address=cluster.address, runtime_env={"env_vars": {"PYTHONPATH": tests_dir}})
+    # the workers import raytile from where this process does (a checkout on PYTHONPATH, not only the
+    # installed copy), and the test modules' UDFs by module name
+    pythonpath = os.pathsep.join(p for p in (tests_dir, os.environ.get("PYTHONPATH", "")) if p)
+    ray.init(address=cluster.address, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
     ctx = rt.Context.connect(cluster.address)
     scenarios = [
         ("run_across_nodes", lambda: scenario_run_across_nodes(cluster, ctx)),

@@ -15,11 +15,12 @@ SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "raytile"
 #: ``raytile.masks`` (pure numpy over common) on the lowest floor, ``raytile.corrections`` (re-exports
 #: io's CorrectionSet) and ``raytile.compat`` (rewrites users' imports) with the applications.
 FLOORS: list[set[str]] = [
-    {"common", "masks"},
+    {"common", "masks", "viz"},  # viz: images from arrays (numpy, matplotlib)
     {"udf", "io"},
+    {"analysis"},  # LiberTEM's Analysis API over UDFs and data sets; the Context mixes it in
     {"runtime"},
     {"actors", "pipeline", "serve", "live", "corrections", "compat"},
-    {"cli", "__init__", "__main__"},
+    {"cli", "api", "__init__", "__main__"},  # api: LiberTEM's libertem.api path (Context)
 ]
 #: Packages on one floor that must not import each other.
 SIBLINGS: list[set[str]] = [{"udf", "io"}]

@@ -13,6 +13,7 @@ from raytile.common.errors import ConfigValidationError
 from raytile.pipeline import Kernel, Pipeline, PipelineConfig, PipelineStateError, StageFailed, register_stage
 from raytile.pipeline.kernels.sources import sh_frame_bank
 from raytile.pipeline.order import trigger_levels
+
 from _wait import wait_until
 
 

@@ -19,6 +19,7 @@ httpx = pytest.importorskip("httpx")
 from raytile.serve.encoding import decode_npy  # noqa: E402
 from raytile.serve.roi import encode_bitmap  # noqa: E402
 from raytile.udf import ApplyMasksUDF, SumSigUDF, SumUDF, masks  # noqa: E402
+
 from _wait import wait_until  # noqa: E402
 
 pytestmark = pytest.mark.ray

@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+
 from _wait import wait_until
 
 pytest.importorskip("ray.serve")
@@ -28,6 +29,7 @@ def test_bad_data_root_is_an_error_before_ray_starts(tmp_path):
     assert out.returncode == 2 and "is not a directory" in out.stderr
 
 
+@pytest.mark.ray  # a Ray of its own, in the served process
 def test_raytile_serve_runs_and_stops_on_ctrl_c(tmp_path):
     scan = np.arange(4 * 4 * 8 * 8, dtype=np.float32).reshape(4, 4, 8, 8)
     np.save(tmp_path / "a.npy", scan)

@@ -42,6 +42,7 @@ from raytile.runtime.channel import SnapshotChannel
 from raytile.runtime.coordinator import Coordinator
 from raytile.runtime.plan import RunPlan
 from raytile.runtime.progress import ProgressState, ProgressTally
+from raytile.runtime.results import UDFResults
 
 __all__ = ["CoordinatorActor", "HostedRun", "RunUpdate", "runs_to_drop", "NAMESPACE", "NAME_PREFIX", "REAP_S",
            "DETACHED_KEEP_S", "MAX_KEPT"]
@@ -220,7 +221,7 @@ class CoordinatorActor:
             got = run.channel.peek(after)
             if got is not None:
                 seq, item = got
-                if getattr(item, "finished", False):  # the run's end follows the final snapshot at once
+                if isinstance(item, UDFResults) and item.finished:  # the run's end follows the final snapshot
                     await self._wait_changed(run, lambda: run.over, deadline=time.monotonic() + 1.0)
                 return Reply.ok(RunUpdate(seq, item, run.tally.state, run.channel.terminal if run.over else None))
             if not await self._wait_changed(run, lambda: False, deadline):

@@ -69,7 +69,7 @@ def _limit_threads(n: int) -> None:
     try:
         import numba
 
-        numba.set_num_threads(min(n, getattr(numba.config, "NUMBA_NUM_THREADS")))  # set at numba import
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]  # set at import
     except Exception:
         pass
 

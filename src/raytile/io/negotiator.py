@@ -81,7 +81,8 @@ class Negotiator:
         )
 
     @staticmethod
-    def _preferences(udfs: Sequence[TilingClient], frames: int, default_size: int = DEFAULT_TILE_BYTES) -> tuple[int, float]:
+    def _preferences(udfs: Sequence[TilingClient], frames: int,
+                     default_size: int = DEFAULT_TILE_BYTES) -> tuple[int, float]:
         depths: list[int] = []
         sizes: list[float] = []
         for udf in udfs:

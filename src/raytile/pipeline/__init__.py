@@ -16,12 +16,14 @@ from raytile.common.errors import PipelineStateError, StageActorDied, StageFaile
 from raytile.pipeline.kernel import Kernel
 from raytile.pipeline.order import trigger_levels
 from raytile.pipeline.registry import ENTRY_POINT_GROUP, get_stage_class, known_kinds, register_stage
-from raytile.pipeline.runner import Pipeline
+from raytile.pipeline.placement import Placement
+from raytile.pipeline.runner import Pipeline, PipelineState
+from raytile.pipeline.topology import GroupTopology, group_topology
 from raytile.pipeline.stage import REQUIRED, Port, Stage, StageContext
 from raytile.pipeline.validation import validate_config
 
 __all__ = [
-    "Pipeline", "PipelineConfig", "StageSpec", "StreamSpec", "InputRef",
+    "Pipeline", "PipelineState", "Placement", "GroupTopology", "group_topology", "PipelineConfig", "StageSpec", "StreamSpec", "InputRef",
     "Stage", "Kernel", "Port", "StageContext", "REQUIRED",
     "StreamValue", "InputValue", "InputList",
     "register_stage", "get_stage_class", "known_kinds", "ENTRY_POINT_GROUP",

@@ -87,6 +87,12 @@ class StageSpec:
     list_ports: frozenset[str] = frozenset()
 
     @property
+    def group(self) -> str:
+        """The stage's group: the actor it shares with other stages under a Ray placement (the config's
+        ``placement`` field; ``"main"`` if it names none)."""
+        return self.placement or "main"
+
+    @property
     def input(self) -> str | None:
         """The trigger input's stream name (port ``input``), if any."""
         refs = self.inputs.get("input")

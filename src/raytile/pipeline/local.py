@@ -11,11 +11,12 @@ import numpy as np
 
 from raytile.pipeline.config import PipelineConfig
 from raytile.pipeline.engine import GraphEngine
+from raytile.pipeline.placement import Placement
 
 __all__ = ["LocalPlacement"]
 
 
-class LocalPlacement:
+class LocalPlacement(Placement):
     """Runs the whole graph in one :class:`GraphEngine` in the calling thread."""
 
     name = "in-process"

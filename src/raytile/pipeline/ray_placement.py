@@ -43,6 +43,7 @@ from raytile.common.errors import ExecutorError, RaytileError
 from raytile.pipeline.config import PipelineConfig
 from raytile.pipeline.engine import GraphEngine
 from raytile.common.errors import PipelineStateError, StageActorDied, StageFailed
+from raytile.pipeline.placement import Placement
 from raytile.pipeline.registry import get_stage_class, register_stage
 from raytile.pipeline.topology import group_topology
 
@@ -147,7 +148,7 @@ class GroupHost:
         return True
 
 
-class RayPlacement:
+class RayPlacement(Placement):
     """Placement groups on Ray actors, stepped through a compiled graph (``compiled=True``) or classic calls."""
 
     def __init__(self, config: PipelineConfig, levels: list[tuple[str, ...]], groups: list[str],

@@ -16,10 +16,11 @@ group and step (a baseline for benchmarks).
 
 from __future__ import annotations
 
+import enum
 import threading
 import time
 import traceback
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 import numpy as np
 
@@ -27,14 +28,37 @@ from raytile.common.errors import ConfigValidationError, RaytileError
 from raytile.pipeline.config import PipelineConfig
 from raytile.common.errors import PipelineStateError, StageFailed
 from raytile.pipeline.local import LocalPlacement
+from raytile.pipeline.placement import Placement
 from raytile.pipeline.reader import StreamReader
 from raytile.pipeline.registry import get_stage_class
 from raytile.pipeline.validation import group_order, validate_config
 
-__all__ = ["Pipeline", "PLACEMENTS", "STATES"]
+__all__ = ["Pipeline", "PipelineState", "PLACEMENTS", "STATES"]
 
 PLACEMENTS = ("in-process", "ray", "ray-classic")
-STATES = ("created", "built", "running", "paused", "stopped", "failed")
+
+
+class PipelineState(str, enum.Enum):
+    """A pipeline's state; compares equal to its value (``p.state == "built"``), prints as it.
+
+    Changed only by :meth:`Pipeline._transition`, under one lock: the caller's thread and the
+    background loop's both change it (build, run, pause, stop, the loop's end, a failure)."""
+
+    CREATED = "created"
+    BUILT = "built"
+    RUNNING = "running"
+    PAUSED = "paused"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+STATES = tuple(s.value for s in PipelineState)
 
 Until = Callable[["Pipeline"], bool] | float | None
 
@@ -53,10 +77,11 @@ class Pipeline:
             raise ConfigValidationError(f"step_timeout_s: expected a positive number, got {step_timeout_s!r}")
         #: Ray placements: how long one step (or a control call) may take before the pipeline fails
         self.step_timeout_s = float(step_timeout_s)
-        self.state = "created"
+        self._state = PipelineState.CREATED
+        self._state_lock = threading.Lock()
         self.t = 0
         self.error: BaseException | None = None
-        self._placement: Any = None
+        self._placement: Placement | None = None
         self._readers: list[StreamReader] = []
         self._patches: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
@@ -70,6 +95,20 @@ class Pipeline:
         self._step_lock = threading.RLock()
         self._spacing: list[int] = []
         self._first_step_ns: int | None = None  #: the pipeline's first step, one-time costs included
+
+    # -- state -------------------------------------------------------------------------------------
+    @property
+    def state(self) -> PipelineState:
+        """The pipeline's state (see :class:`PipelineState`)."""
+        return self._state
+
+    def _transition(self, to: PipelineState, only_from: Collection[PipelineState] | None = None) -> bool:
+        """Change the state to ``to`` (if it is one of ``only_from``, when given); whether it changed."""
+        with self._state_lock:
+            if only_from is not None and self._state not in only_from:
+                return False
+            self._state = to
+            return True
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], placement: str = "in-process", base_dir: str = ".",
@@ -92,12 +131,12 @@ class Pipeline:
                 f"{n} ({self.config.stage(n).kind})" for n in lvl))
         lines.append("placement groups:")
         for g in self.groups:
-            members = [s.name for s in self.config.stages if (s.placement or "main") == g]
+            members = [s.name for s in self.config.stages if s.group == g]
             lines.append(f"  {g}: {', '.join(members)}")
         lines.append("placement " + "\n  ".join((self._placement or self._make_placement()).describe()))
         return "\n".join(lines)
 
-    def _make_placement(self) -> Any:
+    def _make_placement(self) -> Placement:
         """The placement object for ``placement_name`` (nothing started until its ``build()``)."""
         if self.placement_name == "in-process":
             return LocalPlacement(self.config, self.levels)
@@ -120,7 +159,7 @@ class Pipeline:
             raise
         self._placement = placement
         self.error = None
-        self.state = "built"
+        self._transition(PipelineState.BUILT)
         return self
 
     def restart(self) -> "Pipeline":
@@ -131,14 +170,14 @@ class Pipeline:
             return self.build()
         self._placement.restart()
         self.error = None
-        self.state = "built"
+        self._transition(PipelineState.BUILT)
         return self
 
     # -- stepping -------------------------------------------------------------------------------
     def _check_steppable(self, what: str) -> None:
-        if self.state == "created":
+        if self.state is PipelineState.CREATED:
             raise PipelineStateError(f"{what}: call build() first")
-        if self.state == "failed":
+        if self.state is PipelineState.FAILED:
             raise PipelineStateError(f"{what}: the pipeline failed: {self.error}") from self.error
         if self._thread is not None and self._thread.is_alive():
             raise PipelineStateError(f"{what}: a background run is going on (stop() it first)")
@@ -166,7 +205,7 @@ class Pipeline:
                                         "pass background=True or a limit")
         self._stop.clear()
         self._resume.set()
-        self.state = "running"
+        self._transition(PipelineState.RUNNING)
         if not background:
             self._loop(steps, until, set_state=True)
             return self
@@ -180,6 +219,7 @@ class Pipeline:
         deadline = time.monotonic() + float(until) if isinstance(until, (int, float)) else None
         predicate = until if callable(until) else None
         placement = self._placement
+        assert placement is not None  # _check_steppable: built
         done = 0
         self._last_step_ns = 0
         try:
@@ -203,11 +243,9 @@ class Pipeline:
                 if predicate is not None and predicate(self):
                     break
             with self._step_lock:
-                drain = getattr(placement, "drain", None)
-                if drain is not None:
-                    drain()  # steps still in flight on actors end before the loop returns
+                placement.drain()  # steps still in flight on actors end before the loop returns
         except BaseException as e:
-            last_done = getattr(placement, "last_done", None)
+            last_done = placement.last_done
             if last_done is not None and last_done + 1 < self.t:
                 self.t = last_done + 1  # steps in flight when an actor failed do not count
             self._fail(e)
@@ -217,7 +255,7 @@ class Pipeline:
         finally:
             self._steps_run += done
         if set_state:
-            self.state = "stopped" if self._stop.is_set() else "built"
+            self._transition(PipelineState.STOPPED if self._stop.is_set() else PipelineState.BUILT)
             for r in list(self._readers):
                 r.finish()
 
@@ -225,13 +263,13 @@ class Pipeline:
         """Wait while paused; False if stop() came meanwhile."""
         if self._resume.is_set():
             return True
-        self.state = "paused"
+        self._transition(PipelineState.PAUSED)
         while not self._resume.wait(0.05):
             if self._stop.is_set():
                 return False
         if self._stop.is_set():
             return False
-        self.state = "running"
+        self._transition(PipelineState.RUNNING)
         return True
 
     def _note_spacing(self) -> None:
@@ -246,15 +284,22 @@ class Pipeline:
         if not isinstance(e, RaytileError) and isinstance(e, Exception):
             e = StageFailed("<pipeline>", "step", f"{type(e).__name__}: {e}", traceback.format_exc())
         self.error = e
-        self.state = "failed"
+        self._transition(PipelineState.FAILED)
         for r in list(self._readers):
             r.finish(e)
 
+    def _built(self, what: str) -> Placement:
+        """The placement; PipelineStateError naming ``what`` before :meth:`build`."""
+        if self._placement is None:
+            raise PipelineStateError(f"{what}: call build() first")
+        return self._placement
+
     def _publish(self) -> None:
+        placement = self._built("publish")
         for r in list(self._readers):
-            gen = self._placement.generation(r.stream)
+            gen = placement.generation(r.stream)
             if gen > r.last_generation:
-                value, gen = self._placement.read(r.stream)
+                value, gen = placement.read(r.stream)
                 r.publish(value, gen)
 
     # -- control -------------------------------------------------------------------------------
@@ -270,10 +315,10 @@ class Pipeline:
         self._stop.set()
         self._resume.set()
         self.wait(timeout)
-        if self.state in ("running", "paused", "built"):
-            self.state = "stopped"
+        self._transition(PipelineState.STOPPED,
+                         only_from=(PipelineState.RUNNING, PipelineState.PAUSED, PipelineState.BUILT))
 
-    def wait(self, timeout: float | None = None) -> str:
+    def wait(self, timeout: float | None = None) -> PipelineState:
         """Wait for the background loop to end; return the state. Raises PipelineStateError on timeout."""
         th = self._thread
         if th is not None:
@@ -295,7 +340,7 @@ class Pipeline:
         try:
             placement.finalize()
         except Exception:
-            if self.state != "failed":
+            if self.state is not PipelineState.FAILED:
                 raise
         finally:
             placement.close()
@@ -325,8 +370,9 @@ class Pipeline:
     def _apply_patches(self) -> None:
         with self._lock:
             patches, self._patches = self._patches, []
+        placement = self._built("update_parameters()")
         for stage, params in patches:
-            self._placement.update_parameters(stage, params)
+            placement.update_parameters(stage, params)
 
     # -- reading ---------------------------------------------------------------------------------------
     def read(self, stream: str) -> np.ndarray:
@@ -341,7 +387,7 @@ class Pipeline:
         """The step that last refreshed ``stream`` (-1: never)."""
         self._check_stream(stream)
         with self._step_lock:
-            return int(self._placement.generation(stream))
+            return int(self._built("generation()").generation(stream))
 
     def sink(self, stage: str) -> np.ndarray:
         """The values a ``sink`` stage kept, oldest first (any placement)."""
@@ -377,7 +423,7 @@ class Pipeline:
         def start() -> None:
             with self._lock:
                 self._readers.append(reader)
-            if self.state == "failed":
+            if self.state is PipelineState.FAILED:
                 reader.finish(self.error)
             elif self._thread is None or not self._thread.is_alive():
                 self.run(steps=steps, background=True)
@@ -420,19 +466,19 @@ class Pipeline:
         try:
             metrics = self.metrics()
         except Exception:
-            if self.state != "failed":
+            if self.state is not PipelineState.FAILED:
                 raise
             metrics = {}  # a failed placement (a dead actor) may not answer; the error says why
         failed_stage = self.error.stage if isinstance(self.error, StageFailed) else None
         failed = {failed_stage} if failed_stage else set(getattr(self.error, "stages", ()))
-        stage_state = {"created": "created", "built": "built", "running": "running", "paused": "paused",
-                       "stopped": "stopped", "failed": "built"}[self.state]
+        # a failed pipeline's other stages are built (the failed ones are named below)
+        stage_state = PipelineState.BUILT.value if self.state is PipelineState.FAILED else self.state.value
         stages = {}
         for s in self.config.stages:
             st = "failed" if s.name in failed else stage_state
-            stages[s.name] = {"state": st, "kind": s.kind, "placement": s.placement or "main",
+            stages[s.name] = {"state": st, "kind": s.kind, "placement": s.group,
                               **metrics.get(s.name, {})}
-        out: dict[str, Any] = {"state": self.state, "step": self.t, "placement": self.placement_name,
+        out: dict[str, Any] = {"state": self.state.value, "step": self.t, "placement": self.placement_name,
                                "stages": stages, "loop": self.loop_metrics()}
         if self.error is not None:
             out["error"] = str(self.error)

@@ -5,7 +5,7 @@ placement (:mod:`raytile.pipeline.ray_placement`) builds its actors, its
 compiled graph and its relays from the answer, and tests check the answer
 without starting anything.
 
-A stage's group is its config's ``placement`` field (default ``"main"``).
+A stage's group is ``StageSpec.group`` (its config's ``placement`` field, default ``"main"``).
 An input that another group writes is either read in the same step (the
 writer group is *upstream*: its actor's ``step`` result feeds this group's
 ``step`` in the graph) or only delayed (``name:-1``: the driver *relays* the
@@ -26,10 +26,7 @@ from typing import Sequence
 
 from raytile.pipeline.config import PipelineConfig
 
-__all__ = ["GroupTopology", "group_topology", "DEFAULT_GROUP"]
-
-#: The group of a stage whose config names none.
-DEFAULT_GROUP = "main"
+__all__ = ["GroupTopology", "group_topology"]
 
 
 @dataclass(frozen=True)
@@ -62,7 +59,7 @@ def group_topology(config: PipelineConfig, groups: Sequence[str]) -> GroupTopolo
     members: dict[str, list[str]] = {g: [] for g in groups}
     group_of: dict[str, str] = {}
     for st in config.stages:
-        g = st.placement or DEFAULT_GROUP
+        g = st.group
         members[g].append(st.name)
         group_of[st.name] = g
     writer_group = {s: group_of[w] for s, w in config.writers().items()}

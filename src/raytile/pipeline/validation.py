@@ -69,7 +69,7 @@ def group_order(config: PipelineConfig) -> list[str]:
     chain over compiled-graph channels; delayed inputs (``name:-1``) may
     cross in any direction (the driver hands them over between steps).
     """
-    group = {st.name: st.placement or "main" for st in config.stages}
+    group = {st.name: st.group for st in config.stages}
     writers = config.writers()
     deps: dict[str, set[str]] = {g: set() for g in dict.fromkeys(group.values())}
     for st in config.stages:

@@ -78,7 +78,7 @@ class PartitionResult:
     @property
     def nbytes(self) -> int:
         """The size of its result buffers."""
-        return sum(getattr(a, "nbytes", 0) for bufs in self.buffers for a in bufs.values())
+        return sum(np.asarray(a).nbytes for bufs in self.buffers for a in bufs.values())
 
     @property
     def partitions(self) -> list[int]:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 from sparseconverter import CUPY
 
+from raytile.common.buffers import to_numpy
 from raytile.common.errors import BackendError, UDFException
 from raytile.common.tiling import DataTile
 from raytile.common.shape import Shape
@@ -214,7 +215,7 @@ class PartitionRun:
                     udf.results.clear_views()
             self.udfs.append(udf)
         self.methods = [udf.get_method() for udf in self.udfs]
-        self.process = [getattr(udf, f"process_{m}") for udf, m in zip(self.udfs, self.methods)]
+        self.process = [udf.process_function() for udf in self.udfs]
         self.nav_names = [{n for n, b in udf.results.buffers() if b.kind == "nav"} for udf in self.udfs]
         if self.gpu is not None:
             from raytile.udf.capture import TileGraphs, is_capturable
@@ -320,7 +321,6 @@ def _udf_errors(udf: UDF, task: PartitionTask, method: str) -> Iterator[None]:
 def _to_numpy(arr):
     if isinstance(arr, np.ndarray):
         return arr
-    get = getattr(arr, "get", None)  # cupy
-    if get is not None:
-        return get()
+    if type(arr).__module__.startswith("cupy"):
+        return to_numpy(arr)  # copied to the host
     return np.asarray(arr)

@@ -147,7 +147,7 @@ class ResultAccumulator:
             start, count = self._offsets[result.idx]
         for i, (udf, part) in enumerate(zip(self.udfs, result.buffers)):
             udf.meta.set_valid_nav_mask(self._damage.copy())
-            if _overrides(udf, "merge_all") and not _overrides(udf, "merge"):
+            if udf.overrides("merge_all") and not udf.overrides("merge"):
                 self._merge_all_parts[i][start] = part
                 continue
             dest = {}
@@ -256,6 +256,3 @@ def _preprocess_on_main_node(udf: UDF) -> None:
     finally:
         udf.results.clear_views()
 
-
-def _overrides(udf: UDF, name: str) -> bool:
-    return getattr(type(udf), name) is not getattr(UDF, name)

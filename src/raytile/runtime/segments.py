@@ -43,11 +43,7 @@ __all__ = ["Segment", "SegmentMerger", "merges_pairwise"]
 
 def merges_pairwise(udfs: Sequence[UDF]) -> bool:
     """True if every UDF combines partitions with ``merge`` (not ``merge_all`` alone)."""
-    return all(not (_overrides(u, "merge_all") and not _overrides(u, "merge")) for u in udfs)
-
-
-def _overrides(udf: UDF, name: str) -> bool:
-    return getattr(type(udf), name) is not getattr(UDF, name)
+    return all(not (u.overrides("merge_all") and not u.overrides("merge")) for u in udfs)
 
 
 @dataclass

@@ -332,6 +332,15 @@ class UDF:
             f"{cls.__name__} implements none of process_tile, process_frame, process_partition"
         )
 
+    def process_function(self) -> Callable[..., Any]:
+        """The bound ``process_*`` method :meth:`get_method` picks."""
+        return getattr(self, f"process_{self.get_method()}")
+
+    @classmethod
+    def overrides(cls, name: str) -> bool:
+        """Whether this UDF class implements ``name`` itself (``merge``, ``merge_all``, ...), not the base's."""
+        return getattr(cls, name) is not getattr(UDF, name)
+
     @staticmethod
     def buffer(kind: str, extra_shape: tuple = (), dtype: Any = "float32", where: str | None = None,
                use: str | None = None) -> BufferWrapper:
