@@ -48,7 +48,7 @@ from raytile.common.slice import Slice
 from raytile.common.tiling import DataTile, TilingScheme
 from raytile.io import bslz4
 from raytile.io.corrections import CorrectionSet
-from raytile.io.dataset import DataSet, DataSetMeta, Partition
+from raytile.io.dataset import DataSet, DataSetMeta, Partition, check_array_backend
 from raytile.io.fileset import check_sync_offset
 from raytile.io.formats.dectris_master import LinkedFile, MasterInfo, is_master, read_master
 from raytile.io.formats.dectris_readers import frame_reader
@@ -96,8 +96,9 @@ class DectrisPartition(Partition):
         return np.concatenate(tiles) if tiles else np.zeros((0,) + self.meta.shape.sig.to_tuple(), self.meta.raw_dtype)
 
     def get_tiles(self, tiling_scheme: TilingScheme, roi: np.ndarray | None = None,
-                  dest_dtype: Any = None) -> Iterator[DataTile]:
+                  dest_dtype: Any = None, array_backend: str | None = None) -> Iterator[DataTile]:
         """Tiles of whole frames (every signal slice of the scheme cut from them), buffers reused."""
+        check_array_backend(self, array_backend)
         dest_dtype = np.dtype(dest_dtype if dest_dtype is not None else self.meta.raw_dtype)
         nav = np.arange(self.start, self.stop, dtype=np.int64)
         if roi is not None:

@@ -38,7 +38,7 @@ from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.common.tiling import DataTile, TilingScheme
 from raytile.io.backends import FrameFile, FramesJob, get_backend
-from raytile.io.dataset import DataSetMeta
+from raytile.io.dataset import DataSetMeta, check_array_backend
 from raytile.io.decoders import Decoder, NativeDecoder
 from raytile.io.decoders_mib import MIB_MAGIC, MIBFrameHeader, MIBRawFrameDecoder, parse_frame_header
 from raytile.io.fileset import File, FileDataSet, FilePartition, FileSet, check_sync_offset
@@ -163,11 +163,12 @@ class MIBPartition(FilePartition):
         return (tileshape[0],) + sig
 
     def get_tiles(self, tiling_scheme: TilingScheme, roi: np.ndarray | None = None,
-                  dest_dtype: Any = None, io_backend: str | None = None) -> Iterator[DataTile]:
+                  dest_dtype: Any = None, array_backend: str | None = None) -> Iterator[DataTile]:
         raw = self._raw()
         if raw is None:
-            yield from super().get_tiles(tiling_scheme, roi, dest_dtype, io_backend)
+            yield from super().get_tiles(tiling_scheme, roi, dest_dtype, array_backend)
             return
+        check_array_backend(self, array_backend)
         dest_dtype = np.dtype(dest_dtype if dest_dtype is not None else self.meta.raw_dtype)
         frames = self._frames(roi)
         if frames.shape[0] == 0:
@@ -178,7 +179,7 @@ class MIBPartition(FilePartition):
                         frame_files=[FrameFile(f.path, f.file_header, f.start_idx, f.end_idx) for f in fs.files],
                         file_dtype=np.dtype(np.uint8), frame_stride=fs.frame_stride,
                         frame_header=fs.frame_header_bytes, frame_decoder=raw.frame_decoder())
-        yield from get_backend(io_backend or self.io_backend).get_frame_tiles(job)
+        yield from get_backend(self.io_backend).get_frame_tiles(job)
 
 
 class MIBDataSet(FileDataSet):

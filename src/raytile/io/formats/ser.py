@@ -112,16 +112,16 @@ class SERPartition(FilePartition):
 
     native_sig: tuple[int, ...] = ()
 
-    def get_tiles(self, tiling_scheme: TilingScheme, roi: np.ndarray | None = None,  # type: ignore[override]
-                  dest_dtype: Any = None) -> Iterator[DataTile]:
+    def get_tiles(self, tiling_scheme: TilingScheme, roi: np.ndarray | None = None,
+                  dest_dtype: Any = None, array_backend: str | None = None) -> Iterator[DataTile]:
         """As :meth:`FilePartition.get_tiles` (numpy tiles), 2D frames flipped to top-row first."""
         if len(self.native_sig) != 2:
-            yield from super().get_tiles(tiling_scheme, roi, dest_dtype)
+            yield from super().get_tiles(tiling_scheme, roi, dest_dtype, array_backend)
             return
         sig = self.meta.shape.sig.to_tuple()
         sig_dims = len(sig)
         whole = TilingScheme.make_for_shape(Shape((tiling_scheme.depth,) + sig, sig_dims=sig_dims), self.meta.shape)
-        for tile in super().get_tiles(whole, roi, dest_dtype):
+        for tile in super().get_tiles(whole, roi, dest_dtype, array_backend):
             n = tile.data.shape[0]
             frames = tile.data.reshape((n,) + self.native_sig)[:, ::-1].reshape((n,) + sig)
             nav0 = tile.tile_slice.origin[0]
