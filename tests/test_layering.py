@@ -15,7 +15,7 @@ SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "raytile"
 #: ``raytile.masks`` (pure numpy over common) on the lowest floor, ``raytile.corrections`` (re-exports
 #: io's CorrectionSet) and ``raytile.compat`` (rewrites users' imports) with the applications.
 FLOORS: list[set[str]] = [
-    {"common", "masks", "viz"},  # viz: images from arrays (numpy, matplotlib)
+    {"common", "masks", "viz", "figures"},  # viz, figures: images from arrays (numpy, matplotlib)
     {"udf", "io"},
     {"analysis"},  # LiberTEM's Analysis API over UDFs and data sets; the Context mixes it in
     {"runtime"},
