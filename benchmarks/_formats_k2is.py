@@ -3,7 +3,7 @@
 A case module of ``benchmarks/bench_formats.py`` (:func:`cases`) that also
 runs on its own::
 
-    python benchmarks/_formats_k2is.py [--size-gib 1] [--trials 3] [--workers 2] [--dir DIR]
+    python benchmarks/_formats_k2is.py [--size-gib 1] [--trials 3] [--workers 2] [--dir DIR] [--formats k2is,frms6]
 
 It writes a K2 IS data set of about ``--size-gib`` (8 sector files and a
 ``.gtg``, by :mod:`raytile.io.testing.k2is`; a time series with the shutter
@@ -25,6 +25,9 @@ prints in one run:
 
 GB = 1e9 bytes of the files. The machine's load average is printed before
 and after: other processes' work shows in every figure.
+
+``--formats frms6`` adds (or picks) a PNDetector FRMS6 data set of 264 x 264
+frames, read with the dark frame subtracted (both readers' default).
 
 A case (see :func:`cases`) is a :class:`FormatCase`: the name, the files and
 their size, and how raytile and LiberTEM load it (format name, parameters).
@@ -78,13 +81,41 @@ def make_k2is(directory: Path, size_gib: float) -> Path:
     return gtg
 
 
-def cases(tmpdir: str | os.PathLike, size_gib: float = 1.0) -> list[FormatCase]:
-    """The K2 IS case of ``bench_formats.py``: a data set of about ``size_gib`` in ``tmpdir``."""
-    gtg = make_k2is(Path(tmpdir), size_gib)
-    files = sorted(str(p) for p in gtg.parent.glob("bench_*.bin"))
-    return [FormatCase("k2is", files, sum(os.path.getsize(f) for f in files),
-                       raytile=("k2is", {"path": str(gtg)}), libertem=("k2is", {"path": str(gtg)}),
-                       info={"frames": int(sum(os.path.getsize(f) for f in files) // FRAME_BYTES)})]
+def make_frms6(directory: Path, size_gib: float) -> Path:
+    """An FRMS6 data set of about ``size_gib`` of 264 x 264 frames (files of 1000 frames; written once); its ``.hdr``."""
+    from raytile.io.testing.frms6 import write_frms6
+
+    n = max(8, int(size_gib * 2**30 // (264 * 264 * 2 + 64)))
+    directory = Path(directory) / f"frms6_{n}"
+    hdr = directory / "bench.hdr"
+    if hdr.exists():
+        return hdr
+    tmp = directory.with_suffix(".partial")
+    rng = np.random.default_rng(0)
+    distinct = rng.integers(0, 4000, (16, 264, 264), dtype=np.uint16)
+    frames = np.broadcast_to(distinct[None], (-(-n // 16), 16, 264, 264)).reshape(-1, 264, 264)[:n]
+    dark = rng.integers(0, 100, (20, 264, 264), dtype=np.uint16)
+    write_frms6(tmp, frames, dark, name="bench", scan_shape=(n, 1), frames_per_file=1000)
+    tmp.rename(directory)
+    return hdr
+
+
+def cases(tmpdir: str | os.PathLike, size_gib: float = 1.0, formats: tuple[str, ...] = ("k2is",)) -> list[FormatCase]:
+    """The cases of ``bench_formats.py`` in ``tmpdir``, data sets of about ``size_gib``: ``"k2is"`` (default)
+    and ``"frms6"`` (264 x 264 frames, dark frame subtracted as both readers do by default)."""
+    out = []
+    if "k2is" in formats:
+        gtg = make_k2is(Path(tmpdir), size_gib)
+        files = sorted(str(p) for p in gtg.parent.glob("bench_*.bin"))
+        nbytes = sum(os.path.getsize(f) for f in files)
+        out.append(FormatCase("k2is", files, nbytes, raytile=("k2is", {"path": str(gtg)}),
+                              libertem=("k2is", {"path": str(gtg)}), info={"frames": nbytes // FRAME_BYTES}))
+    if "frms6" in formats:
+        hdr = make_frms6(Path(tmpdir), size_gib)
+        files = sorted(str(p) for p in hdr.parent.glob("bench_*.frms6") if not p.name.endswith("_000.frms6"))
+        out.append(FormatCase("frms6", files, sum(os.path.getsize(f) for f in files),
+                              raytile=("frms6", {"path": str(hdr)}), libertem=("frms6", {"path": str(hdr)})))
+    return out
 
 
 def numpy_read(files: list[str]) -> float:
@@ -218,6 +249,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "raytile-bench-formats"))
     ap.add_argument("--no-fresh", action="store_true", help="skip the new-process first run")
+    ap.add_argument("--formats", default="k2is", help="comma-separated: k2is, frms6")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--numba-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -226,7 +258,7 @@ def main() -> None:
         case = FormatCase(name, [], 0, (name, params), None)
         print(json.dumps(time_raytile(case, args.workers, 1, args.numba_dir)))
         return
-    for case in cases(args.dir, args.size_gib):
+    for case in cases(args.dir, args.size_gib, tuple(args.formats.split(","))):
         report(case, args.workers, args.trials, fresh=not args.no_fresh)
 
 

@@ -181,11 +181,11 @@ def small(tmp_path):
     return write_k2is(tmp_path, _frames(2, 4), lead_blocks=LEAD), tmp_path
 
 
-def test_missing_sector_file(inline_ctx, small):
+def test_missing_sector_file(ctx, small):
     path, d = small
     os.remove(d / "k2is_5.bin")
     with pytest.raises(DataSetException, match="8 sector files, found 7.*k2is_"):
-        inline_ctx.load("k2is", path=path)
+        ctx.load("k2is", path=path)
 
 
 def test_corrupt_block_header(inline_ctx, small):

@@ -241,14 +241,14 @@ def decode_frms6_tile(inp, rr_tile, n_rr, file_idx, out):
             out[o:o + n] = 0
             continue
         s = rr_tile[i, RR_START]
+        row = inp[s:s + 2 * n].view(np.uint16)  # little-endian hosts
+        dest = out[o:o + n]
         if rr_tile[i, RR_SKIP]:
             for x in range(n):
-                p = s + 2 * (n - 1 - x)
-                out[o + x] = np.uint16(inp[p]) | (np.uint16(inp[p + 1]) << 8)
+                dest[x] = row[n - 1 - x]
         else:
             for x in range(n):
-                p = s + 2 * x
-                out[o + x] = np.uint16(inp[p]) | (np.uint16(inp[p + 1]) << 8)
+                dest[x] = row[x]
 
 
 class FRMS6Decoder(Decoder):
