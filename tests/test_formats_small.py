@@ -186,7 +186,6 @@ def test_every_format_on_both_executors(ctx, tmp_path, rng):
 def test_same_frames_as_libertem(inline_ctx, tmp_path, rng, fmt):
     """LiberTEM 0.16's reader of the format gives the same shape, dtype and frames on the same file."""
     lt_api = pytest.importorskip("libertem.api")
-    from libertem.udf.raw import PickUDF  # noqa: F401 (LiberTEM's UDFs are importable)
     from libertem.udf.sum import SumUDF as LTSumUDF
     from libertem.udf.sumsigudf import SumSigUDF as LTSumSigUDF
 
