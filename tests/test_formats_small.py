@@ -600,3 +600,15 @@ def test_file_written_again_under_the_same_path_is_read_afresh(inline_ctx, tmp_p
     write_mrc(p, second)
     ds = inline_ctx.load("mrc", path=p, io_backend=backend)
     np.testing.assert_array_equal(inline_ctx.run_udf(dataset=ds, udf=SumUDF())["intensity"].data, second.sum(axis=0))
+
+
+def test_files_without_frames(inline_ctx, tmp_path, rng):
+    paths = write_tvips(str(tmp_path), np.zeros((0, 4, 4), np.uint16))
+    seq = write_seq(str(tmp_path / "empty.seq"), np.zeros((0, 4, 4), np.uint16))
+    raw = tmp_path / "empty.raw"
+    raw.write_bytes(b"")
+    for fmt, kwargs in [("tvips", {"path": paths[0]}), ("seq", {"path": seq, "nav_shape": (1,)}),
+                        ("empad", {"path": str(raw), "nav_shape": (1,)})]:
+        with pytest.raises(DataSetException, match="holds no frames") as e:
+            inline_ctx.load(fmt, **kwargs)
+        assert kwargs["path"] in str(e.value)

@@ -135,6 +135,8 @@ class FrameFileDataSet(FileDataSet):
         layout = self._layout = self._read_layout()
         where = layout.files[0].path if len(layout.files) == 1 else (
             f"{layout.files[0].path} (+{len(layout.files) - 1} files)")
+        if layout.num_frames == 0:
+            raise DataSetException(f"{where}: the file holds no frames (empty or truncated?)")
         sig = self._sig_shape or layout.sig_shape
         if math.prod(sig) != math.prod(layout.sig_shape):
             raise DataSetException(
