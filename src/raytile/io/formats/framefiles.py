@@ -74,9 +74,11 @@ def read_exact(path: str, offset: int, size: int, what: str) -> bytes:
     """``size`` bytes of ``path`` at ``offset``, or a DataSetException naming the path and ``what`` was read."""
     try:
         with open(path, "rb") as f:
+            # a corrupt header may state any size: never ask for more than the file has
+            available = max(0, os.fstat(f.fileno()).st_size - offset)
             f.seek(offset)
-            data = f.read(size)
-    except OSError as e:
+            data = f.read(min(size, available))
+    except (OSError, OverflowError, ValueError) as e:
         raise DataSetException(f"{path}: cannot read the {what}: {e}") from None
     if len(data) != size:
         raise DataSetException(f"{path}: file too short for its {what} ({len(data)} of {size} bytes at offset "
