@@ -186,7 +186,6 @@ def test_every_format_on_both_executors(ctx, tmp_path, rng):
 def test_same_frames_as_libertem(inline_ctx, tmp_path, rng, fmt):
     """LiberTEM 0.16's reader of the format gives the same shape, dtype and frames on the same file."""
     lt_api = pytest.importorskip("libertem.api")
-    from libertem.udf.raw import PickUDF  # noqa: F401 (LiberTEM's UDFs are importable)
     from libertem.udf.sum import SumUDF as LTSumUDF
     from libertem.udf.sumsigudf import SumSigUDF as LTSumSigUDF
 
@@ -587,3 +586,29 @@ def test_dm_tag_tree_unknown_types_and_flat_numbers(inline_ctx, tmp_path, rng):
     assert flat[".ImageList.1.ImageData.DataType"] == 23 and flat[".ImageList.2.ImageData.DataType"] == 10
     assert flat[".ImageList.2.ImageData.Dimensions.3"] == 3 and flat[".ImageList.2.ImageData.PixelDepth"] == 2
     assert ".Future" not in flat
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_file_written_again_under_the_same_path_is_read_afresh(inline_ctx, tmp_path, rng, backend):
+    """A process that read a file reads the new content after the file is written again (mmap maps per version)."""
+    first = rng.integers(0, 100, (4, 5, 6)).astype(np.uint16)
+    p = write_mrc(str(tmp_path / "same.mrc"), first)
+    ds = inline_ctx.load("mrc", path=p, io_backend=backend)
+    np.testing.assert_array_equal(inline_ctx.run_udf(dataset=ds, udf=SumUDF())["intensity"].data, first.sum(axis=0))
+    second = rng.integers(0, 100, (9, 5, 6)).astype(np.uint16)
+    os.remove(p)  # a new file (new inode), as tools that write a temporary file and rename it make
+    write_mrc(p, second)
+    ds = inline_ctx.load("mrc", path=p, io_backend=backend)
+    np.testing.assert_array_equal(inline_ctx.run_udf(dataset=ds, udf=SumUDF())["intensity"].data, second.sum(axis=0))
+
+
+def test_files_without_frames(inline_ctx, tmp_path, rng):
+    paths = write_tvips(str(tmp_path), np.zeros((0, 4, 4), np.uint16))
+    seq = write_seq(str(tmp_path / "empty.seq"), np.zeros((0, 4, 4), np.uint16))
+    raw = tmp_path / "empty.raw"
+    raw.write_bytes(b"")
+    for fmt, kwargs in [("tvips", {"path": paths[0]}), ("seq", {"path": seq, "nav_shape": (1,)}),
+                        ("empad", {"path": str(raw), "nav_shape": (1,)})]:
+        with pytest.raises(DataSetException, match="holds no frames") as e:
+            inline_ctx.load(fmt, **kwargs)
+        assert kwargs["path"] in str(e.value)

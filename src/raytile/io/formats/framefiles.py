@@ -74,9 +74,11 @@ def read_exact(path: str, offset: int, size: int, what: str) -> bytes:
     """``size`` bytes of ``path`` at ``offset``, or a DataSetException naming the path and ``what`` was read."""
     try:
         with open(path, "rb") as f:
+            # a corrupt header may state any size: never ask for more than the file has
+            available = max(0, os.fstat(f.fileno()).st_size - offset)
             f.seek(offset)
-            data = f.read(size)
-    except OSError as e:
+            data = f.read(min(size, available))
+    except (OSError, OverflowError, ValueError) as e:
         raise DataSetException(f"{path}: cannot read the {what}: {e}") from None
     if len(data) != size:
         raise DataSetException(f"{path}: file too short for its {what} ({len(data)} of {size} bytes at offset "
@@ -135,6 +137,8 @@ class FrameFileDataSet(FileDataSet):
         layout = self._layout = self._read_layout()
         where = layout.files[0].path if len(layout.files) == 1 else (
             f"{layout.files[0].path} (+{len(layout.files) - 1} files)")
+        if layout.num_frames == 0:
+            raise DataSetException(f"{where}: the file holds no frames (empty or truncated?)")
         sig = self._sig_shape or layout.sig_shape
         if math.prod(sig) != math.prod(layout.sig_shape):
             raise DataSetException(

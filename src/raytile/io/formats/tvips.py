@@ -98,12 +98,14 @@ def detect_scan(files: list[File], h: dict[str, int]) -> tuple[int, tuple[int, .
         if len(scan) >= n:
             break
         k = min(f.num_frames, n - len(scan))
-        with open(f.path, "rb") as fh:
-            fh.seek(f.file_header)
-            raw = np.fromfile(fh, dtype=np.uint8, count=k * stride)
-        if raw.size < k * stride:
+        if k <= 0:
+            continue
+        if os.path.getsize(f.path) < f.file_header + k * stride:
             raise DataSetException(f"{f.path}: TVIPS file too short for its image headers (truncated?)")
+        # a map of the file: only the pages holding the 8 bytes of each image header are read
+        raw = np.memmap(f.path, dtype=np.uint8, mode="r", offset=f.file_header, shape=(k * stride,))
         xy = np.ascontiguousarray(raw.reshape(k, stride)[:, 68:76]).view("<f4").reshape(k, 2)
+        del raw
         xy = np.where(np.isfinite(xy), xy, -1.0)  # NaN/inf: not a scan position
         scan += [(int(y), int(x)) for x, y in xy.tolist()]
     sync = None
