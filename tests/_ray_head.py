@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -78,8 +79,8 @@ def ray_head(num_cpus: int = 0, timeout: float = 90.0) -> Iterator[RayHead]:
             time.sleep(0.2)
         yield RayHead(address, temp_dir, proc)
     finally:
-        _stop(proc, temp_dir)
         log.close()
+        _stop(proc, temp_dir)
 
 
 def _stop(proc: subprocess.Popen, temp_dir: str) -> None:
@@ -98,3 +99,4 @@ def _stop(proc: subprocess.Popen, temp_dir: str) -> None:
     for pid in processes_mentioning(temp_dir):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(temp_dir, ignore_errors=True)

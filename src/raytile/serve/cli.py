@@ -51,25 +51,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from raytile.actors.ray_start import start_ray
 
-    # this process imports Ray Serve and builds the app (a thread) while Ray starts its processes
-    built: dict[str, Any] = {}
-    builder = threading.Thread(target=_build_app_into, args=(args, built), name="raytile-serve-import")
-    builder.start()
-    started_ray = not ray.is_initialized()
     try:
-        if started_ray:  # no --address: a private local Ray, never another one running on this machine
-            start_ray(args.address or "local")
-    finally:
-        builder.join()
-    if "error" in built:
-        error = built["error"]
-        if isinstance(error, ImportError):
-            raise ConfigValidationError(f"raytile serve needs the serve extra (pip install -e '.[serve]'): {error}") \
-                from None
-        raise error
-    from ray import serve
+        from ray import serve
 
-    app = built["app"]
+        from raytile.serve import build_app
+    except ImportError as e:
+        raise ConfigValidationError(f"raytile serve needs the serve extra (pip install -e '.[serve]'): {e}") from None
+
+    app = build_app(args.data_root, token=args.token, max_runs=args.max_runs, udf_modules=args.udf_module)
+    started_ray = not ray.is_initialized()
+    if started_ray:  # no --address: a private local Ray, never another one running on this machine
+        start_ray(args.address or "local")
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -88,12 +80,3 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if started_ray:
             ray.shutdown()
     return 0
-
-
-def _build_app_into(args: argparse.Namespace, out: dict[str, Any]) -> None:
-    try:
-        from raytile.serve import build_app
-
-        out["app"] = build_app(args.data_root, token=args.token, max_runs=args.max_runs, udf_modules=args.udf_module)
-    except BaseException as e:  # noqa: BLE001  (raised in the main thread)
-        out["error"] = e

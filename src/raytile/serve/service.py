@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import math
-import threading
 from typing import Any, AsyncGenerator
 
 import anyio.to_thread
@@ -65,40 +64,14 @@ class Service:
         self.roots = DataRoots(config.data_roots)
         self.udfs = UDFRegistry(config.udf_modules)
         self.registry = RunRegistry(config.max_runs, config.keep_finished)
+        self.ctx = ctx if ctx is not None else Context(executor="ray", cpus=config.workers)
         self._formats = served_formats()
         self.datasets_open = DataSetCache(size=8)
-        # The Context's workers start in the background: the replica answers (health, catalogue, listing)
-        # at once, and the first run waits for them (see the ctx property).
-        self._ctx: Context | None = ctx
-        self._ctx_error: BaseException | None = None
-        self._ctx_ready = threading.Event()
-        if ctx is not None:
-            self._ctx_ready.set()
-        else:
-            threading.Thread(target=self._start_context, name="raytile-serve-context", daemon=True).start()
-
-    def _start_context(self) -> None:
-        try:
-            self._ctx = Context(executor="ray", cpus=self.config.workers)
-        except BaseException as e:  # noqa: BLE001  (given to whoever needs the Context)
-            self._ctx_error = e
-        finally:
-            self._ctx_ready.set()
-
-    @property
-    def ctx(self) -> Context:
-        """The replica's Context, once its workers started (waits for them; their start's error if it failed)."""
-        self._ctx_ready.wait()
-        if self._ctx is None:
-            raise RuntimeError(f"the server's Context could not start: {self._ctx_error}") from self._ctx_error
-        return self._ctx
 
     def close(self) -> None:
         """Cancel every run and close the Context (the replica is going away)."""
         self.registry.cancel_all("the server shut down")
-        self._ctx_ready.wait(60)
-        if self._ctx is not None:
-            self._ctx.close()
+        self.ctx.close()
 
     # -- access ------------------------------------------------------------------
     def authorize(self, header: str | None) -> None:
@@ -113,8 +86,7 @@ class Service:
     # -- catalogue ---------------------------------------------------------------
     def health(self) -> dict[str, Any]:
         return {"status": "ok", "active_runs": len(self.registry.active()), "runs": len(self.registry.runs),
-                "max_runs": self.config.max_runs, "workers_ready": self._ctx_ready.is_set() and self._ctx is not None,
-                "workers": self._ctx.num_workers if self._ctx_ready.is_set() and self._ctx is not None else 0}
+                "max_runs": self.config.max_runs, "workers": self.ctx.num_workers}
 
     def formats(self) -> dict[str, Any]:
         return {"formats": [{"name": n, "params": s} for n, s in self._formats.items()]}
