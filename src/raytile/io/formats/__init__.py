@@ -18,6 +18,7 @@ _FORMATS: dict[str, str] = {
     "tiled": "raytile.io.formats.tiled:TiledDataSet",
     "sparse_memory": "raytile.io.formats.sparse:SparseMemoryDataSet",
     "npz_csr": "raytile.io.formats.sparse:NPZCSRDataSet",
+    "stream": "raytile.io.formats.stream:StreamDataSet",
 }
 
 
