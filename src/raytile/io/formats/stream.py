@@ -39,8 +39,10 @@ from raytile.io.dataset import DataSet, DataSetMeta, Partition
 __all__ = ["StreamDataSet", "StreamPartition", "StreamSpec", "default_frames_per_partition",
            "iterate_batches", "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN"]
 
-#: Default partition size of a stream, in bytes of raw frames: small, so partial results flow.
-PARTITION_BYTES = 4 * 1024 * 1024
+#: Default partition size of a stream, in bytes of raw frames: small, so partial results flow, and large
+#: enough that one ``ray.put`` per partition is fast (measured, 2 CPUs: 3.2 GB/s for 4 MiB objects,
+#: 6.2 GB/s for 16 MiB, 9.9 GB/s for 32 MiB).
+PARTITION_BYTES = 16 * 1024 * 1024
 #: By default a scan is cut into at least this many partitions (when it has that many frames).
 MIN_PARTITIONS_PER_SCAN = 8
 
@@ -49,8 +51,8 @@ def default_frames_per_partition(scan_frames: int, frame_bytes: int) -> int:
     """Frames per partition for a stream: about ``PARTITION_BYTES``, and at least
     ``MIN_PARTITIONS_PER_SCAN`` partitions per scan.
 
-    >>> default_frames_per_partition(64 * 64, 256 * 256 * 2)  # 128 KiB frames: 32 frames, 4 MiB
-    32
+    >>> default_frames_per_partition(64 * 64, 256 * 256 * 2)  # 128 KiB frames: 128 frames, 16 MiB
+    128
     >>> default_frames_per_partition(64, 4096)                 # 256 KiB scan: 8 partitions
     8
     """
