@@ -117,12 +117,15 @@ class UDFRun:
         try:
             while not self._exhausted:
                 try:
-                    yield self._take(self._coordinator.outbox.take())
+                    part = self._take(self._coordinator.outbox.take())
                 except StopIteration:
                     return
                 except BaseException:
                     self._coordinator.join(JOIN_TIMEOUT_S)  # its tasks are told to stop before we raise
                     raise
+                # yielded outside the try: a consumer leaving the loop (GeneratorExit here) must not wait
+                # for the run to end before it is cancelled (measured: 1.2 s for a break early in a run)
+                yield part
         finally:
             if not self._exhausted and self._cancel_on_leave:
                 self.cancel()
@@ -143,13 +146,14 @@ class UDFRun:
                             self.cancel()  # the consumer was cancelled; the run's end unblocks the thread
                         raise
                 try:
-                    yield self._take(item)
+                    part = self._take(item)
                 except StopIteration:
                     return
                 except BaseException:
                     # wait for the coordinator in a thread: joining here would block the event loop
                     await anyio.to_thread.run_sync(self._coordinator.join, JOIN_TIMEOUT_S)
                     raise
+                yield part  # outside the try, as in __iter__
         finally:
             if not self._exhausted and self._cancel_on_leave:
                 self.cancel()
