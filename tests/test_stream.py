@@ -115,7 +115,7 @@ def test_slow_workers_bound_memory(sctx, data):
     flat = data.reshape((-1,) + SIG)
     log: list[float] = []
     ds = load(sctx, batches(flat, sizes=(4,), log=log), frames_per_partition=4, max_partitions_in_flight=3)
-    run = sctx.run_udf_iter(dataset=ds, udf=ScaledSumUDF(delay=0.03))
+    run = sctx.run_udf_iter(dataset=ds, udf=ScaledSumUDF(delay=0.05))
     t0 = time.monotonic()
     for part in run:
         pass
@@ -126,7 +126,7 @@ def test_slow_workers_bound_memory(sctx, data):
     assert stats["stream_partitions"] == 12
     assert stats["stream_capacity"] == 3
     assert stats["stream_max_in_flight"] == 3  # reached the bound (the producer was ahead), never beyond
-    # 12 partitions of >= 30 ms on at most 2 workers: >= 180 ms; unbounded, the producer would be done at once
+    # 12 partitions of >= 50 ms on at most 2 workers: >= 300 ms; unbounded, the producer would be done at once
     assert log[-1] - t0 > 0.5 * (t_end - t0) - 0.05
 
 
@@ -147,15 +147,16 @@ def test_producer_raises_mid_run(sctx, data):
 
 
 def test_cancel_during_stream(sctx, data):
-    """An endless source: cancel after the first partial ends the run and closes the source."""
+    """An endless source that blocks between scans: cancel after the first partial ends the run at once
+    (the coordinator never waits on the source), and the source is closed when it yields next."""
     closed = threading.Event()
     flat = data.reshape((-1,) + SIG)
 
     def endless():
         try:
             while True:
-                time.sleep(0.005)
                 yield flat.copy()
+                time.sleep(1.5)  # a detector between scans
         finally:
             closed.set()
 
@@ -163,7 +164,11 @@ def test_cancel_during_stream(sctx, data):
     run = sctx.run_udf_iter(dataset=ds, udf=rt.SumUDF())
     with pytest.raises(UDFRunCancelled):
         for part in run:
+            t0 = time.monotonic()
             run.cancel()
+    while not run.done and time.monotonic() - t0 < 10:
+        time.sleep(0.005)
+    assert run.done and time.monotonic() - t0 < 1.0  # not held up by the source's 1.5 s sleep
     assert closed.wait(10)
 
 
