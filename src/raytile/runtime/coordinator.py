@@ -38,7 +38,7 @@ from raytile.runtime.progress import ProgressReporter
 from raytile.runtime.results import ResultAccumulator
 from raytile.runtime.run_state import MAX_RETRIES, Outcome, RunState, starved_too_long
 from raytile.runtime.scans import ScanResults
-from raytile.runtime.stream_feed import PartitionInlet, StreamFeeder
+from raytile.runtime.stream_feed import NO_RECOMPUTE, PartitionInlet, StreamFeeder
 
 __all__ = ["Coordinator", "POLL_S", "FINISHED"]
 
@@ -230,9 +230,7 @@ class Coordinator:
             patches, self._patches = self._patches, []
         for patch_list, recompute in patches:
             if recompute and self._stream is not None:
-                raise ConfigValidationError(
-                    "update_parameters(recompute=True) is not possible on a stream: its frames are gone once "
-                    "processed; patch without recompute (partitions from now on use the new parameters)")
+                raise ConfigValidationError(NO_RECOMPUTE)
             self._params = self._patched_params(patch_list)
             self._params_handle = self._executor.put_params(self._params)
             if recompute:

@@ -21,6 +21,7 @@ from raytile.common.errors import ConfigValidationError, UDFException, UDFRunCan
 from raytile.runtime.host import RunSource
 from raytile.runtime.outbox import FINISHED
 from raytile.runtime.results import UDFResults
+from raytile.runtime.stream_feed import NO_RECOMPUTE
 from raytile.udf.base import UDF
 
 __all__ = ["UDFRun"]
@@ -79,9 +80,7 @@ class UDFRun:
         """
         patch = list(patch)
         if recompute and self._stream:
-            raise ConfigValidationError(
-                "update_parameters(recompute=True) is not possible on a stream: its frames are gone once "
-                "processed; patch without recompute (partitions from now on use the new parameters)")
+            raise ConfigValidationError(NO_RECOMPUTE)
         if len(patch) != len(self._udfs):
             raise UDFException(f"update_parameters needs {len(self._udfs)} dicts (one per UDF), got {len(patch)}")
         for udf, p in zip(self._udfs, patch):

@@ -25,7 +25,11 @@ from typing import Any, Callable
 
 from raytile.common.errors import DataSetException, RaytileError
 
-__all__ = ["PartitionInlet", "StreamFeeder", "InletClosed"]
+__all__ = ["PartitionInlet", "StreamFeeder", "InletClosed", "NO_RECOMPUTE"]
+
+#: Why a stream run refuses ``update_parameters(..., recompute=True)``.
+NO_RECOMPUTE = ("update_parameters(recompute=True) is not possible on a stream: its frames are gone once "
+                "processed; patch without recompute (partitions from now on use the new parameters)")
 
 
 class InletClosed(Exception):
