@@ -285,3 +285,37 @@ def test_detached_stream_is_refused(actor_ctx, data):
     ds = load(actor_ctx, [data.reshape((-1,) + SIG)])
     with pytest.raises(ConfigValidationError, match="detached"):
         actor_ctx.run_udf_iter(dataset=ds, udf=rt.SumUDF(), detached=True)
+
+
+def test_inlet_blocks_at_capacity_and_close_frees_the_producer():
+    from raytile.runtime.stream_feed import InletClosed, PartitionInlet
+
+    woken = []
+    inlet = PartitionInlet(2, lambda: woken.append(1))
+    inlet.put(0, "a")
+    inlet.put(1, "b")
+    with pytest.raises(TimeoutError):
+        inlet.put(2, "c", timeout=0.05)  # full: the producer waits
+    assert inlet.take() == [(0, "a"), (1, "b")] and inlet.take() == []
+    with pytest.raises(TimeoutError):
+        inlet.put(2, "c", timeout=0.05)  # taken is not done: still full
+    inlet.release(0)
+    inlet.put(2, "c", timeout=1)
+    assert inlet.max_outstanding == 2 and inlet.outstanding == 2 and len(woken) == 3
+    errors = []
+
+    def producer():
+        try:
+            inlet.put(3, "d")
+        except InletClosed as e:
+            errors.append(e)
+
+    t = threading.Thread(target=producer)
+    t.start()
+    time.sleep(0.05)
+    inlet.close()  # the run is over: the blocked producer is told so
+    t.join(2)
+    assert not t.is_alive() and errors
+    inlet.fail(DataSetException("the source broke"))
+    with pytest.raises(DataSetException, match="the source broke"):
+        inlet.take()
