@@ -256,8 +256,7 @@ class Coordinator:
 
     def _dispatch(self) -> None:
         sink = self._on_tile if self._progress is not None else None
-        preferred = self._executor.preferred(self.run_id) if self._stream is None else ()
-        while (task := self._state.next_to_submit(self._executor.max_in_flight, preferred)) is not None:
+        while (task := self._state.next_to_submit(self._executor.max_in_flight, self._preferred())) is not None:
             try:
                 handle = self._executor.submit(task, self._params_handle, self._params.version, sink)
             except NoWorkerReady:
@@ -269,6 +268,11 @@ class Coordinator:
                 f"run {self.run_id[:8]}: no worker able to run its tasks was ready for {NO_WORKER_TIMEOUT_S:.0f} s "
                 f"({len(self._state.pending)} partitions wait; worker kinds: {sorted(self._executor.device_classes)})"
             )
+
+    def _preferred(self) -> set[int]:
+        """Partitions the executor would like next (asked anew for each task: every submission extends
+        a worker's segment); none for a stream, whose partitions go in arrival order."""
+        return self._executor.preferred(self.run_id) if self._stream is None else set()
 
     def _collect(self, done: Sequence[TaskHandle]) -> None:
         for handle in done:
