@@ -106,7 +106,7 @@ class WorkerActor:
                 "threads": self.threads, "data_cached": len(self._data), "params_cached": len(self._params)}
 
     def run_task(self, message: bytes | tuple, shipped: dict[str, Any] | None = None,
-                 progress: Any = None) -> Reply:
+                 progress: Any = None, frames: Any = None) -> Reply:
         """Run one partition. Returns a :class:`Reply`: OK with ``[PartitionResult, ...]`` (its result,
         or merged segments of several, see ``_deliver``), HELD with the partition's index, CANCELLED,
         or ERROR with the exception; each with the spans the task finished.
@@ -117,7 +117,8 @@ class WorkerActor:
         gets them for the first time, the run's parameters (packed, or their
         object ref if they are large) and the object ref of an in-memory
         partition's frames. If it holds neither for a key, the task does not
-        run and returns a MISSING reply naming ``(kind, key)``.
+        run and returns a MISSING reply naming ``(kind, key)``. ``frames``: a stream partition's frames
+        (Ray resolves the object ref it was passed as into a zero-copy view, released with the task).
         """
         try:
             task, params_key, data_key = unpack(message) if isinstance(message, bytes) else message
@@ -137,6 +138,8 @@ class WorkerActor:
             return Reply.cancelled()
         if data is not None:
             task.partition.data = data
+        elif frames is not None:
+            task.partition.data = frames
         reporter = TileReporter(progress, params.run_id) if progress is not None else None
 
         def on_tile(frames: int) -> None:

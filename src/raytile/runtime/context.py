@@ -188,7 +188,7 @@ class Context(AnalysisMethods, NotebookMethods):
             tracing.record_error(span, e)
             span.end()
             raise
-        return UDFRun(source, plan.udfs, cancel_on_leave=not detached, sync=sync)
+        return UDFRun(source, plan.udfs, cancel_on_leave=not detached, sync=sync, stream=plan.stream is not None)
 
     def run_udf(
         self,

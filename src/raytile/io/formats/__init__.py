@@ -31,6 +31,7 @@ _FORMATS: dict[str, str] = {
     "seq": "raytile.io.formats.seq:SEQDataSet",
     "ser": "raytile.io.formats.ser:SERDataSet",
     "tvips": "raytile.io.formats.tvips:TVIPSDataSet",
+    "stream": "raytile.io.formats.stream:StreamDataSet",
 }
 
 
