@@ -21,12 +21,13 @@ from ray import exceptions as rex
 
 from raytile.actors.coordinator_actor import NAME_PREFIX, NAMESPACE, CoordinatorActor
 from raytile.actors.executor import MERGE_INTERVAL_S, join_ray
-from raytile.common.errors import CoordinatorDied, ExecutorError
+from raytile.common.errors import ConfigValidationError, CoordinatorDied, ExecutorError
 from raytile.io.formats.memory import dense_frames
 from raytile.runtime.channel import is_terminal
 from raytile.runtime.host import RunHost, RunSource
 from raytile.runtime.plan import RunPlan
 from raytile.runtime.progress import ProgressReporter, ProgressState, replay_progress
+from raytile.runtime.stream_feed import InletClosed, StreamFeeder
 
 __all__ = ["ActorHost", "RemoteRun", "find_run", "list_runs", "POLL_S"]
 
@@ -137,12 +138,17 @@ class ActorHost(RunHost):
 
     def start(self, plan: RunPlan, progress: ProgressReporter | None, final_only: bool,
               detached: bool, span: Any = None) -> RunSource:
+        if plan.stream is not None and detached:
+            raise ConfigValidationError("detached=True is not possible for a stream: its frames come from this "
+                                        "process, and the run ends when it does")
         status, value = self._ask("start", plan.without_frames(), final_only, detached, progress is not None,
                                   what="start a run")
         if status == "error":
             raise value
         if span is not None:
             span.end()  # planning ends here; the run itself is traced in the coordinator actor
+        if plan.stream is not None:
+            _feed_stream(self.actor, value, plan.dataset)
         return RemoteRun(self.actor, value, progress, owner=True)
 
     def attach(self, run_id: str) -> tuple[RunSource, Sequence[Any]]:
@@ -162,6 +168,28 @@ class ActorHost(RunHost):
             pass
         except Exception as e:  # noqa: BLE001
             log.debug("closing coordinator actor %s: %s", self.name, e)
+
+
+def _feed_stream(actor: Any, run_id: str, dataset: Any) -> None:
+    """Read a stream in a thread of this process (its source lives here) and hand each partition to
+    the run's coordinator actor: one ``ray.put`` of its frames here, their object ref to the actor,
+    which waits for room in the run's inlet before it answers (backpressure reaches the source)."""
+
+    def deliver(idx: int, ref: Any) -> None:
+        try:
+            accepted = ray.get(actor.feed.remote(run_id, idx, [ref]))  # in a list: the ref, not the frames
+        except rex.RayActorError as e:
+            raise InletClosed(f"the coordinator actor died ({type(e).__name__})") from None
+        if not accepted:
+            raise InletClosed("the run is over")
+
+    def finish(error: BaseException | None) -> None:
+        try:
+            actor.end_stream.remote(run_id, error)
+        except Exception as e:  # noqa: BLE001  (the actor is gone: the run is lost with it)
+            log.debug("end_stream of run %s: %s", run_id[:8], e)
+
+    StreamFeeder(dataset, deliver, finish, ray.put, name=f"raytile-stream-{run_id[:8]}").start()
 
 
 def attach_run(run_id: str, actor: Any = None) -> tuple["RemoteRun", Sequence[Any]]:

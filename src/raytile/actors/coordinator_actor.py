@@ -40,6 +40,7 @@ from raytile.runtime.channel import SnapshotChannel
 from raytile.runtime.coordinator import Coordinator
 from raytile.runtime.plan import RunPlan
 from raytile.runtime.progress import ProgressState, ProgressTally
+from raytile.runtime.stream_feed import InletClosed
 
 __all__ = ["CoordinatorActor", "HostedRun", "runs_to_drop", "NAMESPACE", "NAME_PREFIX", "REAP_S",
            "DETACHED_KEEP_S", "MAX_KEPT"]
@@ -168,6 +169,27 @@ class CoordinatorActor:
             return "ok", run_id
         except Exception as e:  # noqa: BLE001
             return "error", e
+
+    async def feed(self, run_id: str, idx: int, frames: list) -> bool:
+        """A stream partition from the driver that reads the stream: ``frames`` holds its object ref.
+        Answers once the run's inlet took it (it waits while the inlet is full: backpressure); False
+        if the run is over (the driver stops reading)."""
+        run = self._runs.get(run_id)
+        inlet = run.coordinator.inlet if run is not None else None
+        if inlet is None:
+            return False
+        try:
+            await asyncio.to_thread(inlet.put, idx, frames[0])
+        except InletClosed:
+            return False
+        return True
+
+    async def end_stream(self, run_id: str, error: BaseException | None) -> None:
+        """The driver's stream ended (``error`` None) or failed."""
+        run = self._runs.get(run_id)
+        inlet = run.coordinator.inlet if run is not None else None
+        if inlet is not None:
+            inlet.fail(error) if error is not None else inlet.end()
 
     def _changed(self, run_id: str) -> None:
         """The run's channel has something new (called in the event loop)."""

@@ -230,6 +230,11 @@ class RayExecutor(Executor):
                 except Exception as e:  # its actor is gone
                     log.debug("forget_values on %s: %s", slot.name, e)
 
+    def share_frames(self, frames: Any) -> Any:
+        """A stream partition's frames in the object store (one ``ray.put``; its task passes the ref as
+        an argument, which the worker reads zero-copy and does not cache)."""
+        return ray.put(frames)
+
     def _strip(self, task: PartitionTask):
         """The task to send and the ref of its frames (memory partitions), else None."""
         from raytile.io.formats.memory import MemoryPartition
@@ -250,7 +255,8 @@ class RayExecutor(Executor):
                progress: ProgressSink | None = None) -> TaskHandle:
         if self._closed:
             raise ExecutorError("this Context is closed")
-        send, data_ref = self._strip(task)
+        frames = task.frames  # a stream partition's object ref: an argument of this task alone
+        send, data_ref = self._strip(task if frames is None else dataclasses.replace(task, frames=None))
         data_key = None if data_ref is None else data_ref.hex()
         task_tuple = (send, params_handle.key, data_key)
         message = pack(task_tuple) or task_tuple  # as it is if it holds Ray refs (see raytile.actors.cache)
@@ -269,7 +275,7 @@ class RayExecutor(Executor):
                 shipped["params"] = params_handle.payload
             if data_key is not None and slot.ledgers["data"].ship(data_key):
                 shipped["data"] = data_ref
-        ref = actor.run_task.remote(message, shipped or None, progress_actor)
+        ref = actor.run_task.remote(message, shipped or None, progress_actor, frames)
         handle = _RayHandle(task, version, ref, slot, actor, params_handle.run_id, progress)
         self._ring_when_done(handle.future, params_handle.run_id)
         return handle

@@ -104,7 +104,8 @@ class WorkerActor:
                 "node_id": ray.get_runtime_context().get_node_id(),
                 "threads": self.threads, "data_cached": len(self._data), "params_cached": len(self._params)}
 
-    def run_task(self, message: bytes | tuple, shipped: dict[str, Any] | None = None, progress: Any = None):
+    def run_task(self, message: bytes | tuple, shipped: dict[str, Any] | None = None, progress: Any = None,
+                 frames: Any = None):
         """Run one partition. Returns ``("ok", [PartitionResult, ...], spans)`` (its result, or merged
         segments of several, see ``_deliver``), ``("held", idx, spans)`` or ``("error", exc, spans)``.
 
@@ -114,7 +115,8 @@ class WorkerActor:
         gets them for the first time, the run's parameters (packed, or their
         object ref if they are large) and the object ref of an in-memory
         partition's frames. If it holds neither for a key, the task does not
-        run and returns ``("missing", (kind, key), [])``.
+        run and returns ``("missing", (kind, key), [])``. ``frames``: a stream partition's frames
+        (Ray resolves the object ref it was passed as into a zero-copy view, released with the task).
         """
         try:
             task, params_key, data_key = unpack(message) if isinstance(message, bytes) else message
@@ -134,6 +136,8 @@ class WorkerActor:
             return "cancelled", None, []
         if data is not None:
             task.partition.data = data
+        elif frames is not None:
+            task.partition.data = frames
         reporter = TileReporter(progress, params.run_id) if progress is not None else None
 
         def on_tile(frames: int) -> None:

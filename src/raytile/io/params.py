@@ -145,6 +145,13 @@ def check_array(value: Any, spec: ParamSpec) -> Any:
     return value
 
 
+def check_iterable(value: Any, spec: ParamSpec) -> Any:
+    """An iterable or async iterable (a generator, a list of arrays), kept as it is."""
+    if isinstance(value, (str, bytes)) or not (hasattr(value, "__iter__") or hasattr(value, "__aiter__")):
+        raise _Invalid("an iterable or async iterable of numpy arrays")
+    return value
+
+
 def check_corrections(value: Any, spec: ParamSpec) -> CorrectionSet:
     if not isinstance(value, CorrectionSet):
         raise _Invalid("a raytile.io.CorrectionSet")
@@ -162,6 +169,7 @@ CHECKS: dict[str, Callable[[Any, ParamSpec], Any]] = {
     "paths": check_paths,
     "choice": check_choice,
     "array": check_array,
+    "iterable": check_iterable,
     "corrections": check_corrections,
 }
 

@@ -178,7 +178,7 @@ class Context:
             tracing.record_error(span, e)
             span.end()
             raise
-        return UDFRun(source, plan.udfs, cancel_on_leave=not detached)
+        return UDFRun(source, plan.udfs, cancel_on_leave=not detached, stream=plan.stream is not None)
 
     def run_udf(
         self,

@@ -2,9 +2,14 @@
 
 It runs in one thread in the driver per run and talks to any
 :class:`~raytile.runtime.executor.Executor`. Each turn of its loop has four
-named phases::
+named phases (five for a stream)::
 
-    apply_patches -> dispatch -> collect -> publish
+    apply_patches -> [admit] -> dispatch -> collect -> publish
+
+A stream's partitions arrive while the run goes on: a feeder thread reads
+the source (runtime/stream_feed.py) into a bounded inlet, ``admit`` takes
+what arrived without blocking, and a partition's frames are dropped as soon
+as its task returned, so that the inlet lets the source go on.
 
 and sleeps only inside the executor's ``wait``, on a wakeup event that task
 completions, patches, cancels and the consumer taking a result set. The
@@ -16,13 +21,14 @@ inputs, so nothing that arrives during a turn is missed. Results go to an
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 import time
 from dataclasses import replace
 from typing import Any, Sequence
 
-from raytile.common.errors import ExecutorError, UDFRunCancelled
+from raytile.common.errors import ConfigValidationError, ExecutorError, UDFRunCancelled
 from raytile.runtime import tracing
 from raytile.runtime.executor import Executor, NoWorkerReady, TaskHandle, TaskNotRun, WorkerLost
 from raytile.runtime.outbox import FINISHED, Outbox, should_publish
@@ -31,6 +37,8 @@ from raytile.runtime.plan import RunPlan
 from raytile.runtime.progress import ProgressReporter
 from raytile.runtime.results import ResultAccumulator
 from raytile.runtime.run_state import MAX_RETRIES, Outcome, RunState, starved_too_long
+from raytile.runtime.scans import ScanResults
+from raytile.runtime.stream_feed import PartitionInlet, StreamFeeder
 
 __all__ = ["Coordinator", "POLL_S", "FINISHED"]
 
@@ -59,7 +67,15 @@ class Coordinator:
         self.outbox = Outbox(on_take=self._wakeup.set)
         self._final_only = final_only
         self._patches: list[tuple[list[dict], bool]] = []
-        self._state = RunState(plan.tasks)
+        self._stream = plan.stream
+        self._state = RunState(plan.tasks if self._stream is None else [])
+        #: A stream's partitions as they arrive (fed here or, coordinated on the cluster, by the driver).
+        self.inlet: PartitionInlet | None = None
+        self._templates = {t.idx: t for t in plan.tasks}  # a stream's: one scan's tasks, by partition
+        if self._stream is not None:
+            capacity = self._stream.max_in_flight or executor.max_in_flight + 2
+            self.inlet = PartitionInlet(capacity, self._wakeup.set)
+            self._state.more_coming = True
         self._params: RunParams = plan.params
         self._params_handle: Any = None
         self._frames_reported = 0
@@ -68,11 +84,18 @@ class Coordinator:
         self._received = {"bytes": 0, "results": 0}
         self._cpu_s = 0.0
         self._wall_s = 0.0
-        self._acc: ResultAccumulator | None = ResultAccumulator(
-            [u.copy() for u in plan.udfs], plan.params.dataset_shape, plan.params.roi, plan.metas(),
-            plan.partition_offsets, plan.total_partitions,
-        )
+        self._acc: ResultAccumulator | ScanResults | None = self._accumulator(plan)
         self._thread = threading.Thread(target=self._main, name=f"raytile-run-{self.run_id[:8]}", daemon=True)
+
+    @staticmethod
+    def _accumulator(plan: RunPlan) -> ResultAccumulator | ScanResults:
+        def make() -> ResultAccumulator:
+            return ResultAccumulator([u.copy() for u in plan.udfs], plan.params.dataset_shape, plan.params.roi,
+                                     plan.metas(), plan.partition_offsets, plan.total_partitions)
+
+        if plan.stream is None:
+            return make()
+        return ScanResults(make, plan.stream.partitions_per_scan, len(plan.tasks))
 
     @property
     def run_id(self) -> str:
@@ -121,8 +144,13 @@ class Coordinator:
     def stats(self) -> dict:
         """What this coordinator received, ``bytes`` of result buffers in ``results`` results, and its
         thread's CPU seconds (``cpu_s``) and wall seconds from start to end (``wall_s``), complete once
-        the run ended: the cost of coordinating."""
-        return {**self._received, "cpu_s": self._cpu_s, "wall_s": self._wall_s}
+        the run ended: the cost of coordinating. A stream run adds ``stream_partitions`` (arrived) and
+        ``stream_max_in_flight`` (the most partitions between arrival and done at once, its memory bound)."""
+        stats = {**self._received, "cpu_s": self._cpu_s, "wall_s": self._wall_s}
+        if self.inlet is not None:
+            stats.update(stream_partitions=self.inlet.arrivals, stream_max_in_flight=self.inlet.max_outstanding,
+                         stream_capacity=self.inlet.capacity)
+        return stats
 
     # -- the run ---------------------------------------------------------------
     def _main(self) -> None:
@@ -138,10 +166,11 @@ class Coordinator:
                     self._wakeup.clear()  # before looking at inputs: whatever arrives from now on sets it
                     self._check_cancelled()
                     self._apply_patches()
+                    self._admit()
                     self._dispatch()
                     self._collect(self._executor.wait(self.run_id, self._state.in_flight, POLL_S))
                     self._publish(finished=self._state.done)
-                if not self._plan.tasks:  # the ROI selects nothing: the empty result is final
+                if not self._plan.tasks and self._stream is None:  # the ROI selects nothing: empty and final
                     self._publish(finished=True)
         except BaseException as e:  # handed to the consumer
             self._stop_in_flight()
@@ -150,6 +179,8 @@ class Coordinator:
                 self.outbox.drop()
             terminal = e
         finally:
+            if self.inlet is not None:
+                self.inlet.close()  # the feeder stops reading the source
             span.end()
             self._end()
             self._cpu_s = time.thread_time() - cpu0
@@ -161,16 +192,22 @@ class Coordinator:
         if self._plan.dataset is not None:  # None: shared when it was loaded (see RunPlan.without_frames)
             ex.prepare_dataset(self._plan.dataset)
         ex.start_run(self.run_id, self._wakeup)
-        interval = ex.merge_interval_s
+        interval = ex.merge_interval_s if self._stream is None else None  # a stream's partitions: in order
         if interval is not None and self._final_only:
             interval = math.inf  # nothing to show meanwhile: one merged state per worker, at the end
         self._params = replace(self._plan.params, trace_context=tracing.inject_context(),
                                merge_interval_s=interval)
-        if ex.merge_interval_s is not None:
+        if interval is not None:
             self._state.spread_segments()
         self._params_handle = ex.put_params(self._params)
         if self._progress is not None:
-            self._progress.start(self.run_id, sum(t.num_frames for t in self._plan.tasks), len(self._plan.tasks))
+            scans = 1 if self._stream is None else self._stream.scans
+            self._progress.start(self.run_id, sum(t.num_frames for t in self._plan.tasks) * scans,
+                                 len(self._plan.tasks) * scans)
+        if self.inlet is not None and self._plan.dataset is not None:  # the stream's source is here: read it
+            inlet = self.inlet
+            StreamFeeder(self._plan.dataset, inlet.put, lambda e: inlet.fail(e) if e else inlet.end(),
+                         ex.share_frames, name=f"raytile-stream-{self.run_id[:8]}").start()
 
     def _end(self) -> None:
         try:
@@ -192,6 +229,10 @@ class Coordinator:
         with self._lock:
             patches, self._patches = self._patches, []
         for patch_list, recompute in patches:
+            if recompute and self._stream is not None:
+                raise ConfigValidationError(
+                    "update_parameters(recompute=True) is not possible on a stream: its frames are gone once "
+                    "processed; patch without recompute (partitions from now on use the new parameters)")
             self._params = self._patched_params(patch_list)
             self._params_handle = self._executor.put_params(self._params)
             if recompute:
@@ -199,10 +240,26 @@ class Coordinator:
                 self._acc.reset()
                 self._state.recompute_all(self._params.version)
 
+    def _admit(self) -> None:
+        """Queue the stream's partitions that arrived (never waits); raises the stream's failure."""
+        if self.inlet is None:
+            return
+        assert self._stream is not None
+        for idx, frames in self.inlet.take():
+            template = self._templates.get(idx % self._stream.partitions_per_scan)
+            if template is None:  # the ROI selects none of its frames
+                self.inlet.release(idx)
+                continue
+            part = copy.copy(template.partition)
+            part.idx, part.scan = idx, idx // self._stream.partitions_per_scan  # type: ignore[attr-defined]
+            self._state.add(replace(template, partition=part, idx=idx, frames=frames))
+        if self.inlet.ended:
+            self._state.more_coming = False
+
     def _dispatch(self) -> None:
         sink = self._on_tile if self._progress is not None else None
-        while (task := self._state.next_to_submit(self._executor.max_in_flight,
-                                                  self._executor.preferred(self.run_id))) is not None:
+        preferred = self._executor.preferred(self.run_id) if self._stream is None else ()
+        while (task := self._state.next_to_submit(self._executor.max_in_flight, preferred)) is not None:
             try:
                 handle = self._executor.submit(task, self._params_handle, self._params.version, sink)
             except NoWorkerReady:
@@ -230,6 +287,9 @@ class Coordinator:
                     self._merge(handle, result)
             if handle.task is None:  # a flush: what it did not return is not coming
                 self._state.lost_held(handle.expected)
+            elif self.inlet is not None:  # a stream's partition is done: its frames go, the source goes on
+                self._state.forget(handle.task.idx)
+                self.inlet.release(handle.task.idx)
         if self._state.needs_flush:
             for flush in self._executor.flush(self.run_id):
                 self._state.submitted(flush)

@@ -98,6 +98,12 @@ class Executor(ABC):
         (``PartitionResult.covers``); empty if its worker holds the result merged, to be sent later
         (see :meth:`flush`). Raises its UDFException, WorkerLost to retry, TaskNotRun to resubmit."""
 
+    def share_frames(self, frames: Any) -> Any:
+        """A stream partition's frames as tasks carry them (``PartitionTask.frames``): the array
+        itself here; the Ray executor puts it into the object store once (workers read it zero-copy).
+        Called from the stream's feeder thread, never from the coordinator's loop."""
+        return frames
+
     def preferred(self, run_id: str) -> set[int]:
         """Partitions the executor would like next (they extend a worker's merged segment)."""
         return set()

@@ -8,6 +8,7 @@ most tests run without a cluster.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Sequence
 
 from raytile.runtime import tracing
@@ -36,6 +37,8 @@ class _InlineHandle(TaskHandle):
         if self.progress is not None:
             run_id, sink = self.params.run_id, self.progress
             on_tile = lambda frames: sink(run_id, frames)  # noqa: E731
+        if task.frames is not None:  # a stream's partition: its frames came with it
+            task.partition.data = task.frames  # type: ignore[attr-defined]
         try:
             with tracing.attached(self.params.trace_context), tracing.child_span(
                 "raytile.task", {"raytile.partition": task.idx, "raytile.worker": "inline",
@@ -54,6 +57,15 @@ class InlineExecutor(Executor):
     max_in_flight = 1
     num_workers = 1
 
+    def __init__(self) -> None:
+        self._wakeups: dict[str, threading.Event] = {}
+
+    def start_run(self, run_id: str, wakeup: threading.Event) -> None:
+        self._wakeups[run_id] = wakeup
+
+    def finish_run(self, run_id: str) -> None:
+        self._wakeups.pop(run_id, None)
+
     def put_params(self, params: Any) -> Any:
         return params
 
@@ -62,7 +74,10 @@ class InlineExecutor(Executor):
         return _InlineHandle(task, version, params_handle, progress)
 
     def wait(self, run_id: str, handles: Sequence[TaskHandle], timeout: float) -> list[TaskHandle]:
-        if not handles:
+        if not handles:  # nothing to run (a stream's next partition has not arrived): sleep until woken
+            wakeup = self._wakeups.get(run_id)
+            if wakeup is not None:
+                wakeup.wait(timeout)
             return []
         first = handles[0]
         first.run()  # type: ignore[attr-defined]

@@ -54,6 +54,9 @@ class PartitionTask:
     device_class: str = "cpu"
     num_frames: int = 0
     dataset_id: int = 0
+    #: A stream partition's frames as the executor shares them (an ndarray inline, an object ref on Ray);
+    #: None for partitions that read their own frames or were shared when loaded.
+    frames: Any = None
 
     def describe(self) -> str:
         return self.partition.describe()

@@ -11,6 +11,7 @@ import numpy as np
 from raytile.common.errors import BackendError, DataSetException, UDFException
 from raytile.io.dataset import DataSet, validate_roi
 from raytile.io.formats.memory import MemoryPartition
+from raytile.io.formats.stream import StreamDataSet, StreamSpec
 from raytile.io.negotiator import Negotiator
 from raytile.runtime.execution_plan import (
     ExecutionPlan, check_backends, device_classes_for, execution_plan, plan_dtype,
@@ -100,6 +101,9 @@ class RunPlan:
 
     ``dataset`` is None in a plan sent to a coordinator elsewhere
     (:meth:`without_frames`): its workers got the frames when it was loaded.
+    ``stream`` is set for a stream data set: then ``tasks`` are one scan's
+    partitions without frames, and the run's partitions arrive while it runs
+    (see runtime/stream_feed.py).
     """
 
     dataset: DataSet | None
@@ -108,6 +112,7 @@ class RunPlan:
     tasks: list[PartitionTask]
     partition_offsets: dict[int, tuple[int, int]]
     total_partitions: int
+    stream: StreamSpec | None = None
 
     def without_frames(self) -> "RunPlan":
         """This plan without the data set object and in-memory frames, to send to a coordinator in
@@ -165,6 +170,11 @@ def make_plan(
     usable = {dc for dc in backend_plan if ":" not in dc}
     device_class = "cpu" if usable == {"cpu"} else ("cuda" if usable == {"cuda"} else "any")
 
+    stream = None
+    if isinstance(dataset, StreamDataSet):
+        if dataset.consumed:
+            raise DataSetException("this stream was read by a run already; load a new stream for the next run")
+        stream = dataset.spec
     partitions = dataset.get_partitions()
     if not partitions:
         raise DataSetException(f"{dataset!r} has no partitions")
@@ -186,4 +196,4 @@ def make_plan(
         dataset_shape=dataset.shape, dataset_dtype=dataset.dtype, corrections=corrections,
         backend_plan=backend_plan, version=0, run_id=uuid.uuid4().hex,
     )
-    return RunPlan(dataset, udfs, params, tasks, offsets, len(partitions))
+    return RunPlan(dataset, udfs, params, tasks, offsets, len(partitions), stream)

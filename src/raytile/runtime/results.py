@@ -70,6 +70,9 @@ class UDFResults:
     ``buffers``: one dict ``name -> ResultBuffer`` per UDF; ``damage``: the
     merged nav positions; ``param_versions``: partition index -> the params
     version it was computed with; ``finished``: True for the last one.
+    A stream of several scans gives per-scan results: ``scan`` is the scan
+    shown (0-based) and ``scans_done`` how many scans are complete (see
+    docs/streams.md); both stay 0 for other data sets.
     """
 
     def __init__(self, buffers: Sequence[dict[str, ResultBuffer]], damage: Damage,
@@ -81,6 +84,8 @@ class UDFResults:
         self.partitions_done = partitions_done
         self.partitions_total = partitions_total
         self.finished = finished
+        self.scan = 0
+        self.scans_done = 0
 
     def __repr__(self) -> str:
         return (f"<UDFResults {self.partitions_done}/{self.partitions_total} partitions, "

@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Iterator, Sequence
 import anyio
 import anyio.to_thread
 
-from raytile.common.errors import UDFException, UDFRunCancelled
+from raytile.common.errors import ConfigValidationError, UDFException, UDFRunCancelled
 from raytile.runtime.host import RunSource
 from raytile.runtime.outbox import FINISHED
 from raytile.runtime.results import UDFResults
@@ -32,9 +32,12 @@ JOIN_TIMEOUT_S = 5.0
 class UDFRun:
     """A run in progress. Both a sync and an async iterator of :class:`UDFResults`."""
 
-    def __init__(self, source: RunSource, udfs: Sequence[UDF], cancel_on_leave: bool = True):
+    def __init__(self, source: RunSource, udfs: Sequence[UDF], cancel_on_leave: bool = True,
+                 stream: bool = False):
         """``source``: the run's coordinator (or a viewer's end of it, see runtime/host.py), started;
-        ``cancel_on_leave``: leaving the loop before the end cancels the run."""
+        ``cancel_on_leave``: leaving the loop before the end cancels the run; ``stream``: it reads a
+        stream (whose frames are gone once processed: no recompute)."""
+        self._stream = stream
         self._coordinator = source
         self._udfs = [u.copy() for u in udfs]  # validates patches in the caller's thread
         self._cancel_on_leave = cancel_on_leave
@@ -75,6 +78,10 @@ class UDFRun:
         >>> run.update_parameters([{"radius": 5.0}])
         """
         patch = list(patch)
+        if recompute and self._stream:
+            raise ConfigValidationError(
+                "update_parameters(recompute=True) is not possible on a stream: its frames are gone once "
+                "processed; patch without recompute (partitions from now on use the new parameters)")
         if len(patch) != len(self._udfs):
             raise UDFException(f"update_parameters needs {len(self._udfs)} dicts (one per UDF), got {len(patch)}")
         for udf, p in zip(self._udfs, patch):

@@ -54,10 +54,24 @@ class RunState:
         self.retries: dict[int, int] = {}
         #: Partitions merged since the last snapshot was published.
         self.merged_since_publish = 0
+        #: More tasks may arrive (a stream that has not ended, see :meth:`add`).
+        self.more_coming = False
 
     @property
     def done(self) -> bool:
-        return not self.pending and not self.in_flight and not self.held
+        return not self.more_coming and not self.pending and not self.in_flight and not self.held
+
+    def add(self, task: PartitionTask) -> None:
+        """A task that arrived while the run goes on (a stream's partition), queued after the others."""
+        self._by_idx[task.idx] = task
+        self.needed_version[task.idx] = 0
+        self.pending.append(task)
+
+    def forget(self, idx: int) -> None:
+        """A stream's partition is done: drop what the state holds of it (its frames with its task)."""
+        self._by_idx.pop(idx, None)
+        self.needed_version.pop(idx, None)
+        self.retries.pop(idx, None)
 
     @property
     def needs_flush(self) -> bool:

@@ -28,7 +28,7 @@ from raytile.serve.validation import Schema, check
 __all__ = ["format_json_schema", "served_formats", "resolve_dataset", "open_dataset", "npy_header", "DATASET_SCHEMA"]
 
 #: Parameter kinds a client cannot send as JSON.
-_PYTHON_ONLY = frozenset({"array", "corrections"})
+_PYTHON_ONLY = frozenset({"array", "iterable", "corrections"})
 
 #: The ``dataset`` field of ``POST /v1/runs``.
 DATASET_SCHEMA: Schema = {

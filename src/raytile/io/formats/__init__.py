@@ -21,6 +21,7 @@ _FORMATS: dict[str, str] = {
     "mib": "raytile.io.formats.mib:MIBDataSet",
     "raw_csr": "raytile.io.formats.raw_csr:RawCSRDataSet",
     "auto": "raytile.io.formats.auto:AutoDataSet",
+    "stream": "raytile.io.formats.stream:StreamDataSet",
 }
 
 

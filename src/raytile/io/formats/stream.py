@@ -1,0 +1,304 @@
+"""The ``stream`` format: frames that arrive while a run goes on, from an iterable or async iterable.
+
+A source yields numpy batches ``(k, *sig_shape)`` in nav order, ``k`` free
+to vary from batch to batch. :meth:`StreamDataSet.partitions` cuts them into
+partitions of ``frames_per_partition`` frames (the last one of a scan may be
+shorter) and checks every batch: shape, dtype, not more frames than the data
+set holds, not fewer when the source ends. A source that raises ends the
+stream with a :class:`~raytile.common.errors.DataSetException` naming the
+source's error.
+
+A scan is ``nav_shape`` frames; ``scans`` says how many the stream holds
+(1 by default; 0: as many as the source yields, ending on a scan
+boundary). A run over several scans gives per-scan results (see
+docs/streams.md).
+
+This module only reads and checks; how partitions reach the workers (a
+bounded inlet, ``ray.put``) is the runtime's and the executors' business
+(``runtime/stream_feed.py``).
+
+>>> ds = ctx.load("stream", frames=batches, nav_shape=(64, 64), sig_shape=(256, 256), dtype="uint16")
+>>> for part in ctx.run_udf_iter(dataset=ds, udf=SumUDF()): ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+from raytile.common.errors import DataSetException
+from raytile.common.shape import Shape
+from raytile.common.slice import Slice
+from raytile.io.dataset import DataSet, DataSetMeta, Partition
+
+__all__ = ["StreamDataSet", "StreamPartition", "StreamSpec", "default_frames_per_partition",
+           "iterate_batches", "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN"]
+
+#: Default partition size of a stream, in bytes of raw frames: small, so partial results flow.
+PARTITION_BYTES = 4 * 1024 * 1024
+#: By default a scan is cut into at least this many partitions (when it has that many frames).
+MIN_PARTITIONS_PER_SCAN = 8
+
+
+def default_frames_per_partition(scan_frames: int, frame_bytes: int) -> int:
+    """Frames per partition for a stream: about ``PARTITION_BYTES``, and at least
+    ``MIN_PARTITIONS_PER_SCAN`` partitions per scan.
+
+    >>> default_frames_per_partition(64 * 64, 256 * 256 * 2)  # 128 KiB frames: 32 frames, 4 MiB
+    32
+    >>> default_frames_per_partition(64, 4096)                 # 256 KiB scan: 8 partitions
+    8
+    """
+    by_bytes = max(1, PARTITION_BYTES // max(1, frame_bytes))
+    by_count = max(1, math.ceil(scan_frames / MIN_PARTITIONS_PER_SCAN))
+    return max(1, min(by_bytes, by_count, scan_frames))
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """What a run needs to know about a stream: partitions per scan, how many scans (0: until the
+    source ends) and how many partitions may be in flight at most (None: the executor decides)."""
+
+    partitions_per_scan: int
+    scans: int
+    max_in_flight: int | None = None
+
+
+class StreamPartition(Partition):
+    """One partition of a stream: its slice of a scan, and its frames once they arrived (``data``)."""
+
+    def __init__(self, meta: DataSetMeta, partition_slice: Slice, idx: int, data: Any = None, scan: int = 0):
+        super().__init__(meta, partition_slice, idx)
+        self.data = data
+        self.scan = scan
+
+    def _source(self) -> Any:
+        if self.data is None:
+            raise DataSetException(f"{self.describe()}: its frames have not arrived (a stream partition is "
+                                   "read by the run it arrives in)")
+        return self.data
+
+    def describe(self) -> str:
+        return f"stream partition {self.idx} (scan {self.scan}, frames {self.start}:{self.stop})"
+
+
+def iterate_batches(source: Any) -> Iterator[Any]:
+    """The items of an iterable, or of an async iterable driven by an event loop of its own in the
+    calling thread (the feeder's); closing this generator closes the source."""
+    if hasattr(source, "__aiter__"):
+        yield from _iterate_async(source)
+        return
+    it = iter(source)
+    try:
+        yield from it
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+
+
+def _iterate_async(source: Any) -> Iterator[Any]:
+    loop = asyncio.new_event_loop()
+    ait = source.__aiter__()
+    try:
+        while True:
+            try:
+                item = loop.run_until_complete(ait.__anext__())
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        aclose = getattr(ait, "aclose", None)
+        try:
+            if aclose is not None:
+                loop.run_until_complete(aclose())
+        finally:
+            loop.close()
+
+
+class StreamDataSet(DataSet):
+    """Frames from a Python iterable or async iterable of numpy batches ``(k, *sig_shape)``.
+
+    ``nav_shape`` is one scan; ``scans`` the number of scans (default 1, 0
+    for as many as the source yields). ``frames_per_partition`` (default
+    :func:`default_frames_per_partition`) sets the partition size, and so
+    how often partial results come; ``max_partitions_in_flight`` how many
+    partitions may be between the source and their merged result at once
+    (default: twice the workers plus two): the source is not read further
+    (backpressure) until one is done.
+
+    A stream is read once, by the first run over it. Batches are handed on
+    as they are when they fill a partition exactly (else copied into one):
+    yield a new array per batch, never refill one already yielded.
+
+    >>> ds = ctx.load("stream", frames=gen(), nav_shape=(64, 64), sig_shape=(256, 256), dtype="uint16")
+    """
+
+    format_name = "stream"
+    params_schema = {
+        "frames": {"type": "iterable", "required": True},
+        "nav_shape": {"type": "shape", "required": True},
+        "sig_shape": {"type": "shape", "required": True},
+        "dtype": {"type": "dtype", "required": True},
+        "frames_per_partition": {"type": "int", "min": 1},
+        "scans": {"type": "int", "min": 0},
+        "max_partitions_in_flight": {"type": "int", "min": 1},
+    }
+
+    def __init__(self, frames: Any, nav_shape: tuple[int, ...], sig_shape: tuple[int, ...], dtype: Any,
+                 frames_per_partition: int | None = None, scans: int = 1,
+                 max_partitions_in_flight: int | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._frames = frames
+        self._nav_shape = tuple(nav_shape)
+        self._sig_shape = tuple(sig_shape)
+        self._dtype = np.dtype(dtype)
+        self._fpp = frames_per_partition
+        self._scans = scans
+        self._max_in_flight = max_partitions_in_flight
+        self._claim = threading.Lock()
+        self._claimed = False
+
+    def _do_initialize(self) -> DataSetMeta:
+        shape = Shape(self._nav_shape + self._sig_shape, sig_dims=len(self._sig_shape))
+        return DataSetMeta(shape=shape, raw_dtype=self._dtype)
+
+    def __getstate__(self) -> dict:
+        raise DataSetException("a stream data set cannot be sent to another process: its source lives here")
+
+    # -- geometry ------------------------------------------------------------------
+    @property
+    def scan_frames(self) -> int:
+        return self.shape.nav.size
+
+    @property
+    def frames_per_partition(self) -> int:
+        if self._fpp is not None:
+            return min(self._fpp, self.scan_frames)
+        return default_frames_per_partition(self.scan_frames, self.shape.sig.size * self.dtype.itemsize)
+
+    @property
+    def num_partitions(self) -> int:
+        """Partitions per scan."""
+        return math.ceil(self.scan_frames / self.frames_per_partition)
+
+    @property
+    def scans(self) -> int:
+        """Scans the stream holds; 0: as many as the source yields."""
+        return self._scans
+
+    @property
+    def spec(self) -> StreamSpec:
+        return StreamSpec(self.num_partitions, self._scans, self._max_in_flight)
+
+    def get_slices(self) -> list[Slice]:
+        fpp, n, sig = self.frames_per_partition, self.scan_frames, self._sig_shape
+        return [Slice((start,) + (0,) * len(sig), Shape((min(fpp, n - start),) + sig, sig_dims=len(sig)))
+                for start in range(0, n, fpp)]
+
+    def get_partitions(self) -> list[Partition]:
+        """One scan's partitions, without frames (what a run plans with; frames come with the stream)."""
+        return [StreamPartition(self.meta, sl, idx) for idx, sl in enumerate(self.get_slices())]
+
+    def get_cache_key(self) -> Any:
+        return ("stream", id(self))
+
+    @property
+    def consumed(self) -> bool:
+        """True once a run read (or began to read) this stream."""
+        return self._claimed
+
+    # -- reading -------------------------------------------------------------------
+    def partitions(self) -> Iterator[tuple[int, np.ndarray]]:
+        """``(index, frames)`` of each partition in arrival order, index ``scan * partitions_per_scan
+        + partition``; raises DataSetException for bad batches, a short stream or a failing source.
+
+        Claims the stream: a second call raises. Closing the generator closes the source.
+        """
+        with self._claim:
+            if self._claimed:
+                raise DataSetException("this stream was read by a run already; load a new stream for the next run")
+            self._claimed = True
+        return self._cut(iterate_batches(self._frames))
+
+    def _cut(self, batches: Iterator[Any]) -> Iterator[tuple[int, np.ndarray]]:
+        try:
+            yield from self._cut_open(batches)
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+
+    def _cut_open(self, batches: Iterator[Any]) -> Iterator[tuple[int, np.ndarray]]:
+        slices = self.get_slices()
+        per_scan, scan_frames = len(slices), self.scan_frames
+        total = None if self._scans == 0 else self._scans * scan_frames
+        sig, dtype = self._sig_shape, self._dtype
+        frame = 0  # frames received so far
+        part: np.ndarray | None = None  # the partition being filled, and how far
+        filled = 0
+        for n, batch in enumerate(_guarded(batches)):
+            batch = self._check_batch(batch, n)
+            k = batch.shape[0]
+            if total is not None and frame + k > total:
+                raise DataSetException(
+                    f"the stream's source yielded more frames than the data set holds: batch {n} brings "
+                    f"the count to {frame + k}, nav_shape {self._nav_shape} x {self._scans} scan(s) hold {total}")
+            pos = 0
+            while pos < k:
+                scan, in_scan = divmod(frame, scan_frames)
+                p = (in_scan // slices[0].shape[0])
+                size = slices[p].shape[0]
+                take = min(k - pos, size - filled)
+                if part is None and take == size and batch[pos:pos + take].flags.c_contiguous:
+                    whole = batch[pos:pos + take]  # fills a partition exactly: handed on as it is
+                    frame += take
+                    pos += take
+                    yield scan * per_scan + p, whole
+                    continue
+                if part is None:
+                    part = np.empty((size,) + sig, dtype=dtype)
+                part[filled:filled + take] = batch[pos:pos + take]
+                filled += take
+                frame += take
+                pos += take
+                if filled == size:
+                    done, part, filled = part, None, 0
+                    yield scan * per_scan + p, done
+        missing = (total - frame) if total is not None else (-frame) % scan_frames
+        if missing:
+            what = (f"nav_shape {self._nav_shape} x {self._scans} scan(s) need {total}" if total is not None
+                    else f"scan {frame // scan_frames} lacks {missing} of its {scan_frames}")
+            raise DataSetException(f"the stream's source ended after {frame} frames; {what}")
+
+    def _check_batch(self, batch: Any, n: int) -> np.ndarray:
+        sig = self._sig_shape
+        if not isinstance(batch, np.ndarray):
+            raise DataSetException(f"the stream's batch {n} is a {type(batch).__name__}, expected a numpy array "
+                                   f"of shape (k, {', '.join(map(str, sig))})")
+        if batch.ndim != len(sig) + 1 or batch.shape[1:] != sig:
+            raise DataSetException(f"the stream's batch {n} has shape {batch.shape}, expected (k, "
+                                   f"{', '.join(map(str, sig))}) for sig_shape {sig}")
+        if batch.dtype != self._dtype:
+            raise DataSetException(f"the stream's batch {n} has dtype {batch.dtype}, the data set's dtype is "
+                                   f"{self._dtype}")
+        return batch
+
+
+def _guarded(batches: Iterator[Any]) -> Iterator[Any]:
+    """The source's items; an exception it raises becomes a DataSetException naming it."""
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except DataSetException:
+            raise
+        except Exception as e:
+            raise DataSetException(f"the stream's source raised {type(e).__name__}: {e}") from e
+        yield batch
