@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "RaytileError", "DataSetException", "UDFException", "UnsafeCastError", "UDFRunCancelled", "BackendError",
     "ExecutorError", "CoordinatorDied", "ConfigValidationError", "RepairValueError", "StageFailed", "PipelineStateError", "StageActorDied",
+    "AcquisitionError",
 ]
 
 
@@ -109,3 +110,10 @@ class StageActorDied(ExecutorError):
                          + (f": {cause}" if cause else "") + "; call restart() to rebuild it")
         self.group = group
         self.stages = list(stages)
+
+
+class AcquisitionError(DataSetException):
+    """A live acquisition ended before its frames were all received: the sender closed the
+    connection, went silent past the timeout, or started a new acquisition mid-scan (an abort).
+
+    The message names the detector's address and how many frames of how many arrived."""
