@@ -92,7 +92,10 @@ class MerlinDetectorConnection:
 
     @property
     def receiver(self) -> MerlinReceiver:
-        return self.connect()
+        """The data connection's receiver (its failures stay visible: it is not replaced here)."""
+        if self._receiver is None:
+            raise DataSetException("merlin connection: closed; open a new one or call connect()")
+        return self._receiver
 
     def wait_for_acquisition(self, timeout: float | None = None) -> MerlinPendingAcquisition | None:
         """Wait up to ``timeout`` s (None: forever) for the next acquisition's header; None on timeout."""

@@ -84,10 +84,10 @@ class MerlinSimulator:
     def stop(self) -> None:
         self._stop.set()
         self._trigger.release()
-        for s in (self._data, self._api):
-            s.close()
         for t in self._threads:
             t.join(timeout=5.0)
+        for s in (self._data, self._api):
+            s.close()
 
     def __enter__(self) -> "MerlinSimulator":
         return self.start()
@@ -113,8 +113,11 @@ class MerlinSimulator:
         while not self._stop.is_set():
             try:
                 conn, _ = self._data.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
+            conn.settimeout(None)
             with conn:
                 try:
                     self._send_acquisitions(conn)
@@ -147,16 +150,21 @@ class MerlinSimulator:
         t0, sent = time.monotonic(), 0
         chunk = max(1, int(self._frame_rate // 200)) if self._frame_rate else 64
         while not self._stop.is_set():
-            for start in range(0, self.num_frames, chunk):
+            start = 0
+            while start < self.num_frames:
                 if self._abort_after is not None and sent >= self._abort_after:
                     self._abort_after = None  # once
                     return True  # the next acquisition header comes where a frame was expected
                 if self._die_after is not None and sent >= self._die_after:
                     return False
-                msgs = self._messages[start:start + chunk]
-                conn.sendall(b"".join(msgs))
-                sent += len(msgs)
-                self.frames_sent += len(msgs)
+                stop = min(start + chunk, self.num_frames)
+                for limit in (self._abort_after, self._die_after):
+                    if limit is not None:
+                        stop = min(stop, start + limit - sent)
+                conn.sendall(b"".join(self._messages[start:stop]))
+                sent += stop - start
+                self.frames_sent += stop - start
+                start = stop
                 if self._frame_rate:
                     delay = t0 + sent / self._frame_rate - time.monotonic()
                     if delay > 0:
@@ -172,6 +180,8 @@ class MerlinSimulator:
         while not self._stop.is_set():
             try:
                 conn, _ = self._api.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
             threading.Thread(target=self._control_session, args=(conn,), daemon=True).start()
@@ -217,6 +227,7 @@ def _listen(host: str, port: int) -> socket.socket:
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind((host, port))
     s.listen(4)
+    s.settimeout(0.1)  # accept() wakes up to see stop(): closing a listening socket does not wake it
     return s
 
 
