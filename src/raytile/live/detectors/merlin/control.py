@@ -68,6 +68,7 @@ class MerlinControl:
             body = bytearray(parse_prefix(bytes(prefix), where))
             if recv_exact(self._socket, memoryview(body)) < len(body):
                 raise DataSetException(f"{where}: connection closed in the reply to {command!r}")
+            body += self._rest_of_reply()
         except TimeoutError:
             raise DataSetException(f"{where}: no reply to {command!r} within {self._timeout} s") from None
         parts = bytes(body).split(b",")
@@ -78,6 +79,15 @@ class MerlinControl:
         if code:
             raise MerlinCommandError(f"{where}: {command!r} refused: {RESPONSE_CODES.get(code, f'code {code}')}")
         return parts
+
+    def _rest_of_reply(self) -> bytes:
+        """A byte past the announced length, if one is already there: some senders (LiberTEM-live's
+        simulator) count the reply's length without the comma after the length field."""
+        assert self._socket is not None
+        try:
+            return self._socket.recv(1, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return b""
 
     def set(self, param: str, value: Any) -> None:
         """``SET,param,value``."""
