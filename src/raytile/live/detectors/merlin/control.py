@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import select
 import socket
 from typing import Any
 
@@ -84,10 +85,8 @@ class MerlinControl:
         """A byte past the announced length, if one is already there: some senders (LiberTEM-live's
         simulator) count the reply's length without the comma after the length field."""
         assert self._socket is not None
-        try:
-            return self._socket.recv(1, socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            return b""
+        readable, _, _ = select.select([self._socket], [], [], 0)
+        return self._socket.recv(1) if readable else b""
 
     def set(self, param: str, value: Any) -> None:
         """``SET,param,value``."""

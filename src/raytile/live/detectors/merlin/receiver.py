@@ -24,6 +24,7 @@ when the sender closes the connection mid-scan, stays silent past
 
 from __future__ import annotations
 
+import collections
 import queue
 import socket
 import threading
@@ -105,6 +106,9 @@ class MerlinReceiver:
         self._stop = threading.Event()
         self._carry: np.ndarray | None = None  # decoded frames past the end of the last frames() call
         self.frames_received = 0
+        #: ``(frames received so far, time.monotonic())`` when each stack was handed on (the newest 100,000
+        #: stacks): when frames arrived, for latency figures (benchmarks/bench_live.py).
+        self.arrivals: collections.deque[tuple[int, float]] = collections.deque(maxlen=100_000)
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -336,4 +340,5 @@ class MerlinReceiver:
         if self._open_slot is not None and self._open_count:
             assert self._frame_header is not None
             self._events.put(Stack(self._open_slot, self._open_count, self._frame_header))
+            self.arrivals.append((self.frames_received, time.monotonic()))
             self._open_slot, self._open_count = None, 0
