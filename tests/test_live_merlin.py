@@ -230,3 +230,29 @@ def test_nav_shape_rules():
         determine_nav_shape(96, (10, 10))
     header = AcquisitionHeader.make(96, frames_per_trigger=12)
     assert header.nav_shape == (8, 12) and header.nimages == 96
+
+
+def test_cli_sim_and_run(tmp_path):
+    """`raytile live sim merlin` in a subprocess, `raytile live run merlin` against it: the .npz equals numpy."""
+    import re
+    import subprocess
+    import sys
+
+    from raytile.cli import main
+
+    sim = subprocess.Popen([sys.executable, "-m", "raytile.cli", "live", "sim", "merlin", "--mode", "R12",
+                            "--nav-shape", "8,12", "--sig-shape", "32,64", "--data-port", "0", "--api-port", "0"],
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        line = sim.stdout.readline()
+        data_port, api_port = re.search(r"data 127.0.0.1:(\d+), control 127.0.0.1:(\d+)", line).groups()
+        out = tmp_path / "live.npz"
+        assert main(["live", "run", "merlin", "--udf", "sum,sumsig", "--data-port", data_port, "--api-port",
+                     api_port, "--executor", "inline", "--out", str(out)]) == 0
+    finally:
+        sim.terminate()
+        sim.wait(10)
+    frames = np.random.default_rng(0).integers(0, 0xFFF + 1, size=(96, 32, 64))  # the simulator's synthetic frames
+    got = np.load(out)
+    assert np.allclose(got["sum_intensity"], frames.sum(axis=0))
+    assert np.allclose(got["sumsig_intensity"], frames.sum(axis=(1, 2)).reshape(8, 12))
