@@ -564,7 +564,7 @@ def _describe_resources(ray) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="raytile", description="Run UDFs over large N-D detector data on Ray.")
-    sub = p.add_subparsers(dest="command", metavar="{demo,run,info,serve,pipeline}")
+    sub = p.add_subparsers(dest="command", metavar="{demo,run,info,runs,serve,pipeline,live}")
     sub.required = True
 
     d = sub.add_parser("demo", help="synthetic 4D-STEM scan: sum, sumsig and a ring detector in one pass",
@@ -613,6 +613,10 @@ def build_parser() -> argparse.ArgumentParser:
     from raytile.pipeline.cli import add_pipeline_parser
 
     add_pipeline_parser(sub)
+
+    from raytile.live.cli import add_live_parser
+
+    add_live_parser(sub)
     return p
 
 

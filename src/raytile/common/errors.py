@@ -10,6 +10,7 @@ __all__ = [
     "RaytileError", "DataSetException", "UDFException", "UnsafeCastError", "UDFRunCancelled", "BackendError",
     "ExecutorError", "CoordinatorDied", "ConfigValidationError", "RepairValueError", "StageFailed", "PipelineStateError", "StageActorDied",
     "DataSetWarning",
+    "AcquisitionError",
 ]
 
 
@@ -115,3 +116,10 @@ class StageActorDied(ExecutorError):
                          + (f": {cause}" if cause else "") + "; call restart() to rebuild it")
         self.group = group
         self.stages = list(stages)
+
+
+class AcquisitionError(DataSetException):
+    """A live acquisition ended before its frames were all received: the sender closed the
+    connection, went silent past the timeout, or started a new acquisition mid-scan (an abort).
+
+    The message names the detector's address and how many frames of how many arrived."""

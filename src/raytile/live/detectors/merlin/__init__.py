@@ -1,0 +1,16 @@
+"""Quantum Detectors Merlin: the MPX data stream over TCP and the control port, LiberTEM-live's API.
+
+>>> with ctx.make_connection("merlin").open(api_host="127.0.0.1", data_host="127.0.0.1") as conn:   # doctest: +SKIP
+...     aq = ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), nav_shape=(128, 128))
+"""
+
+from raytile.live.detectors.merlin.connection import (
+    MerlinActiveController, MerlinConnectionBuilder, MerlinDetectorConnection, MerlinPendingAcquisition,
+)
+from raytile.live.detectors.merlin.control import MerlinCommandError, MerlinControl
+from raytile.live.detectors.merlin.sim import MerlinSimulator
+
+__all__ = [
+    "MerlinConnectionBuilder", "MerlinDetectorConnection", "MerlinPendingAcquisition", "MerlinActiveController",
+    "MerlinControl", "MerlinCommandError", "MerlinSimulator",
+]

@@ -1,0 +1,149 @@
+"""A Merlin data connection kept open across acquisitions, its pending acquisitions and controller.
+
+>>> conn = MerlinConnectionBuilder().open(api_host="127.0.0.1", data_host="127.0.0.1")   # doctest: +SKIP
+>>> pending = conn.wait_for_acquisition(10.0)     # passive: something else arms and triggers
+>>> pending.nimages, pending.nav_shape
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import numpy as np
+
+from raytile.common.errors import ConfigValidationError, DataSetException
+from raytile.live.detectors.merlin.control import MerlinControl
+from raytile.live.detectors.merlin.mpx import AcquisitionHeader
+from raytile.live.detectors.merlin.receiver import MerlinReceiver
+
+__all__ = ["MerlinConnectionBuilder", "MerlinDetectorConnection", "MerlinPendingAcquisition",
+           "MerlinActiveController", "RECOVERY_STRATEGIES"]
+
+RECOVERY_STRATEGIES = ("immediate_reconnect", "drain_then_reconnect")
+#: Pixel type of the decoded frames for each counter depth.
+DTYPES: dict[int, np.dtype] = {1: np.dtype(np.uint8), 6: np.dtype(np.uint8), 12: np.dtype(np.uint16), 24: np.dtype(np.uint32)}
+
+
+class MerlinPendingAcquisition:
+    """An armed acquisition whose header arrived: ``nimages`` (0: continuous) and the ``nav_shape``
+    the header gives (ScanX/ScanY or frames per trigger), else None."""
+
+    def __init__(self, header: AcquisitionHeader):
+        self._header = header
+
+    @property
+    def header(self) -> AcquisitionHeader:
+        return self._header
+
+    @property
+    def nimages(self) -> int:
+        return self._header.nimages
+
+    @property
+    def nav_shape(self) -> tuple[int, ...] | None:
+        return self._header.nav_shape
+
+
+class MerlinActiveController:
+    """Active mode: raytile waits for the acquisition that ``Hooks.on_ready_for_data`` starts."""
+
+    def determine_nav_shape(self, nimages: int) -> tuple[int, ...] | None:
+        return None
+
+
+class MerlinDetectorConnection:
+    """A data connection to the Merlin software, kept open; control connections on demand.
+
+    Parameters as LiberTEM-live's: ``api_host``/``api_port`` (control, 6341),
+    ``data_host``/``data_port`` (data, 6342), ``drain``, ``recovery_strategy``,
+    ``huge_pages``. raytile's own: ``frame_stack_size`` (frames per receive
+    slot), ``slots`` (the receive slab's size: its memory bound) and
+    ``timeout`` (seconds of silence mid-acquisition before it fails).
+    """
+
+    def __init__(self, *, api_host: str = "127.0.0.1", api_port: int = 6341, data_host: str = "127.0.0.1",
+                 data_port: int = 6342, drain: bool = False, recovery_strategy: str = "immediate_reconnect",
+                 huge_pages: bool = False, frame_stack_size: int = 64, slots: int = 16, timeout: float = 10.0):
+        for name, port in (("api_port", api_port), ("data_port", data_port)):
+            if not isinstance(port, int) or not 0 < port < 65536:
+                raise ConfigValidationError(f"merlin connection: parameter {name!r} must be a TCP port, got {port!r}")
+        if recovery_strategy not in RECOVERY_STRATEGIES:
+            raise ConfigValidationError(f"merlin connection: parameter 'recovery_strategy' must be one of "
+                                        f"{RECOVERY_STRATEGIES}, got {recovery_strategy!r}")
+        for name, value in (("frame_stack_size", frame_stack_size), ("slots", slots)):
+            if not isinstance(value, int) or value < 1:
+                raise ConfigValidationError(f"merlin connection: parameter {name!r} must be a positive int, "
+                                            f"got {value!r}")
+        self._api_host, self._api_port = api_host, api_port
+        self._data_host, self._data_port = data_host, data_port
+        self._drain, self._recovery_strategy, self._huge_pages = drain, recovery_strategy, huge_pages
+        self._receiver_args = dict(frame_stack_size=frame_stack_size, slots=slots, timeout=timeout)
+        self._receiver: MerlinReceiver | None = None
+        self.connect()
+
+    def connect(self) -> MerlinReceiver:
+        if self._receiver is None or not self._receiver.running:
+            if self._receiver is not None:
+                self._receiver.close()
+            self._receiver = MerlinReceiver(self._data_host, self._data_port, **self._receiver_args)  # type: ignore[arg-type]
+            self._receiver.start()
+        return self._receiver
+
+    @property
+    def receiver(self) -> MerlinReceiver:
+        """The data connection's receiver (its failures stay visible: it is not replaced here)."""
+        if self._receiver is None:
+            raise DataSetException("merlin connection: closed; open a new one or call connect()")
+        return self._receiver
+
+    def wait_for_acquisition(self, timeout: float | None = None) -> MerlinPendingAcquisition | None:
+        """Wait up to ``timeout`` s (None: forever) for the next acquisition's header; None on timeout."""
+        header = self.connect().wait_for_header(timeout)
+        return None if header is None else MerlinPendingAcquisition(header)
+
+    @contextmanager
+    def control(self) -> Iterator[MerlinControl]:
+        with MerlinControl(host=self._api_host, port=self._api_port) as c:
+            yield c
+
+    def read_sig_shape(self) -> tuple[int, int]:
+        with self.control() as c:
+            return int(c.get("IMAGEY")), int(c.get("IMAGEX"))
+
+    def read_bitdepth(self) -> int:
+        with self.control() as c:
+            return int(c.get("COUNTERDEPTH"))
+
+    def read_dtype(self) -> np.dtype:
+        depth = self.read_bitdepth()
+        if depth not in DTYPES:
+            raise DataSetException(f"Merlin at {self._api_host}:{self._api_port} reports counter depth {depth}; "
+                                   f"expected one of {sorted(DTYPES)}")
+        return DTYPES[depth]
+
+    def get_active_controller(self, **kwargs: Any) -> MerlinActiveController:
+        return MerlinActiveController()
+
+    def close(self) -> None:
+        if self._receiver is not None:
+            self._receiver.close()
+            self._receiver = None
+
+    def __enter__(self) -> "MerlinDetectorConnection":
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class MerlinConnectionBuilder:
+    """``LiveContext.make_connection("merlin")``; :meth:`open` connects."""
+
+    def open(self, *, api_host: str = "127.0.0.1", api_port: int = 6341, data_host: str = "127.0.0.1",
+             data_port: int = 6342, drain: bool = False, recovery_strategy: str = "immediate_reconnect",
+             huge_pages: bool = False, **kwargs: Any) -> MerlinDetectorConnection:
+        return MerlinDetectorConnection(api_host=api_host, api_port=api_port, data_host=data_host,
+                                        data_port=data_port, drain=drain, recovery_strategy=recovery_strategy,
+                                        huge_pages=huge_pages, **kwargs)

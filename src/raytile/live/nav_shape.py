@@ -1,0 +1,82 @@
+"""How a live acquisition's nav shape is found: LiberTEM-live's order of rules, as a pure function.
+
+1. a concrete ``nav_shape`` given to ``make_acquisition`` (no ``-1``);
+2. what :meth:`Hooks.on_determine_nav_shape` returns;
+3. ``-1`` placeholders filled from the image count;
+4. what the detector's acquisition header says (ScanX/ScanY, frames per trigger);
+5. a square of the image count;
+6. else a :class:`~raytile.common.errors.ConfigValidationError`.
+
+>>> determine_nav_shape(nimages=4096, shape_hint=(-1, 32))
+(128, 32)
+>>> determine_nav_shape(nimages=4096)
+(64, 64)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from raytile.common.errors import ConfigValidationError
+from raytile.live.hooks import DetermineNavShapeEnv
+
+__all__ = ["determine_nav_shape"]
+
+
+def determine_nav_shape(nimages: int, shape_hint: tuple[int, ...] | None = None,
+                        hook: Callable[[DetermineNavShapeEnv], tuple[int, ...] | None] | None = None,
+                        detector_shape: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    if shape_hint is not None:
+        shape_hint = tuple(int(s) for s in shape_hint)
+        if any(s == 0 or s < -1 for s in shape_hint):
+            raise ConfigValidationError(f"make_acquisition: parameter 'nav_shape' {shape_hint} must hold positive "
+                                        f"sizes or -1 placeholders")
+        if -1 not in shape_hint:
+            return _matching(shape_hint, nimages, "parameter 'nav_shape'")
+    if hook is not None:
+        found = hook(DetermineNavShapeEnv(nimages=nimages, shape_hint=shape_hint))
+        if found is not None:
+            found = tuple(int(s) for s in found)
+            if -1 in found:
+                raise ConfigValidationError(f"Hooks.on_determine_nav_shape returned {found}: no placeholders allowed")
+            return _matching(found, nimages, "Hooks.on_determine_nav_shape's result")
+    if shape_hint is not None:
+        return _fill_placeholders(shape_hint, nimages)
+    if detector_shape is not None:
+        return _matching(tuple(detector_shape), nimages, "the detector's scan shape")
+    side = math.isqrt(nimages)
+    if nimages > 0 and side * side == nimages:
+        return (side, side)
+    raise ConfigValidationError(f"make_acquisition: cannot find the nav shape of {nimages} images (not a square); "
+                                f"pass nav_shape=, e.g. nav_shape=(-1, {_a_divisor(nimages)})")
+
+
+def _matching(shape: tuple[int, ...], nimages: int, what: str) -> tuple[int, ...]:
+    if nimages and math.prod(shape) != nimages:
+        raise ConfigValidationError(f"make_acquisition: {what} {shape} holds {math.prod(shape)} frames, the "
+                                    f"acquisition has {nimages}")
+    return shape
+
+
+def _fill_placeholders(hint: tuple[int, ...], nimages: int) -> tuple[int, ...]:
+    known = math.prod(s for s in hint if s != -1)
+    holes = hint.count(-1)
+    if nimages <= 0 or nimages % known:
+        raise ConfigValidationError(f"make_acquisition: parameter 'nav_shape' {hint} does not divide the "
+                                    f"acquisition's {nimages} images")
+    rest = nimages // known
+    if holes == 1:
+        return tuple(rest if s == -1 else s for s in hint)
+    side = round(rest ** (1 / holes))
+    if side ** holes != rest:
+        raise ConfigValidationError(f"make_acquisition: parameter 'nav_shape' {hint}: {rest} images do not fill "
+                                    f"{holes} equal placeholders")
+    return tuple(side if s == -1 else s for s in hint)
+
+
+def _a_divisor(n: int) -> int:
+    for d in range(int(math.isqrt(max(n, 1))), 0, -1):
+        if n % d == 0:
+            return n // d
+    return n

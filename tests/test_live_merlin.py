@@ -1,0 +1,258 @@
+"""Live Merlin acquisitions against the simulator on 127.0.0.1: results equal numpy on the frames sent.
+
+Every simulator is stopped by its context manager; every test is bounded by the receiver's timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from raytile.common.errors import AcquisitionError, ConfigValidationError
+from raytile.live import Hooks, LiveContext
+from raytile.live.detectors.merlin import MerlinCommandError, MerlinControl, MerlinSimulator
+from raytile.live.detectors.merlin.mpx import AcquisitionHeader
+from raytile.live.nav_shape import determine_nav_shape
+from raytile.udf import ApplyMasksUDF, SumSigUDF, SumUDF, masks
+
+NAV, SIG = (8, 12), (32, 64)
+MAX_VALUE = {"U08": 0xFF, "U16": 0xFFF, "U32": 0xFFFFFF, "R1": 1, "R6": 0x3F, "R12": 0xFFF}
+
+
+def scan_frames(seed: int, mode: str = "U16", nav=NAV) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, MAX_VALUE[mode] + 1, size=(int(np.prod(nav)),) + SIG).astype(np.uint32)
+
+
+@pytest.fixture(scope="module")
+def live_ctx():
+    return LiveContext(executor="inline")
+
+
+@pytest.fixture
+def live_ray_ctx(ray_context):
+    """A LiveContext on the session's Ray workers."""
+    return LiveContext(executor=ray_context.executor)
+
+
+def connect(ctx, sim, **kwargs):
+    return ctx.make_connection("merlin").open(data_host="127.0.0.1", data_port=sim.data_port,
+                                              api_host="127.0.0.1", api_port=sim.api_port, **kwargs)
+
+
+def check_sums(res, frames, nav=NAV):
+    total, per_frame = res
+    assert np.array_equal(total["intensity"].data, frames.sum(axis=0))
+    assert np.array_equal(per_frame["intensity"].data, frames.sum(axis=(1, 2)).reshape(nav))
+
+
+@pytest.mark.parametrize("mode", ["U08", "U16", "U32", "R1", "R6", "R12"])
+def test_passive_equals_numpy(live_ctx, mode):
+    frames = scan_frames(1, mode)
+    with MerlinSimulator(frames, mode=mode, nav_shape=NAV) as sim, connect(live_ctx, sim) as conn:
+        pending = conn.wait_for_acquisition(10.0)
+        assert pending is not None and pending.nimages == frames.shape[0] and pending.nav_shape == NAV
+        aq = live_ctx.make_acquisition(conn=conn, pending_aq=pending, frames_per_partition=16)
+        assert aq.shape.nav.to_tuple() == NAV and aq.shape.sig.to_tuple() == SIG
+        check_sums(live_ctx.run_udf(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()]), frames)
+
+
+def test_passive_on_ray_with_roi(live_ray_ctx):
+    frames = scan_frames(2)
+    roi = np.zeros(NAV, bool)
+    roi[2:5, 3:9] = True
+    ring = masks.ring(16, 32, 4, 12, SIG)
+    with MerlinSimulator(frames, mode="R12", nav_shape=NAV) as sim, connect(live_ray_ctx, sim) as conn:
+        aq = live_ray_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0),
+                                           frames_per_partition=8)
+        total, rings = live_ray_ctx.run_udf(dataset=aq, roi=roi,
+                                            udf=[SumUDF(dtype="int64"), ApplyMasksUDF(mask_factories=[lambda: ring])])
+    picked = frames[roi.reshape(-1)]
+    assert np.array_equal(total["intensity"].data, picked.sum(axis=0))
+    expected = np.full(NAV, np.nan)
+    expected[roi] = (picked * ring).sum(axis=(1, 2))
+    got = rings["intensity"].data[..., 0]
+    assert np.allclose(got[roi], expected[roi], rtol=1e-5)
+    assert np.array_equal(rings["intensity"].valid_mask[..., 0], roi)
+
+
+class StartOnReady(Hooks):
+    """Active mode: arm and start through the control port once raytile is ready."""
+
+    def __init__(self, api_port: int):
+        self.api_port, self.calls = api_port, 0
+
+    def on_ready_for_data(self, env):
+        self.calls += 1
+        with MerlinControl("127.0.0.1", self.api_port) as c:
+            c.set("NUMFRAMESTOACQUIRE", int(np.prod(NAV)))
+            c.cmd("STARTACQUISITION")
+
+
+def test_active_mode_three_acquisitions_in_a_row(live_ctx):
+    frames = scan_frames(3)
+    with MerlinSimulator(frames, mode="U16", nav_shape=NAV, triggered=True, acquisitions=3) as sim, \
+            connect(live_ctx, sim) as conn:
+        hooks = StartOnReady(sim.api_port)
+        for _ in range(3):
+            aq = live_ctx.make_acquisition(conn=conn, nav_shape=NAV, hooks=hooks)
+            check_sums(live_ctx.run_udf(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()]), frames)
+        assert hooks.calls == 3 and sim.acquisitions_sent == 3
+
+
+def test_passive_three_acquisitions_and_iter_damage_grows(live_ctx):
+    frames = scan_frames(4)
+    with MerlinSimulator(frames, mode="R12", nav_shape=NAV, acquisitions=3, frame_rate=2000) as sim, \
+            connect(live_ctx, sim) as conn:
+        for _ in range(3):
+            aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0),
+                                           frames_per_partition=8)
+            done = [int(p.damage.data.sum()) for p in live_ctx.run_udf_iter(dataset=aq, udf=SumSigUDF())]
+            assert done == sorted(done) and done[-1] == frames.shape[0] and len(done) > 1
+
+
+def test_async_iteration(live_ctx):
+    frames = scan_frames(5)
+
+    async def consume(aq):
+        last = None
+        async for part in live_ctx.run_udf_iter(dataset=aq, udf=SumUDF(dtype="int64"), sync=False):
+            last = part
+        return last
+
+    with MerlinSimulator(frames, mode="U16", nav_shape=NAV) as sim, connect(live_ctx, sim) as conn:
+        aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), frames_per_partition=24)
+        last = asyncio.run(consume(aq))
+    assert np.array_equal(last.buffers[0]["intensity"].data, frames.sum(axis=0))
+
+
+class SlowSum(SumUDF):
+    def process_tile(self, tile):
+        time.sleep(0.002)
+        super().process_tile(tile)
+
+
+def test_backpressure_slow_udf_nothing_lost(live_ctx):
+    """A sender far faster than the UDF: the receive slab bounds memory, every frame is counted once."""
+    nav = (16, 16)
+    frames = scan_frames(6, nav=nav)
+    with MerlinSimulator(frames, mode="U16", nav_shape=nav) as sim, \
+            connect(live_ctx, sim, frame_stack_size=4, slots=2) as conn:
+        aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), frames_per_partition=8)
+        res = live_ctx.run_udf(dataset=aq, udf=[SlowSum(dtype="int64"), SumSigUDF()])
+        slab = conn.receiver.slab_bytes
+    check_sums(res, frames, nav)
+    assert slab == 2 * 4 * (384 + SIG[0] * SIG[1] * 2)  # 2 slots of 4 frames of header + U16 pixels
+
+
+def test_sender_killed_mid_scan_is_an_error(live_ctx):
+    frames = scan_frames(7)
+    with MerlinSimulator(frames, mode="U16", nav_shape=NAV, die_after=40) as sim, connect(live_ctx, sim) as conn:
+        aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), frames_per_partition=8)
+        with pytest.raises(AcquisitionError, match="closed the connection after 40 of 96 frames"):
+            live_ctx.run_udf(dataset=aq, udf=SumUDF())
+
+
+def test_silent_sender_is_an_error_after_the_timeout(live_ctx):
+    frames = scan_frames(8)
+    # an abort with no next acquisition: the sender stops sending but keeps the connection open
+    with MerlinSimulator(frames, mode="U16", nav_shape=NAV, abort_after=24) as sim, \
+            connect(live_ctx, sim, timeout=0.5) as conn:
+        aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), frames_per_partition=8)
+        with pytest.raises(AcquisitionError, match="no data for 0.5 s"):
+            live_ctx.run_udf(dataset=aq, udf=SumUDF())
+
+
+def test_abort_is_signalled_and_the_next_acquisition_works(live_ctx):
+    frames = scan_frames(9)
+    with MerlinSimulator(frames, mode="R12", nav_shape=NAV, abort_after=30, acquisitions=2) as sim, \
+            connect(live_ctx, sim) as conn:
+        aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), frames_per_partition=8)
+        with pytest.raises(AcquisitionError, match="aborted after 30 of 96 frames"):
+            live_ctx.run_udf(dataset=aq, udf=SumUDF())
+        aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), frames_per_partition=8)
+        check_sums(live_ctx.run_udf(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()]), frames)
+
+
+def test_continuous_acquisition_scan_by_scan_and_many_scans_in_one_run(live_ctx):
+    frames = scan_frames(10)
+    with MerlinSimulator(frames, mode="U16", nav_shape=NAV, continuous=True) as sim, \
+            connect(live_ctx, sim, frame_stack_size=5) as conn:  # stacks straddle scan boundaries
+        pending = conn.wait_for_acquisition(10.0)
+        assert pending.nimages == 0
+        with pytest.raises(ConfigValidationError, match="continuous"):
+            live_ctx.make_acquisition(conn=conn, pending_aq=pending)
+        for _ in range(2):  # LiberTEM-live's meaning: each run consumes the next scan
+            aq = live_ctx.make_acquisition(conn=conn, pending_aq=pending, nav_shape=NAV)
+            check_sums(live_ctx.run_udf(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()]), frames)
+        aq = live_ctx.make_acquisition(conn=conn, pending_aq=pending, nav_shape=NAV, scans=30)
+        scans_seen = set()
+        for part in live_ctx.run_udf_iter(dataset=aq, udf=SumUDF(dtype="int64")):
+            if part.damage.data.all():
+                assert np.array_equal(part.buffers[0]["intensity"].data, frames.sum(axis=0))
+                scans_seen.add(part.scan)
+        assert part.scans_done == 30 and len(scans_seen) > 1
+        assert conn.receiver.slab_bytes == 16 * 5 * (384 + SIG[0] * SIG[1] * 2)
+
+
+def test_control_port_commands():
+    frames = scan_frames(11)
+    with MerlinSimulator(frames, mode="R6", nav_shape=NAV) as sim, MerlinControl("127.0.0.1", sim.api_port) as c:
+        assert c.get("IMAGEX") == b"64" and c.get("COUNTERDEPTH") == b"6"
+        c.set("NUMFRAMESTOACQUIRE", 17)
+        assert c.get("NUMFRAMESTOACQUIRE") == b"17"
+        with pytest.raises(MerlinCommandError, match="Unrecognised Command"):
+            c.cmd("FLYTOTHEMOON")
+
+
+def test_bad_input(live_ctx):
+    with pytest.raises(ConfigValidationError, match="'detector_type' 'k3'"):
+        live_ctx.make_connection("k3")
+    with pytest.raises(ConfigValidationError, match="'recovery_strategy'"):
+        live_ctx.make_connection("merlin").open(recovery_strategy="pray")
+    with pytest.raises(AcquisitionError, match="cannot connect"):
+        live_ctx.make_connection("merlin").open(data_port=1)
+
+
+def test_nav_shape_rules():
+    assert determine_nav_shape(96, (-1, 12)) == (8, 12)
+    assert determine_nav_shape(64) == (8, 8)
+    assert determine_nav_shape(96, None, detector_shape=(8, 12)) == (8, 12)
+    assert determine_nav_shape(96, (-1, 12), hook=lambda env: (12, 8)) == (12, 8)
+    assert determine_nav_shape(96, (4, 24), hook=lambda env: (12, 8)) == (4, 24)  # a concrete shape wins
+    with pytest.raises(ConfigValidationError, match="not a square"):
+        determine_nav_shape(96)
+    with pytest.raises(ConfigValidationError, match="holds 100 frames"):
+        determine_nav_shape(96, (10, 10))
+    header = AcquisitionHeader.make(96, frames_per_trigger=12)
+    assert header.nav_shape == (8, 12) and header.nimages == 96
+
+
+def test_cli_sim_and_run(tmp_path):
+    """`raytile live sim merlin` in a subprocess, `raytile live run merlin` against it: the .npz equals numpy."""
+    import re
+    import subprocess
+    import sys
+
+    from raytile.cli import main
+
+    sim = subprocess.Popen([sys.executable, "-m", "raytile.cli", "live", "sim", "merlin", "--mode", "R12",
+                            "--nav-shape", "8,12", "--sig-shape", "32,64", "--data-port", "0", "--api-port", "0"],
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        line = sim.stdout.readline()
+        data_port, api_port = re.search(r"data 127.0.0.1:(\d+), control 127.0.0.1:(\d+)", line).groups()
+        out = tmp_path / "live.npz"
+        assert main(["live", "run", "merlin", "--udf", "sum,sumsig", "--data-port", data_port, "--api-port",
+                     api_port, "--executor", "inline", "--out", str(out)]) == 0
+    finally:
+        sim.terminate()
+        sim.wait(10)
+    frames = np.random.default_rng(0).integers(0, 0xFFF + 1, size=(96, 32, 64))  # the simulator's synthetic frames
+    got = np.load(out)
+    assert np.allclose(got["sum_intensity"], frames.sum(axis=0))
+    assert np.allclose(got["sumsig_intensity"], frames.sum(axis=(1, 2)).reshape(8, 12))
