@@ -15,6 +15,7 @@ _FORMATS: dict[str, str] = {
     "npy": "raytile.io.formats.npy:NPYDataSet",
     "packed_raw": "raytile.io.formats.packed:PackedRawDataSet",
     "hdf5": "raytile.io.formats.hdf5:H5DataSet",
+    "dectris": "raytile.io.formats.dectris:DectrisDataSet",
     "tiled": "raytile.io.formats.tiled:TiledDataSet",
     "sparse_memory": "raytile.io.formats.sparse:SparseMemoryDataSet",
     "npz_csr": "raytile.io.formats.sparse:NPZCSRDataSet",

@@ -35,17 +35,30 @@ from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.common.tiling import DataTile, TilingScheme
 
-__all__ = ["H5DataSet", "H5Partition", "H5FilePartition", "ChunkedFileSet"]
+__all__ = ["H5DataSet", "H5Partition", "H5FilePartition", "ChunkedFileSet", "h5py_with_filters"]
 
 
-def _h5py():
+def h5py_with_filters():
+    """h5py, with ``hdf5plugin``'s filters registered when it is installed, so compressed data opens.
+
+    ``hdf5plugin`` (the ``hdf5`` extra) brings bitshuffle, LZ4, Zstandard,
+    Blosc, ... to HDF5: files of DECTRIS and other detectors that the plain
+    HDF5 library cannot decompress.
+    """
     try:
         import h5py
     except ImportError:
         raise DataSetException(
             "the hdf5 format needs h5py, which is not installed; pip install 'raytile[hdf5]'"
         ) from None
+    try:
+        import hdf5plugin  # noqa: F401 - registers its filters with HDF5
+    except ImportError:
+        pass
     return h5py
+
+
+_h5py = h5py_with_filters
 
 
 def _open(path: str, ds_path: str):
