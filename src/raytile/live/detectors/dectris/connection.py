@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from raytile.common.errors import AcquisitionError, ConfigValidationError, DataSetException
-from raytile.live.detectors.dectris.receiver import DectrisReceiver
+from raytile.live.detectors.dectris.receiver import DectrisReceiver, images_in_series
 from raytile.live.detectors.dectris.simplon import SimplonClient
 from raytile.live.detectors.dectris.stream_v1 import COMPRESSIONS
 
@@ -32,7 +32,7 @@ TRIGGER_MODES = ("exte", "exts", "ints", "inte")
 
 class DectrisPendingAcquisition:
     """A series whose header arrived: ``series`` (its id), ``detector_config`` (the header's JSON)
-    and ``nimages`` (``nimages * ntrigger``)."""
+    and ``nimages`` (``ntrigger`` for ``exte``/``inte``, else ``nimages * ntrigger``)."""
 
     def __init__(self, detector_config: dict, series: int):
         self._config, self._series = detector_config, series
@@ -47,7 +47,7 @@ class DectrisPendingAcquisition:
 
     @property
     def nimages(self) -> int:
-        return int(self._config.get("nimages", 0)) * int(self._config.get("ntrigger", 1))
+        return images_in_series(self._config)
 
     @property
     def nav_shape(self) -> tuple[int, ...] | None:

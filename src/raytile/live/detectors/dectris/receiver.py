@@ -36,7 +36,16 @@ from raytile.common.errors import AcquisitionError, DataSetException
 from raytile.io import bslz4
 from raytile.live.detectors.dectris.stream_v1 import CODEC_PLAIN_LZ4, ImageInfo, parse_image_info, parse_json
 
-__all__ = ["DectrisReceiver"]
+__all__ = ["DectrisReceiver", "images_in_series"]
+
+
+def images_in_series(config: dict) -> int:
+    """Images a series of this detector configuration sends (0: unknown): one per trigger for
+    ``exte``/``inte``, ``nimages`` per trigger for ``exts``/``ints`` (as LiberTEM-rs counts)."""
+    ntrigger = int(config.get("ntrigger", 1))
+    if str(config.get("trigger_mode", "exts")) in ("exte", "inte"):
+        return ntrigger
+    return int(config.get("nimages", 0)) * ntrigger
 
 
 @dataclass(frozen=True)
@@ -223,69 +232,93 @@ class DectrisReceiver:
             sock.close()
 
     def _read(self, sock: Any) -> None:
-        import zmq
-
+        """Messages are read part by part, as LiberTEM-rs does: senders differ in which parts they send
+        as one multipart message (the header and the detector config may come as two messages)."""
+        self._sock = sock
         self._series: int | None = None  # the series being received
         self._expected = self._in_series = 0
         self._open: int | None = None
         self._open_count = self._open_bytes = 0
         self._open_info: ImageInfo | None = None
-        quiet_since = time.monotonic()
-        poll_ms = max(1, int(min(self._flush_s, 0.1) * 1000))
         while not self._stop.is_set():
-            if not sock.poll(poll_ms, zmq.POLLIN):
-                if self._open_count:
-                    self._flush()  # the latency deadline
-                if self._series is not None and time.monotonic() - quiet_since > self._timeout:
-                    raise AcquisitionError(f"DECTRIS {self.uri}: no message for {self._timeout:g} s in series "
-                                           f"{self._series} ({self._in_series} of {self._expected or '?'} frames); "
-                                           f"the detector stopped sending")
-                continue
-            parts = sock.recv_multipart(copy=False)
-            quiet_since = time.monotonic()
-            self._message(parts)
+            head = self._next_part()
+            if head is not None:
+                self._message(head)
 
-    def _message(self, parts: list) -> None:
+    def _next_part(self) -> Any:
+        """The next message part (a zmq.Frame), or None when the receiver is stopping. Waiting, it
+        flushes an open stack after ``flush_s`` (the latency deadline) and fails after ``timeout`` s
+        of silence inside a series."""
+        import zmq
+
+        poll_ms = max(1, int(min(self._flush_s, 0.1) * 1000))
+        quiet_since = time.monotonic()
+        while not self._stop.is_set():
+            if self._sock.poll(poll_ms, zmq.POLLIN):
+                return self._sock.recv(copy=False)
+            if self._open_count:
+                self._flush()
+            if self._series is not None and time.monotonic() - quiet_since > self._timeout:
+                raise AcquisitionError(f"DECTRIS {self.uri}: no message for {self._timeout:g} s in series "
+                                       f"{self._series} ({self._in_series} of {self._expected or '?'} frames); "
+                                       f"the detector stopped sending")
+        return None
+
+    def _parts(self, n: int) -> list[Any] | None:
+        parts = []
+        for _ in range(n):
+            part = self._next_part()
+            if part is None:
+                return None
+            parts.append(part)
+        return parts
+
+    def _message(self, head_part: Any) -> None:
         what = f"DECTRIS {self.uri}"
-        head = parse_json(parts[0].buffer, what)
+        try:
+            head = parse_json(head_part.buffer, what)
+        except AcquisitionError:
+            self.stale_messages += 1  # not a message head (e.g. the tail of a message begun before we connected)
+            return
         htype, series = str(head.get("htype", "")), head.get("series")
-        if not isinstance(series, int):
-            if not htype.startswith(("dimage-", "dheader-", "dseries_end-")):
-                self.stale_messages += 1  # a message type this reader does not know
-                return
-            raise AcquisitionError(f"{what}: a {htype or 'message'} without an integer series id: {head}")
         if htype.startswith("dimage-"):
+            rest = self._parts(3)  # dimage_d, data, dconfig
+            if rest is None:
+                return
             if series != self._series or self._series is None:
                 self.stale_messages += 1
                 return
-            if len(parts) < 3:
-                raise AcquisitionError(f"{what}: an image message of {len(parts)} parts (4 expected)")
             frame = head.get("frame")
             if frame != self._in_series:
                 raise AcquisitionError(f"{what}: series {series} sent frame {frame} where frame {self._in_series} "
                                        f"was expected (frames lost or reordered)")
-            self._store(parse_image_info(parts[1].buffer, what), parts[2].buffer)
+            self._store(parse_image_info(rest[0].buffer, what), rest[1].buffer)
             self._in_series += 1
             self.frames_received += 1
         elif htype.startswith("dheader-"):
-            if self._wanted is not None and series != self._wanted:
+            config: dict = {}
+            if head.get("header_detail", "basic") != "none":
+                rest = self._parts(1)
+                if rest is None:
+                    return
+                config = parse_json(rest[0].buffer, what)
+            if not isinstance(series, int) or (self._wanted is not None and series != self._wanted):
                 self.stale_messages += 1
                 return
             if self._series is not None:
                 self._flush()
-            config = parse_json(parts[1].buffer, what) if len(parts) > 1 else {}
             self._series, self._in_series = series, 0
-            self._expected = int(config.get("nimages", 0)) * int(config.get("ntrigger", 1))
+            self._expected = images_in_series(config)
             self._events.put(_Header(series, config))
         elif htype.startswith("dseries_end-"):
             if series != self._series or self._series is None:
                 self.stale_messages += 1
                 return
             self._flush()
-            self._events.put(_End(series))
+            self._events.put(_End(self._series))
             self._series = None
         else:
-            self.stale_messages += 1  # a message type this reader does not know
+            self.stale_messages += 1  # a part this reader does not know (e.g. a config without its header)
 
     def _store(self, info: ImageInfo, data: memoryview) -> None:
         n = len(data)

@@ -6,10 +6,12 @@ detector does (``compression`` bslz4, lz4 or none, settable over REST), at
 ``/detector/api/1.8.0/config/<name>`` (GET/PUT: ``nimages``, ``ntrigger``,
 ``trigger_mode``, ``x_pixels_in_detector``, ...), ``command/arm`` (answers
 the new series id), ``trigger``, ``disarm``, and the stream's and file
-writer's ``config`` PUTs. Each ``arm`` sends the series header at once;
-with ``trigger_mode`` ``exts``/``exte`` the images follow at once, with
-``ints``/``inte`` after a ``trigger`` command. A series has ``nimages *
-ntrigger`` images, the replayed frames in a cycle.
+writer's ``config`` PUTs. Each ``arm`` sends the series header (as one
+multipart message; LiberTEM-rs' simulator sends its two parts as two
+messages) at once; with ``trigger_mode`` ``exts``/``exte`` the images follow
+at once, with ``ints``/``inte`` after a ``trigger`` command (one a frame for
+``inte``). A series has ``ntrigger`` images (``exte``/``inte``) or
+``nimages * ntrigger``, the replayed frames in a cycle.
 
 Faults for tests: ``stale_images`` images of another series are sent
 before each header and in the middle of each series (the tail of a stale
@@ -33,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from raytile.common.errors import ConfigValidationError
+from raytile.live.detectors.dectris.receiver import images_in_series
 from raytile.live.detectors.dectris.simplon import API_VERSION
 from raytile.live.detectors.dectris.stream_v1 import (
     COMPRESSIONS, encode_image, header_message, image_message, series_end_message,
@@ -160,7 +163,7 @@ class DectrisSimulator:
 
     def _send_series(self, series: int, config: dict) -> None:
         images = self._images(config["compression"])
-        total = int(config["nimages"]) * int(config["ntrigger"])
+        total = images_in_series(config)
         per_trigger = 1 if config["trigger_mode"] == "inte" else int(config["nimages"])
         wait_trigger = config["trigger_mode"] in ("ints", "inte")
         if not self._send_stale(series, self._stale) or not self._send(header_message(series, config)):
