@@ -246,3 +246,40 @@ def test_against_libertem_live_simulator(live_ctx, tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
         log.close()
+
+
+# -- stream V2 (CBOR) -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("compression,dtype", [("bslz4", np.uint16), ("lz4", np.uint32), ("none", np.uint8)])
+def test_cbor_stream_v2_active_with_stale_series(live_ctx, compression, dtype):
+    pytest.importorskip("cbor2")
+    frames = scan_frames(10, dtype)
+    with DectrisSimulator(frames, compression=compression, stream_format="legacy", stale_images=3) as sim, \
+            connect(live_ctx, sim, stream_format="cbor") as conn:
+        for expected_stale in (6, 12):  # two series in a row; the run sets the stream format over REST
+            aq = live_ctx.make_acquisition(conn=conn, nav_shape=NAV, frames_per_partition=16)
+            check_sums(live_ctx.run_udf(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()]), frames)
+            assert conn.receiver.stale_messages == expected_stale
+        assert sim.stream_config["format"] == "cbor"
+
+
+def test_cbor_message_layout_follows_the_documentation():
+    """A V2 image message decoded with plain cbor2 (no raytile code): the documented tags and fields."""
+    cbor2 = pytest.importorskip("cbor2")
+    from raytile.live.detectors.dectris import stream_v2
+
+    frame = scan_frames(11)[0]
+    data, _ = encode_image(frame, "bslz4")
+    msg = cbor2.loads(stream_v2.image_message(5, 7, frame, "bslz4", data))
+    assert msg["type"] == "image" and msg["series_id"] == 5 and msg["image_id"] == 7
+    array = msg["data"]["threshold_1"]
+    assert isinstance(array, cbor2.CBORTag) and array.tag == 40  # multi-dimensional array, row-major
+    dims, typed = array.value
+    assert list(dims) == list(SIG) and typed.tag == 69  # uint16, little endian
+    assert typed.value.tag == 56500 and list(typed.value.value[:2]) == ["bslz4", 2]
+    import bitshuffle
+    plain = bitshuffle.decompress_lz4(np.frombuffer(typed.value.value[2][12:], np.uint8), (frame.size,),
+                                      np.dtype(np.uint16), 8192 // 2)
+    assert np.array_equal(plain.reshape(SIG), frame)
+    with pytest.raises(AcquisitionError, match="not CBOR"):
+        stream_v2.parse_message(b"\xff\x00junk", "test")

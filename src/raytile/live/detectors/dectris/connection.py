@@ -4,7 +4,9 @@ LiberTEM-live's names and defaults: ``buffer_size`` (MiB of receive slab,
 2048), ``bytes_per_frame`` (a slot's bytes per frame; default an eighth of
 an uncompressed frame, what bitshuffle-LZ4 typically reaches),
 ``frame_stack_size`` (24). raytile's own: ``timeout`` (seconds of silence
-mid-series before it fails: ZeroMQ reports no lost peer).
+mid-series before it fails: ZeroMQ reports no lost peer), ``stream_format``
+(``"legacy"``: stream V1, JSON multipart, port 9999; ``"cbor"``: stream V2,
+port 31001 on a DCU), ``rcvhwm`` (ZeroMQ's receive high-water mark).
 
 >>> conn = DectrisConnectionBuilder().open(api_host="127.0.0.1", api_port=8910,
 ...                                        data_host="127.0.0.1", data_port=9999)   # doctest: +SKIP
@@ -20,7 +22,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from raytile.common.errors import AcquisitionError, ConfigValidationError, DataSetException
-from raytile.live.detectors.dectris.receiver import DectrisReceiver, images_in_series
+from raytile.live.detectors.dectris.receiver import STREAM_FORMATS, DectrisReceiver, images_in_series
 from raytile.live.detectors.dectris.simplon import SimplonClient
 from raytile.live.detectors.dectris.stream_v1 import COMPRESSIONS
 
@@ -124,7 +126,11 @@ class DectrisDetectorConnection:
 
     def __init__(self, *, api_host: str = "127.0.0.1", api_port: int = 80, data_host: str = "127.0.0.1",
                  data_port: int = 9999, buffer_size: int = 2048, bytes_per_frame: int | None = None,
-                 frame_stack_size: int = 24, huge_pages: bool = False, timeout: float = 10.0, rcvhwm: int = 256):
+                 frame_stack_size: int = 24, huge_pages: bool = False, timeout: float = 10.0, rcvhwm: int = 256,
+                 stream_format: str = "legacy"):
+        if stream_format not in STREAM_FORMATS:
+            raise ConfigValidationError(f"dectris connection: parameter 'stream_format' must be one of "
+                                        f"{STREAM_FORMATS} (stream V1, V2), got {stream_format!r}")
         for name, port in (("api_port", api_port), ("data_port", data_port)):
             if not isinstance(port, int) or not 0 < port < 65536:
                 raise ConfigValidationError(f"dectris connection: parameter {name!r} must be a TCP port, "
@@ -150,7 +156,7 @@ class DectrisDetectorConnection:
                                         f"of {frame_stack_size} frames of {bytes_per_frame} bytes; at least 2 needed")
         self._receiver_args: dict[str, Any] = dict(frame_stack_size=frame_stack_size, slots=slots,
                                                    bytes_per_frame=bytes_per_frame, timeout=float(timeout),
-                                                   rcvhwm=rcvhwm)
+                                                   rcvhwm=rcvhwm, stream_format=stream_format)
         self._receiver: DectrisReceiver | None = None
         self.connect()
 
@@ -226,7 +232,9 @@ class DectrisDetectorConnection:
             ctl = controller if controller is not None else self.get_active_controller()
             ctl.apply_scan_settings(nav_shape)
             ctl.apply_misc_settings()
-            self.get_api_client().set_stream_config("mode", "enabled")
+            ec = self.get_api_client()
+            ec.set_stream_config("mode", "enabled")
+            ec.set_stream_config("format", self._receiver_args["stream_format"])
             receiver.expect_series(None)  # the header may come before arm() returns; frames() checks the id
             series = ctl.arm()
             receiver.expect_series(series)

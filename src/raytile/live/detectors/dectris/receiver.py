@@ -32,11 +32,15 @@ from typing import Any, Iterator, Union
 
 import numpy as np
 
-from raytile.common.errors import AcquisitionError, DataSetException
+from raytile.common.errors import AcquisitionError, ConfigValidationError, DataSetException
 from raytile.io import bslz4
+from raytile.live.detectors.dectris import stream_v2
 from raytile.live.detectors.dectris.stream_v1 import CODEC_PLAIN_LZ4, ImageInfo, parse_image_info, parse_json
 
-__all__ = ["DectrisReceiver", "images_in_series"]
+__all__ = ["DectrisReceiver", "images_in_series", "STREAM_FORMATS"]
+
+#: SIMPLON's stream ``format`` values: ``legacy`` (stream V1, JSON multipart), ``cbor`` (stream V2).
+STREAM_FORMATS = ("legacy", "cbor")
 
 
 def images_in_series(config: dict) -> int:
@@ -85,8 +89,11 @@ class DectrisReceiver:
     """
 
     def __init__(self, uri: str, frame_stack_size: int = 24, slots: int = 64, bytes_per_frame: int = 1 << 16,
-                 timeout: float = 10.0, flush_s: float = 0.05, rcvhwm: int = 256):
-        self.uri = uri
+                 timeout: float = 10.0, flush_s: float = 0.05, rcvhwm: int = 256, stream_format: str = "legacy"):
+        if stream_format not in STREAM_FORMATS:
+            raise ConfigValidationError(f"dectris receiver: parameter 'stream_format' must be one of "
+                                        f"{STREAM_FORMATS}, got {stream_format!r}")
+        self.uri, self.stream_format = uri, stream_format
         self._stack, self._slots, self._bpf = frame_stack_size, slots, bytes_per_frame
         self._timeout, self._flush_s, self._rcvhwm = timeout, flush_s, rcvhwm
         self._events: queue.Queue[_Event] = queue.Queue()
@@ -242,7 +249,11 @@ class DectrisReceiver:
         self._open_info: ImageInfo | None = None
         while not self._stop.is_set():
             head = self._next_part()
-            if head is not None:
+            if head is None:
+                continue
+            if self.stream_format == "cbor":
+                self._message_v2(head)
+            else:
                 self._message(head)
 
     def _next_part(self) -> Any:
@@ -288,13 +299,7 @@ class DectrisReceiver:
             if series != self._series or self._series is None:
                 self.stale_messages += 1
                 return
-            frame = head.get("frame")
-            if frame != self._in_series:
-                raise AcquisitionError(f"{what}: series {series} sent frame {frame} where frame {self._in_series} "
-                                       f"was expected (frames lost or reordered)")
-            self._store(parse_image_info(rest[0].buffer, what), rest[1].buffer)
-            self._in_series += 1
-            self.frames_received += 1
+            self._on_image(series, head.get("frame"), parse_image_info(rest[0].buffer, what), rest[1].buffer)
         elif htype.startswith("dheader-"):
             config: dict = {}
             if head.get("header_detail", "basic") != "none":
@@ -302,25 +307,54 @@ class DectrisReceiver:
                 if rest is None:
                     return
                 config = parse_json(rest[0].buffer, what)
-            if not isinstance(series, int) or (self._wanted is not None and series != self._wanted):
-                self.stale_messages += 1
-                return
-            if self._series is not None:
-                self._flush()
-            self._series, self._in_series = series, 0
-            self._expected = images_in_series(config)
-            self._events.put(_Header(series, config))
+            self._on_header(series, config)
         elif htype.startswith("dseries_end-"):
-            if series != self._series or self._series is None:
-                self.stale_messages += 1
-                return
-            self._flush()
-            self._events.put(_End(self._series))
-            self._series = None
+            self._on_end(series)
         else:
             self.stale_messages += 1  # a part this reader does not know (e.g. a config without its header)
 
-    def _store(self, info: ImageInfo, data: memoryview) -> None:
+    def _message_v2(self, part: Any) -> None:
+        """One stream V2 (CBOR) message."""
+        kind, series, image_id, payload = stream_v2.parse_message(part.buffer, f"DECTRIS {self.uri}")
+        if kind == "start":
+            self._on_header(series, payload)
+        elif kind == "image":
+            if series != self._series or self._series is None:
+                self.stale_messages += 1
+                return
+            self._on_image(series, image_id, payload[0], payload[1])
+        elif kind == "end":
+            self._on_end(series)
+        else:
+            self.stale_messages += 1
+
+    def _on_header(self, series: Any, config: dict) -> None:
+        if not isinstance(series, int) or (self._wanted is not None and series != self._wanted):
+            self.stale_messages += 1
+            return
+        if self._series is not None:
+            self._flush()
+        self._series, self._in_series = series, 0
+        self._expected = images_in_series(config)
+        self._events.put(_Header(series, config))
+
+    def _on_image(self, series: Any, frame: Any, info: ImageInfo, data: Any) -> None:
+        if frame != self._in_series:
+            raise AcquisitionError(f"DECTRIS {self.uri}: series {series} sent frame {frame} where frame "
+                                   f"{self._in_series} was expected (frames lost or reordered)")
+        self._store(info, data)
+        self._in_series += 1
+        self.frames_received += 1
+
+    def _on_end(self, series: Any) -> None:
+        if series != self._series or self._series is None:
+            self.stale_messages += 1
+            return
+        self._flush()
+        self._events.put(_End(self._series))
+        self._series = None
+
+    def _store(self, info: ImageInfo, data: Any) -> None:
         n = len(data)
         slot_bytes = self._stack * self._bpf
         if n > slot_bytes:

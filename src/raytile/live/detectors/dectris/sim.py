@@ -13,6 +13,8 @@ at once, with ``ints``/``inte`` after a ``trigger`` command (one a frame for
 ``inte``). A series has ``ntrigger`` images (``exte``/``inte``) or
 ``nimages * ntrigger``, the replayed frames in a cycle.
 
+``stream_format`` ``cbor`` (or the REST stream ``format``) sends stream V2 (CBOR) messages.
+
 Faults for tests: ``stale_images`` images of another series are sent
 before each header and in the middle of each series (the tail of a stale
 series); ``silent_after`` images into a series the sender stops sending
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 import queue
 import re
+import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -35,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from raytile.common.errors import ConfigValidationError
+from raytile.live.detectors.dectris import stream_v2
 from raytile.live.detectors.dectris.receiver import images_in_series
 from raytile.live.detectors.dectris.simplon import API_VERSION
 from raytile.live.detectors.dectris.stream_v1 import (
@@ -52,7 +56,7 @@ class DectrisSimulator:
     def __init__(self, frames: np.ndarray, host: str = "127.0.0.1", api_port: int = 0, data_port: int = 0,
                  frame_rate: float | None = None, compression: str = "bslz4", trigger_mode: str = "exts",
                  first_series: int = 1, stale_images: int = 0, silent_after: int | None = None,
-                 sndhwm: int = 1000):
+                 sndhwm: int = 1000, stream_format: str = "legacy"):
         stack = np.asarray(frames)
         if stack.ndim < 3 or stack.dtype not in (np.uint8, np.uint16, np.uint32):
             raise ConfigValidationError(f"DectrisSimulator: parameter 'frames' must be (n, h, w) uint8/16/32, got "
@@ -70,6 +74,7 @@ class DectrisSimulator:
             "roi_mode": "disabled", "roi_y_size": int(h), "roi_bit_depth": self._frames.dtype.itemsize * 8,
             "mask_to_zero": False,
         }
+        self.stream_config: dict[str, Any] = {"mode": "enabled", "format": stream_format, "header_detail": "basic"}
         self._encoded: dict[str, list[tuple[bytes, str]]] = {}
         self._frame_rate, self._stale, self._silent_after = frame_rate, stale_images, silent_after
         self._series = first_series - 1
@@ -136,6 +141,19 @@ class DectrisSimulator:
             self._encoded[compression] = [encode_image(f, compression) for f in self._frames]
         return self._encoded[compression]
 
+    def _v2(self) -> bool:
+        return self.stream_config.get("format") == "cbor"
+
+    def _image(self, series: int, i: int, compression: str) -> list[bytes]:
+        images = self._images(compression)
+        data, enc = images[i % len(images)]
+        if self._v2():
+            if compression == "lz4":  # V2's lz4 is in the HDF5 LZ4 filter's framing: one block of the whole image
+                data = struct.pack(">QI", len(self._frames[0].tobytes()), len(self._frames[0].tobytes())) \
+                    + struct.pack(">I", len(data)) + data
+            return [stream_v2.image_message(series, i, self._frames[i % len(self._frames)], compression, data)]
+        return image_message(series, i, data, enc, self._sig, self._frames.dtype, time.monotonic_ns())
+
     def _send(self, parts: list[bytes]) -> bool:
         import zmq
 
@@ -154,22 +172,20 @@ class DectrisSimulator:
             self._send_series(series, config)
 
     def _send_stale(self, series: int, n: int) -> bool:
-        images = self._images("bslz4")
         for i in range(n):
-            data, enc = images[i % len(images)]
-            if not self._send(image_message(series - 1000, i, data, enc, self._sig, self._frames.dtype)):
+            if not self._send(self._image(series - 1000, i, "bslz4")):
                 return False
         return True
 
     def _send_series(self, series: int, config: dict) -> None:
-        images = self._images(config["compression"])
         total = images_in_series(config)
         per_trigger = 1 if config["trigger_mode"] == "inte" else int(config["nimages"])
         wait_trigger = config["trigger_mode"] in ("ints", "inte")
-        if not self._send_stale(series, self._stale) or not self._send(header_message(series, config)):
+        header = [stream_v2.start_message(series, {**config, "number_of_images": total})] if self._v2() \
+            else header_message(series, config)
+        if not self._send_stale(series, self._stale) or not self._send(header):
             return
         self.series_sent.append(series)
-        shape, dtype = self._sig, self._frames.dtype
         t0, sent = time.monotonic(), 0
         for i in range(total):
             if wait_trigger and i % per_trigger == 0:
@@ -181,8 +197,7 @@ class DectrisSimulator:
                 return  # silent: no more messages, the socket stays open
             if self._stale and i == total // 2 and not self._send_stale(series, self._stale):
                 return
-            data, enc = images[i % len(images)]
-            if not self._send(image_message(series, i, data, enc, shape, dtype, time.monotonic_ns())):
+            if not self._send(self._image(series, i, config["compression"])):
                 return
             self.frames_sent += 1
             sent += 1
@@ -190,7 +205,7 @@ class DectrisSimulator:
                 delay = t0 + sent / self._frame_rate - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-        self._send(series_end_message(series))
+        self._send([stream_v2.end_message(series)] if self._v2() else series_end_message(series))
 
 
 def _handler(sim: DectrisSimulator) -> type[BaseHTTPRequestHandler]:
@@ -257,7 +272,13 @@ def _handler(sim: DectrisSimulator) -> type[BaseHTTPRequestHandler]:
                     return
                 sim.config[name] = body["value"]
                 self._reply(200, [name])
-            else:  # stream / file writer settings: accepted
+            elif subsystem == "stream" and kind == "config":
+                if name == "format" and body.get("value") not in ("legacy", "cbor"):
+                    self._reply(400, {"error": f"stream format {body.get('value')!r} not one of legacy, cbor"})
+                    return
+                sim.stream_config[name] = body.get("value")
+                self._reply(200, [name])
+            else:  # file writer settings: accepted
                 self._reply(200, [name])
 
     return Handler
