@@ -15,52 +15,50 @@ results, live patches, progress, cancel, ``coordinator="actor"`` and attach.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator
+from typing import Any
 
-import numpy as np
-
-from raytile.common.errors import AcquisitionError, ConfigValidationError
+from raytile.common.errors import ConfigValidationError
 from raytile.io.dataset import DataSet
-from raytile.live.detectors.merlin.connection import (
-    MerlinActiveController, MerlinConnectionBuilder, MerlinDetectorConnection, MerlinPendingAcquisition,
-)
+from raytile.live.connection import LiveConnection
+from raytile.live.detectors.dectris.connection import DectrisConnectionBuilder
+from raytile.live.detectors.merlin.connection import MerlinConnectionBuilder
 from raytile.live.hooks import Hooks, ReadyForDataEnv
 from raytile.live.nav_shape import determine_nav_shape
 from raytile.runtime.context import Context
 
 __all__ = ["LiveContext", "Hooks"]
 
-DETECTORS = {"merlin": MerlinConnectionBuilder}
+#: ``make_connection``'s detector types and their connection builders.
+DETECTORS: dict[str, Any] = {"merlin": MerlinConnectionBuilder, "dectris": DectrisConnectionBuilder}
 
 
 class LiveContext(Context):
     """A Context with :meth:`make_connection` and :meth:`make_acquisition` (LiberTEM-live's names)."""
 
-    def make_connection(self, detector_type: str) -> MerlinConnectionBuilder:
-        """A builder whose ``open(...)`` connects to the detector: ``"merlin"``."""
+    def make_connection(self, detector_type: str) -> Any:
+        """A builder whose ``open(...)`` connects to the detector: ``"merlin"`` or ``"dectris"``."""
         builder = DETECTORS.get(str(detector_type).lower())
         if builder is None:
             raise ConfigValidationError(f"make_connection: parameter 'detector_type' {detector_type!r} is not "
                                         f"known; known detectors: {', '.join(sorted(DETECTORS))}")
         return builder()
 
-    def make_acquisition(self, *, conn: MerlinDetectorConnection, nav_shape: tuple[int, ...] | None = None,
-                         frames_per_partition: int | None = None,
-                         controller: MerlinActiveController | None = None,
-                         pending_aq: MerlinPendingAcquisition | None = None, hooks: Hooks | None = None,
-                         scans: int = 1) -> DataSet:
+    def make_acquisition(self, *, conn: LiveConnection, nav_shape: tuple[int, ...] | None = None,
+                         frames_per_partition: int | None = None, controller: Any = None,
+                         pending_aq: Any = None, hooks: Hooks | None = None, scans: int = 1) -> DataSet:
         """An acquisition as a data set for ``run_udf``/``run_udf_iter``.
 
         Passive mode (``pending_aq`` from ``conn.wait_for_acquisition``): the
         nav shape follows LiberTEM-live's rules (:mod:`raytile.live.nav_shape`).
         Active mode (no ``pending_aq``): ``nav_shape`` must be given; the run
-        calls ``hooks.on_ready_for_data`` and then waits for the acquisition.
-        ``scans`` (raytile's): scans of ``nav_shape`` frames this one run
-        reads from a continuous acquisition (0: until it ends), with per-scan
-        results; by default one run reads one scan, and the next run on a new
-        acquisition object reads the next one.
+        starts the acquisition (``controller``, default
+        ``conn.get_active_controller()``), calls ``hooks.on_ready_for_data``
+        and reads it. ``scans`` (raytile's): scans of ``nav_shape`` frames this
+        one run reads from a continuous acquisition (0: until it ends), with
+        per-scan results; by default one run reads one scan, and the next run
+        on a new acquisition object reads the next one.
         """
-        if not isinstance(conn, MerlinDetectorConnection):
+        if not isinstance(conn, LiveConnection):
             raise ConfigValidationError(f"make_acquisition: parameter 'conn' must be an open detector connection, "
                                         f"got {type(conn).__name__}")
         hooks = hooks if hooks is not None else Hooks()
@@ -79,32 +77,15 @@ class LiveContext(Context):
                 shape = tuple(int(s) for s in nav_shape)
             else:
                 shape = determine_nav_shape(nimages, nav_shape, hooks.on_determine_nav_shape, pending_aq.nav_shape)
-        sig_shape, dtype = conn.read_sig_shape(), conn.read_dtype()
+        sig_shape, dtype = conn.acquisition_geometry(pending_aq)
         count = None if scans == 0 else scans * math.prod(shape)
         holder: dict[str, Any] = {}
-        frames = _acquisition_frames(conn, pending_aq, hooks, holder, count, dtype)
+
+        def ready() -> None:
+            hooks.on_ready_for_data(ReadyForDataEnv(aq=holder.get("aq")))
+
+        frames = conn.acquisition_frames(pending_aq, controller, shape, ready, count, dtype)
         ds = self.load("stream", frames=frames, nav_shape=shape, sig_shape=sig_shape, dtype=dtype,
                        frames_per_partition=frames_per_partition, scans=scans)
         holder["aq"] = ds
         return ds
-
-
-def _acquisition_frames(conn: MerlinDetectorConnection, pending: MerlinPendingAcquisition | None, hooks: Hooks,
-                        holder: dict[str, Any], count: int | None, dtype: np.dtype) -> Iterator[np.ndarray]:
-    """The acquisition's frame stacks; in active mode it first calls the hook and waits for the header.
-    Runs when the run starts reading (the stream's feeder thread)."""
-    if pending is None:
-        receiver = conn.connect()
-        hooks.on_ready_for_data(ReadyForDataEnv(aq=holder.get("aq")))
-        header = receiver.wait_for_header(receiver_timeout(conn))
-        if header is None:
-            raise AcquisitionError(f"Merlin {receiver.address}: no acquisition started within "
-                                   f"{receiver_timeout(conn):g} s of on_ready_for_data")
-        if count is not None and header.nimages and header.nimages < count:
-            raise AcquisitionError(f"Merlin {receiver.address}: the acquisition has {header.nimages} images, "
-                                   f"nav_shape needs {count}")
-    yield from conn.receiver.frames(count, dtype)
-
-
-def receiver_timeout(conn: MerlinDetectorConnection) -> float:
-    return float(conn._receiver_args["timeout"])  # type: ignore[arg-type]

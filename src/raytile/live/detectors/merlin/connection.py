@@ -8,11 +8,11 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from raytile.common.errors import ConfigValidationError, DataSetException
+from raytile.common.errors import AcquisitionError, ConfigValidationError, DataSetException
 from raytile.live.detectors.merlin.control import MerlinControl
 from raytile.live.detectors.merlin.mpx import AcquisitionHeader
 from raytile.live.detectors.merlin.receiver import MerlinReceiver
@@ -124,6 +124,29 @@ class MerlinDetectorConnection:
 
     def get_active_controller(self, **kwargs: Any) -> MerlinActiveController:
         return MerlinActiveController()
+
+    # -- the common live-connection protocol (raytile.live.connection) ---------------------
+    def acquisition_geometry(self, pending: MerlinPendingAcquisition | None) -> tuple[tuple[int, ...], np.dtype]:
+        """Signal shape and dtype, from the control port."""
+        return self.read_sig_shape(), self.read_dtype()
+
+    def acquisition_frames(self, pending: MerlinPendingAcquisition | None, controller: Any,
+                           nav_shape: tuple[int, ...], ready: Callable[[], None], count: int | None,
+                           dtype: np.dtype) -> Iterator[np.ndarray]:
+        """The acquisition's frame stacks; in active mode it first calls ``ready`` (the hook) and waits
+        for the header. Runs when the run starts reading (the stream's feeder thread)."""
+        if pending is None:
+            receiver = self.connect()
+            ready()
+            timeout = float(self._receiver_args["timeout"])  # type: ignore[arg-type]
+            header = receiver.wait_for_header(timeout)
+            if header is None:
+                raise AcquisitionError(f"Merlin {receiver.address}: no acquisition started within "
+                                       f"{timeout:g} s of on_ready_for_data")
+            if count is not None and header.nimages and header.nimages < count:
+                raise AcquisitionError(f"Merlin {receiver.address}: the acquisition has {header.nimages} images, "
+                                       f"nav_shape needs {count}")
+        yield from self.receiver.frames(count, dtype)
 
     def close(self) -> None:
         if self._receiver is not None:

@@ -1,0 +1,284 @@
+"""`DectrisSimulator`: a DECTRIS DCU on loopback: SIMPLON REST and a ZeroMQ stream V1.
+
+It replays frames (any ``(n, h, w)`` uint8/16/32 array) compressed as the
+detector does (``compression`` bslz4, lz4 or none, settable over REST), at
+``frame_rate``. The REST API (stdlib ``http.server``) answers
+``/detector/api/1.8.0/config/<name>`` (GET/PUT: ``nimages``, ``ntrigger``,
+``trigger_mode``, ``x_pixels_in_detector``, ...), ``command/arm`` (answers
+the new series id), ``trigger``, ``disarm``, and the stream's and file
+writer's ``config`` PUTs. Each ``arm`` sends the series header (as one
+multipart message; LiberTEM-rs' simulator sends its two parts as two
+messages) at once; with ``trigger_mode`` ``exts``/``exte`` the images follow
+at once, with ``ints``/``inte`` after a ``trigger`` command (one a frame for
+``inte``). A series has ``ntrigger`` images (``exte``/``inte``) or
+``nimages * ntrigger``, the replayed frames in a cycle.
+
+``stream_format`` ``cbor`` (or the REST stream ``format``) sends stream V2 (CBOR) messages.
+
+Faults for tests: ``stale_images`` images of another series are sent
+before each header and in the middle of each series (the tail of a stale
+series); ``silent_after`` images into a series the sender stops sending
+but stays connected (ZeroMQ shows no disconnect).
+
+>>> with DectrisSimulator(frames) as sim:                               # doctest: +SKIP
+...     conn = LiveContext().make_connection("dectris").open(api_port=sim.api_port, data_port=sim.data_port)
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import struct
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+
+from raytile.common.errors import ConfigValidationError
+from raytile.live.detectors.dectris import stream_v2
+from raytile.live.detectors.dectris.receiver import images_in_series
+from raytile.live.detectors.dectris.simplon import API_VERSION
+from raytile.live.detectors.dectris.stream_v1 import (
+    COMPRESSIONS, encode_image, header_message, image_message, series_end_message,
+)
+
+__all__ = ["DectrisSimulator"]
+
+_PATH = re.compile(r"^/(detector|stream|filewriter)/api/[^/]+/(config|command)/([A-Za-z0-9_]+)$")
+
+
+class DectrisSimulator:
+    """See the module docstring. Ports 0 pick free ones (``api_port``/``data_port`` say which)."""
+
+    def __init__(self, frames: np.ndarray, host: str = "127.0.0.1", api_port: int = 0, data_port: int = 0,
+                 frame_rate: float | None = None, compression: str = "bslz4", trigger_mode: str = "exts",
+                 first_series: int = 1, stale_images: int = 0, silent_after: int | None = None,
+                 sndhwm: int = 1000, stream_format: str = "legacy"):
+        stack = np.asarray(frames)
+        if stack.ndim < 3 or stack.dtype not in (np.uint8, np.uint16, np.uint32):
+            raise ConfigValidationError(f"DectrisSimulator: parameter 'frames' must be (n, h, w) uint8/16/32, got "
+                                        f"{stack.dtype} {stack.shape}")
+        if compression not in COMPRESSIONS:
+            raise ConfigValidationError(f"DectrisSimulator: parameter 'compression' must be one of "
+                                        f"{sorted(COMPRESSIONS)}, got {compression!r}")
+        h, w = int(stack.shape[-2]), int(stack.shape[-1])
+        self._frames = stack.reshape((-1, h, w))
+        self._sig: tuple[int, int] = (h, w)
+        self.config: dict[str, Any] = {
+            "x_pixels_in_detector": int(w), "y_pixels_in_detector": int(h),
+            "bit_depth_image": self._frames.dtype.itemsize * 8, "nimages": len(self._frames), "ntrigger": 1,
+            "trigger_mode": trigger_mode, "compression": compression, "count_time": 0.001, "frame_time": 0.001,
+            "roi_mode": "disabled", "roi_y_size": int(h), "roi_bit_depth": self._frames.dtype.itemsize * 8,
+            "mask_to_zero": False,
+        }
+        self.stream_config: dict[str, Any] = {"mode": "enabled", "format": stream_format, "header_detail": "basic"}
+        self._encoded: dict[str, list[tuple[bytes, str]]] = {}
+        self._frame_rate, self._stale, self._silent_after = frame_rate, stale_images, silent_after
+        self._series = first_series - 1
+        self._lock = threading.Lock()
+        self._arms: queue.Queue[tuple[int, dict]] = queue.Queue()
+        self._triggers = threading.Semaphore(0)
+        self._stop = threading.Event()
+        import zmq
+
+        self._zmq = zmq.Context()
+        self._push = self._zmq.socket(zmq.PUSH)
+        self._push.setsockopt(zmq.SNDHWM, sndhwm)
+        self._push.setsockopt(zmq.LINGER, 0)
+        if data_port:
+            self._push.bind(f"tcp://{host}:{data_port}")
+            self.data_port = data_port
+        else:
+            self.data_port = self._push.bind_to_random_port(f"tcp://{host}")
+        self._http = ThreadingHTTPServer((host, api_port), _handler(self))
+        self._http.daemon_threads = True
+        self.api_port = int(self._http.server_address[1])
+        self._threads = [threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.05},
+                                          name="dectris-sim-rest", daemon=True),
+                         threading.Thread(target=self._send_loop, name="dectris-sim-data", daemon=True)]
+        self.frames_sent = 0
+        self.series_sent: list[int] = []
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def start(self) -> "DectrisSimulator":
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._triggers.release()
+        self._http.shutdown()
+        for t in self._threads:
+            t.join(timeout=5.0)
+        self._http.server_close()
+        self._push.close()
+        self._zmq.term()
+
+    def __enter__(self) -> "DectrisSimulator":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # -- REST side ----------------------------------------------------------------------
+    def arm(self) -> int:
+        with self._lock:
+            self._series += 1
+            series, config = self._series, dict(self.config)
+        self._arms.put((series, config))
+        return series
+
+    def trigger(self) -> None:
+        self._triggers.release()
+
+    # -- data side ----------------------------------------------------------------------
+    def _images(self, compression: str) -> list[tuple[bytes, str]]:
+        if compression not in self._encoded:
+            self._encoded[compression] = [encode_image(f, compression) for f in self._frames]
+        return self._encoded[compression]
+
+    def _v2(self) -> bool:
+        return self.stream_config.get("format") == "cbor"
+
+    def _image(self, series: int, i: int, compression: str) -> list[bytes]:
+        images = self._images(compression)
+        data, enc = images[i % len(images)]
+        if self._v2():
+            if compression == "lz4":  # V2's lz4 is in the HDF5 LZ4 filter's framing: one block of the whole image
+                data = struct.pack(">QI", len(self._frames[0].tobytes()), len(self._frames[0].tobytes())) \
+                    + struct.pack(">I", len(data)) + data
+            return [stream_v2.image_message(series, i, self._frames[i % len(self._frames)], compression, data)]
+        return image_message(series, i, data, enc, self._sig, self._frames.dtype, time.monotonic_ns())
+
+    def _send(self, parts: list[bytes]) -> bool:
+        import zmq
+
+        while not self._push.poll(50, zmq.POLLOUT):
+            if self._stop.is_set():
+                return False
+        self._push.send_multipart(parts)
+        return not self._stop.is_set()
+
+    def _send_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                series, config = self._arms.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            self._send_series(series, config)
+
+    def _send_stale(self, series: int, n: int) -> bool:
+        for i in range(n):
+            if not self._send(self._image(series - 1000, i, "bslz4")):
+                return False
+        return True
+
+    def _send_series(self, series: int, config: dict) -> None:
+        total = images_in_series(config)
+        per_trigger = 1 if config["trigger_mode"] == "inte" else int(config["nimages"])
+        wait_trigger = config["trigger_mode"] in ("ints", "inte")
+        header = [stream_v2.start_message(series, {**config, "number_of_images": total})] if self._v2() \
+            else header_message(series, config)
+        if not self._send_stale(series, self._stale) or not self._send(header):
+            return
+        self.series_sent.append(series)
+        t0, sent = time.monotonic(), 0
+        for i in range(total):
+            if wait_trigger and i % per_trigger == 0:
+                while not self._triggers.acquire(timeout=0.05):
+                    if self._stop.is_set():
+                        return
+                t0, sent = time.monotonic(), 0
+            if self._silent_after is not None and i == self._silent_after:
+                return  # silent: no more messages, the socket stays open
+            if self._stale and i == total // 2 and not self._send_stale(series, self._stale):
+                return
+            if not self._send(self._image(series, i, config["compression"])):
+                return
+            self.frames_sent += 1
+            sent += 1
+            if self._frame_rate:
+                delay = t0 + sent / self._frame_rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+        self._send([stream_v2.end_message(series)] if self._v2() else series_end_message(series))
+
+
+def _handler(sim: DectrisSimulator) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            pass
+
+        def _reply(self, code: int, body: Any) -> None:
+            data = json.dumps(body).encode("utf-8")
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _route(self) -> tuple[str, str, str] | None:
+            m = _PATH.match(self.path)
+            if m is None:
+                self._reply(404, {"error": f"no such path {self.path}"})
+                return None
+            return m.group(1), m.group(2), m.group(3)
+
+        def do_GET(self) -> None:
+            route = self._route()
+            if route is None:
+                return
+            subsystem, kind, name = route
+            if subsystem == "detector" and kind == "config" and name in sim.config:
+                value = sim.config[name]
+                vtype = {bool: "bool", int: "uint", float: "float", str: "string"}[type(value)]
+                self._reply(200, {"value": value, "value_type": vtype, "access_mode": "rw"})
+            elif subsystem == "detector" and name == "version":
+                self._reply(200, {"value": API_VERSION, "value_type": "string"})
+            else:
+                self._reply(404, {"error": f"{subsystem} {kind} {name!r} not known"})
+
+        def do_PUT(self) -> None:
+            route = self._route()
+            if route is None:
+                return
+            subsystem, kind, name = route
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                body = json.loads(self.rfile.read(length)) if length else {}
+            except ValueError:
+                self._reply(400, {"error": "body is not JSON"})
+                return
+            if subsystem == "detector" and kind == "command":
+                if name == "arm":
+                    self._reply(200, {"sequence id": sim.arm()})
+                elif name == "trigger":
+                    sim.trigger()
+                    self._reply(200, {})
+                elif name in ("disarm", "abort", "cancel", "initialize"):
+                    self._reply(200, {"sequence id": sim._series})
+                else:
+                    self._reply(400, {"error": f"command {name!r} not known"})
+            elif subsystem == "detector" and kind == "config":
+                if name not in sim.config or "value" not in body:
+                    self._reply(400, {"error": f"config {name!r} not known or no value"})
+                    return
+                if name == "compression" and body["value"] not in COMPRESSIONS:
+                    self._reply(400, {"error": f"compression {body['value']!r} not one of {sorted(COMPRESSIONS)}"})
+                    return
+                sim.config[name] = body["value"]
+                self._reply(200, [name])
+            elif subsystem == "stream" and kind == "config":
+                if name == "format" and body.get("value") not in ("legacy", "cbor"):
+                    self._reply(400, {"error": f"stream format {body.get('value')!r} not one of legacy, cbor"})
+                    return
+                sim.stream_config[name] = body.get("value")
+                self._reply(200, [name])
+            else:  # file writer settings: accepted
+                self._reply(200, [name])
+
+    return Handler
