@@ -146,8 +146,8 @@ class Context(AnalysisMethods, NotebookMethods):
             raise ConfigValidationError(f"detached must be True or False, got {detached!r}")
         if not isinstance(sync, bool):
             raise ConfigValidationError(f"sync must be True or False, got {sync!r}")
-        if plots:  # live plots (raytile.viz.runplots), as LiberTEM's plots=
-            from raytile.viz.runplots import run_iter_with_plots
+        if plots:  # live plots (raytile.runtime.plots), as LiberTEM's plots=
+            from raytile.runtime.plots import run_iter_with_plots
 
             plotted: Any = run_iter_with_plots(self, plots, dataset, udf, roi=roi, corrections=corrections,
                                                backends=backends, progress=progress, sync=sync, detached=detached)
@@ -206,10 +206,10 @@ class Context(AnalysisMethods, NotebookMethods):
         Returns ``{name: ResultBuffer}`` for one UDF, a list of such dicts for
         a list of UDFs. With ``sync=False`` returns an awaitable of the same.
         ``plots``: live plots updated while the run goes on, as LiberTEM's
-        (``True``, channel lists, or plot objects; see raytile.viz.runplots).
+        (``True``, channel lists, or plot objects; see raytile.runtime.plots).
         """
         if plots:
-            from raytile.viz.runplots import run_with_plots
+            from raytile.runtime.plots import run_with_plots
 
             return run_with_plots(self, plots, dataset, udf, roi=roi, corrections=corrections, backends=backends,
                                   progress=progress, sync=sync)

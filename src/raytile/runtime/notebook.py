@@ -112,7 +112,7 @@ class NotebookMethods:
         """The class of the plots ``run_udf(..., plots=True)`` makes (default
         :class:`~raytile.viz.mpl.MPLLive2DPlot`; e.g. :class:`~raytile.viz.bqp.BQLive2DPlot` in Jupyter)."""
         if self._plot_class is None:
-            from raytile.viz.runplots import default_plot_class
+            from raytile.runtime.plots import default_plot_class
 
             return default_plot_class()
         return self._plot_class
@@ -198,3 +198,12 @@ def dry_run_results(dataset: DataSet, udfs: Any, roi: Any = None, device_classes
     acc = ResultAccumulator([u.copy() for u in plan.udfs], plan.params.dataset_shape, plan.params.roi,
                             plan.metas(), plan.partition_offsets, plan.total_partitions)
     return acc.snapshot(finished=False)
+
+
+def _register_dry_run() -> None:
+    from raytile.viz import live
+
+    live.dry_run = dry_run_results
+
+
+_register_dry_run()

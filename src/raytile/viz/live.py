@@ -27,6 +27,10 @@ import numpy as np
 
 __all__ = ["Live2DPlot", "Dummy2DPlot", "get_plottable_2D_channels", "color_limits"]
 
+#: Empty results of a run (shapes, kinds, dtypes) for ``Live2DPlot`` without ``udfresult``: set by
+#: :mod:`raytile.runtime.notebook` (``dry_run_results``), which sits above this module.
+dry_run: Callable[..., Any] | None = None
+
 log = logging.getLogger(__name__)
 
 
@@ -54,9 +58,9 @@ class Live2DPlot:
     def __init__(self, dataset: Any, udf: Any, roi: Any = None, channel: Any = None, title: str | None = None,
                  min_delta: float = 0.0, udfresult: Any = None):
         if udfresult is None:
-            from raytile.runtime.notebook import dry_run_results
-
-            udfresult = dry_run_results(dataset, [udf], roi)
+            if dry_run is None:
+                raise TypeError("Live2DPlot needs udfresult= (import raytile first: it registers the dry run)")
+            udfresult = dry_run(dataset, [udf], roi)
         buffers = udfresult.buffers[0]
         eligible = get_plottable_2D_channels(buffers)
         extract: Callable[..., tuple[Any, Any]] | None = None
