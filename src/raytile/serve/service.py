@@ -130,7 +130,7 @@ class Service:
         if size > self.config.max_result_bytes:
             raise PayloadTooLarge("udfs", f"the results would take {size} bytes; this server allows "
                                           f"{self.config.max_result_bytes} per run")
-        run = self.ctx.run_udf_iter(dataset=ds, udf=udfs, roi=roi, sync=False)
+        run = self.ctx.run_udf_iter(dataset=ds, udf=udfs, roi=roi)  # pumped by a thread (ServedRun), so a plain iterator
         return run, specs, sig_shape, ds.load_warnings
 
     def patch(self, served: ServedRun, body: Any) -> dict[str, Any]:
