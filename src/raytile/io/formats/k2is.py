@@ -53,7 +53,7 @@ from raytile.common.tiling import TilingScheme
 from raytile.io.dataset import DEFAULT_PARTITION_BYTES, DataSetMeta
 from raytile.io.decoders import Decoder
 from raytile.io.fileset import File, FileDataSet, FilePartition, FileSet
-from raytile.io.formats.dmtags import read_dm_tags
+from raytile.io.formats.dm_tags import flat_numbers, read_dm_tags
 from raytile.io.read_ranges import META_ENTRIES, RR_ENTRIES, RR_FILE, RR_NPX, RR_OUT, RR_SKIP, RR_START, RR_STOP
 
 __all__ = ["K2ISDataSet", "K2ISPartition", "K2ISFileSet", "K2ISDecoder", "sync_sectors", "SectorSync",
@@ -125,7 +125,7 @@ def scan_shape_from_gtg(gtg: str) -> tuple[int, int] | None:
     """The scan's ``(y, x)`` from the ``.gtg``'s ``SI Dimensions``, None without them (a time series)."""
     if not os.path.exists(gtg):
         return None
-    tags = read_dm_tags(gtg)
+    tags = flat_numbers(read_dm_tags(gtg).root)
     y, x = tags.get(".SI Dimensions.Size Y"), tags.get(".SI Dimensions.Size X")
     if y is None or x is None:
         return None
