@@ -11,6 +11,8 @@ import pytest
 from raytile.common.errors import ExecutorError
 from raytile.pipeline import Pipeline, StageActorDied, StageFailed
 
+from _wait import wait_until
+
 pytestmark = pytest.mark.ray
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
@@ -25,6 +27,19 @@ def ao_with_log() -> dict:
     cfg["stages"].append({"name": "log", "kind": "sink", "input": "slopes", "placement": "control",
                           "params": {"keep": 8}})
     return cfg
+
+
+def _is_dead(actor) -> bool:
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError
+
+    try:
+        ray.get(actor.ping.remote(), timeout=1)
+    except RayActorError:
+        return True
+    except GetTimeoutError:
+        pass
+    return False
 
 
 def run(placement: str, steps: int, cfg: dict | None = None) -> tuple[Pipeline, dict[str, np.ndarray]]:
@@ -99,7 +114,11 @@ def test_dead_actor_is_reported_and_restart_rebuilds(ray_context):
         p.step(3)
         local.step(3)
         p.read("commands")  # drain: with two steps in flight, step 3 could otherwise finish after the kill
-        ray.kill(p._placement.actors["control"])
+        control = p._placement.actors["control"]
+        ray.kill(control)
+        # ray.kill returns before the actor is gone: a step sent meanwhile could still finish on it, and the
+        # pipeline's step counter would then rightly be one ahead of the in-process reference's.
+        wait_until(lambda: _is_dead(control), timeout=30, what="the killed control actor to be dead")
         attempts = 0
         with pytest.raises(StageActorDied) as ei:  # noticed when a step that needs the dead actor is awaited
             for _ in range(3):
