@@ -62,6 +62,27 @@ class BaseDataObj:
         self.complex_dtype = dev.complex_dtype
         self.generation_time = -1
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Everything but the array module (copies and pickles travel to delay lines and other actors)."""
+        state = dict(getattr(self, "__dict__", {}))
+        for klass in type(self).__mro__:
+            for slot in getattr(klass, "__slots__", ()):
+                if slot not in ("__dict__", "xp") and hasattr(self, slot):
+                    state[slot] = getattr(self, slot)
+        state.pop("xp", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+        idx = getattr(self, "target_device_idx", -1)
+        if idx is not None and idx >= 0:
+            import cupy
+
+            self.xp = cupy
+        else:
+            self.xp = np
+
 
 class BaseValue(BaseDataObj):
     """One array and a description (SPECULA's ``BaseValue``). Assign ``value`` once (in ``__init__``) and

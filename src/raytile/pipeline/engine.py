@@ -16,6 +16,7 @@ SPECULA-style data object) arrives here as a copy of that object
 
 from __future__ import annotations
 
+import copy
 import time
 import traceback
 from typing import Any, Iterable
@@ -131,7 +132,8 @@ class GraphEngine:
                     src = self.external.get(ref.stream)
                     if src is None:
                         obj = templates.get(ref.stream)
-                        if obj is not None:
+                        if obj is not None:  # a copy of its own (arrays from Ray's object store are read-only)
+                            obj = copy.deepcopy(obj)
                             src = stream_value_of(obj, ref.stream, spec.shape, spec.dtype,
                                                   f"stream {ref.stream!r}")
                         else:

@@ -108,6 +108,13 @@ class Kernel(Stage):
         out = self.outputs.get("output")
         return None if out is None else out.value
 
+    @output_buffer.setter
+    def output_buffer(self, value: Any) -> None:
+        # ``self.output_buffer += x`` assigns the same array back; anything else would leave the stream behind
+        if value is not self.output_buffer:
+            raise ConfigValidationError(f"stage {self.name!r}: output_buffer is the output stream's array; "
+                                        f"write into it (output_buffer[...] = x) instead of replacing it")
+
     def trigger_code(self) -> None:
         if self.compute_into(self._trigger_value, self._out, self._aux) is False:
             self.refreshed = False
