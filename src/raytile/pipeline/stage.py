@@ -370,12 +370,13 @@ class Stage:
 
         idx = self.device.idx
         self.xp.cuda.Device(idx).use()
+        # blocking streams, as SPECULA's: they wait for work that prepare_trigger queued on the default stream
         if allow_parallel:
-            stream = self.xp.cuda.Stream(non_blocking=True)
+            stream = self.xp.cuda.Stream(non_blocking=False)
         else:
             stream = Stage._device_streams.get(idx)
             if stream is None:
-                stream = Stage._device_streams[idx] = self.xp.cuda.Stream(non_blocking=True)
+                stream = Stage._device_streams[idx] = self.xp.cuda.Stream(non_blocking=False)
         self._stream = stream
         self.graph = TriggerGraph(self.trigger_code, stream, capture=True)
         self.trigger = self.graph.run  # type: ignore[method-assign]
