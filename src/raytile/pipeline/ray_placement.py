@@ -93,7 +93,7 @@ class GroupHost:
 
     def construct(self) -> dict[str, Any]:
         """Construct the stages; the output objects other groups need as templates (see GraphEngine)."""
-        return self.engine.construct()
+        return {n: obj for n, obj in self.engine.construct().items() if n in self.outbound}
 
     def connect(self, templates: dict[str, Any]) -> list[str]:
         self.engine.connect(templates)
