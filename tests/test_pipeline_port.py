@@ -254,3 +254,60 @@ def test_ported_classes_on_ray_actors_equal_numpy(ray_context):
         check_steps(p, 5)
     finally:
         p.close()
+
+
+class _TwoArrays(port.BaseDataObj):
+    """Two arrays of the stream's shape: which one is carried must be said with stream_array()."""
+
+    def __init__(self, n, which=None):
+        super().__init__()
+        self.a = self.xp.zeros(n, dtype=self.dtype)
+        self.b = self.xp.zeros(n, dtype=self.dtype)
+        if which is not None:
+            self.stream_array = lambda: getattr(self, which)
+
+
+class _TwoArraysWriter(port.BaseProcessingObj):
+    def __init__(self, n: int, which: str = None, target_device_idx=None, precision=None):
+        super().__init__(target_device_idx=target_device_idx, precision=precision)
+        self.out = _TwoArrays(n, which)
+        self.outputs["out"] = self.out
+
+    def trigger_code(self):
+        self.out.a[:] = 1.0
+        self.out.b[:] = 2.0
+
+    def post_trigger(self):
+        super().post_trigger()
+        self.out.generation_time = self.current_time
+
+
+def test_output_object_array_is_named_by_stream_array_when_ambiguous():
+    from raytile.pipeline import register_stage
+
+    register_stage(_TwoArraysWriter, kind="porttest.two_arrays")
+    cfg = {"streams": {"x": {"shape": [3], "dtype": "float32"}},
+           "stages": [{"name": "w", "kind": "porttest.two_arrays", "outputs": {"out": "x"}, "params": {"n": 3}}]}
+    with pytest.raises(ConfigValidationError, match=r"stage 'w': field 'outputs.out': _TwoArrays has more than one "
+                                                    r"array of the stream's shape and dtype \[3\] float32.*"
+                                                    r"stream_array\(\)"):
+        Pipeline.from_dict(cfg).build()
+    cfg["stages"][0]["params"]["which"] = "b"
+    p = Pipeline.from_dict(cfg).build()
+    p.step()
+    np.testing.assert_array_equal(p.read("x"), np.full(3, 2.0, np.float32))
+    assert p.generation("x") == 0
+    p.close()
+
+
+def test_kind_by_import_path_errors_and_direct_construction():
+    from raytile.pipeline import get_stage_class
+
+    assert get_stage_class("_pipeline_port_stages:ModalRec") is port.ModalRec
+    with pytest.raises(ConfigValidationError, match=r"stage kind 'no_such_module:X': cannot import it"):
+        get_stage_class("no_such_module:X")
+    with pytest.raises(ConfigValidationError, match=r"stage kind '_pipeline_port_stages:Slopes': .* is not a "
+                                                    r"raytile.pipeline.Stage subclass"):
+        get_stage_class("_pipeline_port_stages:Slopes")
+    with pytest.raises(ConfigValidationError, match=r"ModalRec: stages are constructed by a Pipeline"):
+        port.ModalRec(recmat=[[1.0]])

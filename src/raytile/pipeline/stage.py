@@ -79,8 +79,9 @@ class StageContext:
     ``auxiliary_specs``, ``output_spec``); :meth:`port_input_specs` and
     :meth:`port_output_spec` give the streams of any named port.
 
+    >>> ctx = Pipeline.from_yaml("examples/ao_loop.yaml").build().stage("matvec").context
     >>> ctx.output_spec.shape, [s.name for s in ctx.input_specs]
-    ((1024,), ['slopes', 'reconstructor'])
+    ((1024,), ['slopes', 'recon'])
     """
 
     spec: StageSpec
