@@ -311,3 +311,41 @@ def test_kind_by_import_path_errors_and_direct_construction():
         get_stage_class("_pipeline_port_stages:Slopes")
     with pytest.raises(ConfigValidationError, match=r"ModalRec: stages are constructed by a Pipeline"):
         port.ModalRec(recmat=[[1.0]])
+
+
+def _has_gpu() -> bool:
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(not _has_gpu(), reason="needs cupy and a CUDA GPU")
+def test_build_stream_on_a_gpu_captures_and_shares_the_stream_when_not_parallel():
+    """The SPECULA objects on GPU 0: ``build_stream()`` captures trigger_code into a CUDA graph, on a stream
+    of its own; the two ``build_stream(allow_parallel=False)`` reconstructors share one stream."""
+    cfg = config()
+    keep = {"camera", "slopec", "rec", "rec_prev"}
+    cfg["stages"] = [dict(st, target_device_idx=0) for st in cfg["stages"] if st["name"] in keep]
+    for st in cfg["stages"]:
+        st.pop("placement", None)
+    cfg["streams"] = {k: dict(v, storage="gpu") for k, v in cfg["streams"].items()
+                      if k in ("frame", "slopes", "modes", "modes_prev")}
+    p = Pipeline.from_dict(cfg).build()
+    try:
+        ref = numpy_loop(6)
+        for t in range(6):
+            p.step()
+            for name in ("frame", "slopes", "modes", "modes_prev"):
+                if name in ref[t]:
+                    np.testing.assert_allclose(p.read(name), ref[t][name], rtol=1e-4, atol=1e-4,
+                                               err_msg=f"{name} at step {t}")
+        slopec, rec, rec_prev = p.stage("slopec"), p.stage("rec"), p.stage("rec_prev")
+        assert rec.stream is rec_prev.stream and slopec.stream is not rec.stream
+        assert slopec.cuda_graph is not None and rec.cuda_graph is not None
+        assert slopec.graph.stats["replayed"] >= 3 and rec.graph.stats["replayed"] >= 3
+        assert p.stage("camera").cuda_graph is None  # never called build_stream: runs uncaptured
+    finally:
+        p.close()
