@@ -7,11 +7,12 @@ run in one thread or on Ray actors over compiled-graph channels.
 >>> p.read("commands").shape
 (1024,)
 
-See docs/pipelines.md for the model and the config reference.
+See docs/pipelines.md for the model and the config reference, and its
+"Porting" section for SPECULA processing objects and shmpipeline kernels.
 """
 
 from raytile.pipeline.config import InputRef, PipelineConfig, StageSpec, StreamSpec
-from raytile.pipeline.connections import InputList, InputValue, StreamValue
+from raytile.pipeline.connections import BaseDataObj, BaseValue, InputList, InputValue, StreamValue
 from raytile.common.errors import PipelineStateError, StageActorDied, StageFailed
 from raytile.pipeline.kernel import Kernel
 from raytile.pipeline.order import trigger_levels
@@ -19,13 +20,13 @@ from raytile.pipeline.registry import ENTRY_POINT_GROUP, get_stage_class, known_
 from raytile.pipeline.placement import Placement
 from raytile.pipeline.runner import Pipeline, PipelineState
 from raytile.pipeline.topology import GroupTopology, group_topology
-from raytile.pipeline.stage import REQUIRED, Port, Stage, StageContext
+from raytile.pipeline.stage import REQUIRED, KernelContext, Port, Stage, StageContext
 from raytile.pipeline.validation import validate_config
 
 __all__ = [
     "Pipeline", "PipelineState", "Placement", "GroupTopology", "group_topology", "PipelineConfig", "StageSpec", "StreamSpec", "InputRef",
-    "Stage", "Kernel", "Port", "StageContext", "REQUIRED",
-    "StreamValue", "InputValue", "InputList",
+    "Stage", "Kernel", "Port", "StageContext", "KernelContext", "REQUIRED",
+    "StreamValue", "InputValue", "InputList", "BaseDataObj", "BaseValue",
     "register_stage", "get_stage_class", "known_kinds", "ENTRY_POINT_GROUP",
     "trigger_levels", "validate_config",
     "StageFailed", "StageActorDied", "PipelineStateError",

@@ -14,6 +14,12 @@ storage, shapes, writers, cycles) are checked by
 
 An input written ``"name:-1"`` reads the value of the previous step (a
 delayed input: it breaks a feedback loop).
+
+For kernels ported from shmpipeline, a stage spec answers as a
+``KernelConfig`` does: ``input``, ``output``, ``auxiliary``,
+``auxiliary_names``, ``auxiliary_aliases``, ``all_inputs`` and
+``parameters``; ``auxiliary`` may be a mapping alias -> stream, and the
+parameters may be given under ``parameters`` instead of ``params``.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from raytile.common.errors import ConfigValidationError
 __all__ = ["StreamSpec", "InputRef", "StageSpec", "PipelineConfig", "STORAGES"]
 
 STORAGES = ("cpu", "gpu")
-_STAGE_FIELDS = {"name", "kind", "input", "auxiliary", "inputs", "output", "outputs", "params",
+_STAGE_FIELDS = {"name", "kind", "input", "auxiliary", "inputs", "output", "outputs", "params", "parameters",
                  "target_device_idx", "precision", "placement"}
 
 
@@ -85,6 +91,8 @@ class StageSpec:
     precision: str | None = None
     placement: str | None = None
     list_ports: frozenset[str] = frozenset()
+    #: the auxiliary inputs' aliases (shmpipeline's ``auxiliary: {alias: stream}``); () : the stream names
+    aux_aliases: tuple[str, ...] = ()
 
     @property
     def group(self) -> str:
@@ -102,6 +110,36 @@ class StageSpec:
     def auxiliary(self) -> tuple[str, ...]:
         """Auxiliary stream names in config order."""
         return tuple(r.stream for r in self.inputs.get("auxiliary", ()))
+
+    @property
+    def auxiliary_names(self) -> tuple[str, ...]:
+        """Auxiliary stream names in config order (shmpipeline's ``KernelConfig.auxiliary_names``)."""
+        return self.auxiliary
+
+    @property
+    def auxiliary_aliases(self) -> tuple[str, ...]:
+        """The keys of ``auxiliary_inputs`` in ``compute_into``: the aliases of a mapping ``auxiliary``,
+        else the stream names."""
+        return self.aux_aliases or self.auxiliary
+
+    @property
+    def auxiliary_by_alias(self) -> dict[str, str]:
+        """Alias -> auxiliary stream name."""
+        return dict(zip(self.auxiliary_aliases, self.auxiliary))
+
+    @property
+    def all_inputs(self) -> tuple[str, ...]:
+        """The trigger input followed by the auxiliary streams, then any other ports' streams, in config
+        order (shmpipeline's ``KernelConfig.all_inputs``)."""
+        first = tuple(r.stream for r in self.inputs.get("input", ())) + self.auxiliary
+        rest = tuple(r.stream for port, refs in self.inputs.items() if port not in ("input", "auxiliary")
+                     for r in refs)
+        return first + rest
+
+    @property
+    def parameters(self) -> Mapping[str, Any]:
+        """The config's parameters (shmpipeline's name for ``params``)."""
+        return self.params
 
     @property
     def output(self) -> str | None:
@@ -157,10 +195,18 @@ def _parse_stage(raw: Any, idx: int) -> StageSpec:
     list_ports: set[str] = set()
     if raw.get("input") is not None:
         inputs["input"] = (InputRef.parse(raw["input"], f"{where}: field 'input'"),)
+    aliases: tuple[str, ...] = ()
     if raw.get("auxiliary") is not None:
         aux = raw["auxiliary"]
+        if isinstance(aux, Mapping):  # shmpipeline's {alias: stream}
+            for alias in aux:
+                if not isinstance(alias, str) or not alias:
+                    raise ConfigValidationError(f"{where}: field 'auxiliary': expected alias names, got {alias!r}")
+            aliases = tuple(aux)
+            aux = list(aux.values())
         if not isinstance(aux, (list, tuple)):
-            raise ConfigValidationError(f"{where}: field 'auxiliary': expected a list of stream names, got {aux!r}")
+            raise ConfigValidationError(f"{where}: field 'auxiliary': expected a list of stream names or a "
+                                        f"mapping alias -> stream, got {aux!r}")
         inputs["auxiliary"] = tuple(InputRef.parse(a, f"{where}: field 'auxiliary'") for a in aux)
         list_ports.add("auxiliary")
     more = raw.get("inputs") or {}
@@ -185,9 +231,12 @@ def _parse_stage(raw: Any, idx: int) -> StageSpec:
         if not isinstance(s, str) or not s or ":" in s:
             fld = "output" if port == "output" else f"outputs.{port}"
             raise ConfigValidationError(f"{where}: field {fld!r}: expected a stream name, got {s!r}")
-    params = raw.get("params") or {}
+    if raw.get("params") is not None and raw.get("parameters") is not None:
+        raise ConfigValidationError(f"{where}: field 'parameters': give 'params' or 'parameters', not both")
+    pkey = "parameters" if raw.get("parameters") is not None else "params"
+    params = raw.get(pkey) or {}
     if not isinstance(params, Mapping):
-        raise ConfigValidationError(f"{where}: field 'params': expected a mapping, got {params!r}")
+        raise ConfigValidationError(f"{where}: field {pkey!r}: expected a mapping, got {params!r}")
     placement = raw.get("placement")
     if placement is not None and (not isinstance(placement, str) or not placement):
         raise ConfigValidationError(f"{where}: field 'placement': expected a group name, got {placement!r}")
@@ -196,7 +245,7 @@ def _parse_stage(raw: Any, idx: int) -> StageSpec:
     check_device_fields(raw.get("target_device_idx"), raw.get("precision"), where)
     return StageSpec(name=name, kind=kind, inputs=inputs, outputs=outputs, params=dict(params),
                      target_device_idx=raw.get("target_device_idx"), precision=raw.get("precision"),
-                     placement=placement, list_ports=frozenset(list_ports))
+                     placement=placement, list_ports=frozenset(list_ports), aux_aliases=aliases)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 ``target_device_idx``: ``None`` or ``-1`` is the CPU (numpy), ``0, 1, ...`` a
 GPU (cupy, imported only then). ``precision``: ``None``/``"single"`` gives
-float32/complex64, ``"double"`` float64/complex128.
+float32/complex64, ``"double"`` float64/complex128; SPECULA's codes ``1``
+(single) and ``0`` (double) are accepted too.
 
 >>> dev = resolve_device(-1, "double")
 >>> dev.xp.zeros(3, dtype=dev.dtype).dtype
@@ -21,7 +22,8 @@ from raytile.common.errors import ConfigValidationError
 __all__ = ["Device", "resolve_device", "storage_of", "PRECISIONS"]
 
 PRECISIONS = {None: (np.float32, np.complex64), "single": (np.float32, np.complex64),
-              "double": (np.float64, np.complex128)}
+              "double": (np.float64, np.complex128),
+              1: (np.float32, np.complex64), 0: (np.float64, np.complex128)}  # SPECULA's precision codes
 
 
 @dataclass(frozen=True)
@@ -44,8 +46,9 @@ def check_device_fields(target_device_idx: Any, precision: Any, where: str) -> N
                                           or not isinstance(target_device_idx, int) or target_device_idx < -1):
         raise ConfigValidationError(f"{where}: field 'target_device_idx': expected None, -1 (CPU) or a GPU "
                                     f"index >= 0, got {target_device_idx!r}")
-    if precision not in PRECISIONS:
-        raise ConfigValidationError(f"{where}: field 'precision': expected 'single' or 'double', got {precision!r}")
+    if isinstance(precision, bool) or not isinstance(precision, (str, int, type(None))) or precision not in PRECISIONS:
+        raise ConfigValidationError(f"{where}: field 'precision': expected 'single' or 'double' (or SPECULA's 1 "
+                                    f"or 0), got {precision!r}")
 
 
 def storage_of(target_device_idx: int | None) -> str:
@@ -53,7 +56,7 @@ def storage_of(target_device_idx: int | None) -> str:
     return "gpu" if target_device_idx is not None and target_device_idx >= 0 else "cpu"
 
 
-def resolve_device(target_device_idx: int | None = None, precision: str | None = None,
+def resolve_device(target_device_idx: int | None = None, precision: Any = None,
                    where: str = "stage") -> Device:
     """The :class:`Device` for these settings; imports cupy only for a GPU index."""
     check_device_fields(target_device_idx, precision, where)

@@ -5,7 +5,10 @@ on every ready stage, then ``trigger_code`` on all, then ``post_trigger`` on
 all. Streams read as ``name:-1`` are copied after each step into a delay
 line, so that their readers see the previous step's value whatever the
 order. Streams written outside the engine's stages (by another placement
-group) are allocated here and refilled by :meth:`GraphEngine.set_external`.
+group) are allocated here and refilled by :meth:`GraphEngine.set_external`;
+a stream another group's stage carries in its own output object (a
+SPECULA-style data object) arrives here as a copy of that object
+(``templates``), so that typed inputs see its type.
 
 >>> eng = GraphEngine(cfg); eng.build()
 >>> eng.step(0); eng.streams["commands"].value
@@ -13,6 +16,7 @@ group) are allocated here and refilled by :meth:`GraphEngine.set_external`.
 
 from __future__ import annotations
 
+import copy
 import time
 import traceback
 from typing import Any, Iterable
@@ -21,12 +25,12 @@ import numpy as np
 
 from raytile.common.errors import ConfigValidationError
 from raytile.pipeline.config import PipelineConfig
-from raytile.pipeline.connections import StreamValue
+from raytile.pipeline.connections import ObjectStream, StreamValue, stream_value_of
 from raytile.common.errors import StageFailed
 from raytile.pipeline.metrics import StageMetrics
 from raytile.pipeline.order import trigger_levels
 from raytile.pipeline.registry import get_stage_class
-from raytile.pipeline.stage import Stage, StageContext
+from raytile.pipeline.stage import Stage, StageContext, build_stage
 
 __all__ = ["GraphEngine"]
 
@@ -38,7 +42,10 @@ class _DelayLine:
 
     def __init__(self, source: StreamValue):
         self.source = source
-        self.delayed = StreamValue(f"{source.name}:-1", source.value.copy())
+        if isinstance(source, ObjectStream):  # a copy of the writer's object, so typed inputs see its type
+            self.delayed: StreamValue = source.copy_object(f"{source.name}:-1")
+        else:
+            self.delayed = StreamValue(f"{source.name}:-1", source.value.copy())
 
     def advance(self) -> None:
         src, dst = self.source, self.delayed
@@ -72,6 +79,12 @@ class GraphEngine:
     # -- build -----------------------------------------------------------------------
     def build(self) -> None:
         """Construct every stage, connect inputs to writers' outputs, run ``setup``."""
+        self.construct()
+        self.connect()
+
+    def construct(self) -> dict[str, Any]:
+        """Construct the stages and wire their outputs to streams; return the output objects of the streams
+        carried by a stage's own object (hand them to :meth:`connect` of the engines reading them)."""
         cfg = self.config
         keep = set(self.stage_names)
         for st in cfg.stages:
@@ -79,11 +92,34 @@ class GraphEngine:
                 continue
             cls = get_stage_class(st.kind)
             ctx = StageContext(st, cfg.streams, cfg.base_dir)
-            stage = self._guard(st.name, "__init__", lambda: cls(ctx, st.target_device_idx, st.precision,
-                                                                 **st.params))
+            stage = self._guard(st.name, "__init__", lambda: build_stage(cls, ctx))
             self.stages[st.name] = stage
-            for out in stage.outputs.values():
-                self.streams[out.name] = out
+            for port in st.inputs:
+                if port not in stage.inputs:
+                    fld = port if port in ("input", "auxiliary") else f"inputs.{port}"
+                    raise ConfigValidationError(f"{st.where()}: field {fld!r}: {type(stage).__name__} has no input "
+                                                f"{port!r} (inputs: {sorted(stage.inputs)})")
+            carried = []
+            for port, name in st.outputs.items():
+                fld = "output" if port == "output" else f"outputs.{port}"
+                where = f"{st.where()}: field {fld!r}"
+                if port not in stage.outputs:
+                    raise ConfigValidationError(f"{where}: {type(stage).__name__} has no output {port!r} "
+                                                f"(outputs: {sorted(stage.outputs)})")
+                spec = cfg.streams[name]
+                sv = stream_value_of(stage.outputs[port], name, spec.shape, spec.dtype, where)
+                self.streams[name] = sv
+                if isinstance(sv, ObjectStream):
+                    carried.append((port, sv))
+            stage._object_outputs = tuple(carried)
+        return {n: sv.obj for n, sv in self.streams.items() if isinstance(sv, ObjectStream)}
+
+    def connect(self, templates: dict[str, Any] | None = None) -> None:
+        """Connect inputs to the writers' outputs (streams of other groups: ``templates``' objects when
+        given, else plain arrays), then run every stage's ``setup``."""
+        cfg = self.config
+        keep = set(self.stage_names)
+        templates = templates or {}
         delays: dict[str, _DelayLine] = {}
         for st in cfg.stages:
             if st.name not in keep:
@@ -95,7 +131,13 @@ class GraphEngine:
                     spec = cfg.streams[ref.stream]
                     src = self.external.get(ref.stream)
                     if src is None:
-                        src = StreamValue(ref.stream, np.zeros(spec.shape, spec.dtype))
+                        obj = templates.get(ref.stream)
+                        if obj is not None:  # a copy of its own (arrays from Ray's object store are read-only)
+                            obj = copy.deepcopy(obj)
+                            src = stream_value_of(obj, ref.stream, spec.shape, spec.dtype,
+                                                  f"stream {ref.stream!r}")
+                        else:
+                            src = StreamValue(ref.stream, np.zeros(spec.shape, spec.dtype))
                         self.external[ref.stream] = src
                 if ref.delay and ref.stream in self.relayed:
                     pass  # set_external already holds the previous step's value
@@ -104,7 +146,8 @@ class GraphEngine:
                     if line is None:
                         line = delays[ref.stream] = _DelayLine(src)
                     src = line.delayed
-                stage.inputs[port].connect(src)
+                fld = port if port in ("input", "auxiliary") else f"inputs.{port}"
+                stage.inputs[port].connect(src, f"{st.where()}: field {fld!r}: input {port!r}")
         self._delays = list(delays.values())
         self.streams.update(self.external)
         for name, stage in self.stages.items():

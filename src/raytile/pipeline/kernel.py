@@ -15,6 +15,15 @@ was refreshed; auxiliary inputs are read as they are (latest value).
 ``compute_into`` may return ``False`` to leave the output un-refreshed this
 step (an integrating stage that emits every N inputs): its consumers are
 then not triggered.
+
+A kernel written for shmpipeline (``__init__(self, context)``, parameters
+read from ``context.config.parameters``, ``validate_config(cls, config,
+shared_memory)``) runs as it is: ``self.context`` answers as a
+``KernelContext``, ``self.output_buffer`` is the output stream's array
+(compute into it or into ``output``: they are the same array), and the
+``auxiliary_inputs`` mapping is keyed by the auxiliary aliases. Such a
+kernel checks its own parameters and output shape (raytile's output rule,
+:meth:`Kernel.expected_output`, applies only if it overrides that method).
 """
 
 from __future__ import annotations
@@ -57,6 +66,9 @@ class Kernel(Stage):
         cls.check_params(params, where)
         if spec.output is None or spec.input is None:
             return
+        if cls.init_style() == "shmpipeline" and getattr(cls.expected_output, "__func__", None) is \
+                Kernel.expected_output.__func__:  # type: ignore[attr-defined]
+            return  # shmpipeline kernels check their output themselves
         shape, dtype = cls.expected_output(streams[spec.input], tuple(streams[a] for a in spec.auxiliary), params,
                                            where)
         out = streams[spec.output]
@@ -86,9 +98,22 @@ class Kernel(Stage):
         self._trigger_value = self.local_inputs["input"]
         #: auxiliary arrays in config order (a stream may appear twice)
         self.aux_values: list[Any] = list(self.local_inputs.get("auxiliary") or [])
-        self._aux = dict(zip(self.context.spec.auxiliary, self.aux_values))
+        self._aux = dict(zip(self.context.spec.auxiliary_aliases, self.aux_values))
         out = self.outputs.get("output")
         self._out: Any = None if out is None else out.value
+
+    @property
+    def output_buffer(self) -> Any:
+        """The output stream's array (shmpipeline's reusable ``output_buffer``), allocated once."""
+        out = self.outputs.get("output")
+        return None if out is None else out.value
+
+    @output_buffer.setter
+    def output_buffer(self, value: Any) -> None:
+        # ``self.output_buffer += x`` assigns the same array back; anything else would leave the stream behind
+        if value is not self.output_buffer:
+            raise ConfigValidationError(f"stage {self.name!r}: output_buffer is the output stream's array; "
+                                        f"write into it (output_buffer[...] = x) instead of replacing it")
 
     def trigger_code(self) -> None:
         if self.compute_into(self._trigger_value, self._out, self._aux) is False:

@@ -70,8 +70,8 @@ class GroupHost:
     def __init__(self, config: PipelineConfig, classes: dict[str, type], stage_names: list[str],
                  levels: list[tuple[str, ...]], outbound: list[str], gpu_map: dict[int, int] | None = None,
                  relayed: list[str] | None = None):
-        for cls in classes.values():
-            register_stage(cls)  # custom stage classes travel with the config
+        for kind, cls in classes.items():
+            register_stage(cls, kind=kind)  # custom stage classes travel with the config
         if gpu_map:  # Ray shows the actor only its own GPUs, numbered from 0
             stages = tuple(dataclasses.replace(st, target_device_idx=gpu_map[st.target_device_idx])
                            if st.target_device_idx is not None and st.target_device_idx >= 0 else st
@@ -89,6 +89,14 @@ class GroupHost:
 
     def build(self) -> list[str]:
         self.engine.build()
+        return sorted(self.engine.external)
+
+    def construct(self) -> dict[str, Any]:
+        """Construct the stages; the output objects other groups need as templates (see GraphEngine)."""
+        return {n: obj for n, obj in self.engine.construct().items() if n in self.outbound}
+
+    def connect(self, templates: dict[str, Any]) -> list[str]:
+        self.engine.connect(templates)
         return sorted(self.engine.external)
 
     def step(self, inp: tuple[int, dict[str, tuple[Any, int]]],
@@ -173,6 +181,8 @@ class RayPlacement(Placement):
         self._pending: deque[tuple[int, Any]] = deque()
         #: the last step completed on every actor (the pipeline's step counter resumes after it on failure)
         self.last_done: int | None = None
+        #: stream -> the writer's output object, for streams carried by a stage's own object
+        self._templates: dict[str, Any] = {}
 
     # -- build -------------------------------------------------------------------------------
     def _gpu_map(self, group: str) -> dict[int, int]:
@@ -201,8 +211,11 @@ class RayPlacement(Placement):
             self.actors[g] = remote_cls.options(**self._resources(g)).remote(
                 self.config, classes, self.members[g], self.levels, self.outbound[g], self._gpu_map(g),
                 self.relayed[g])
+        timeout = max(self.step_timeout_s, BUILD_TIMEOUT_S)
         for g in groups:  # actor start-up (a new worker process, imports) may take far longer than a step
-            self._call(g, "build", timeout=max(self.step_timeout_s, BUILD_TIMEOUT_S))
+            self._templates.update(self._call(g, "construct", timeout=timeout))
+        for g in groups:  # then connect: a typed input across groups gets a copy of the writer's object
+            self._call(g, "connect", self._templates, timeout=timeout)
 
     def _compile(self) -> None:
         from ray.dag import InputNode, MultiOutputNode

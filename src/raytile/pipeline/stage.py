@@ -13,10 +13,27 @@ configuration is validated before any stage is built.
 ...     output_ports = ("output",)
 ...     def trigger_code(self):
 ...         self.xp.multiply(self.local_inputs["input"], 2, out=self.outputs["output"].value)
+
+A class is built in one of three ways, told apart by its ``__init__``
+(:meth:`Stage.init_style`):
+
+* raytile's: ``cls(context, target_device_idx, precision, **params)``,
+  parameters declared in ``defaults``;
+* shmpipeline's: ``__init__(self, context)`` (or a ``validate_config(cls,
+  config, shared_memory)``): ``cls(context)``, parameters in
+  ``context.config.parameters``, checked by the kernel's ``validate_config``;
+* SPECULA's: ``__init__(self, <params>, target_device_idx=None,
+  precision=None)`` calling ``super().__init__(target_device_idx=...,
+  precision=...)``: the config's params are its keyword arguments; inputs
+  (``self.inputs["x"] = InputValue(type=...)``) and output objects
+  (``self.outputs["y"] = obj``) are declared in ``__init__`` and checked when
+  the pipeline builds and connects them.
 """
 
 from __future__ import annotations
 
+import contextvars
+import inspect
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
@@ -24,10 +41,15 @@ import numpy as np
 
 from raytile.common.errors import ConfigValidationError
 from raytile.pipeline.config import StageSpec, StreamSpec
-from raytile.pipeline.connections import InputList, InputValue, StreamValue
+from raytile.pipeline.connections import InputList, InputValue, ObjectStream, StreamValue
 from raytile.pipeline.device import Device, resolve_device, storage_of
 
-__all__ = ["Stage", "Port", "StageContext", "REQUIRED"]
+__all__ = ["Stage", "Port", "StageContext", "KernelContext", "REQUIRED", "build_stage"]
+
+#: The context of the stage being constructed (SPECULA-style classes do not receive one).
+_BUILDING: contextvars.ContextVar["StageContext | None"] = contextvars.ContextVar("raytile_stage_building",
+                                                                                 default=None)
+_STYLES: dict[type, str] = {}
 
 
 class _Required:
@@ -50,7 +72,17 @@ class Port:
 
 @dataclass(frozen=True)
 class StageContext:
-    """What a stage learns at construction: its spec and the streams on its ports."""
+    """What a stage learns at construction: its spec and the streams on its ports.
+
+    It answers as shmpipeline's ``KernelContext`` does (``config``,
+    ``shared_memory``, ``input_specs``, ``trigger_input_spec``,
+    ``auxiliary_specs``, ``output_spec``); :meth:`port_input_specs` and
+    :meth:`port_output_spec` give the streams of any named port.
+
+    >>> ctx = Pipeline.from_yaml("examples/ao_loop.yaml").build().stage("matvec").context
+    >>> ctx.output_spec.shape, [s.name for s in ctx.input_specs]
+    ((1024,), ['slopes', 'recon'])
+    """
 
     spec: StageSpec
     streams: Mapping[str, StreamSpec]
@@ -60,11 +92,52 @@ class StageContext:
     def name(self) -> str:
         return self.spec.name
 
-    def input_specs(self, port: str) -> tuple[StreamSpec, ...]:
+    @property
+    def config(self) -> StageSpec:
+        """The stage's spec (shmpipeline's ``KernelConfig``)."""
+        return self.spec
+
+    @property
+    def shared_memory(self) -> Mapping[str, StreamSpec]:
+        """Every stream of the pipeline by name (shmpipeline's ``shared_memory``)."""
+        return self.streams
+
+    @property
+    def input_specs(self) -> tuple[StreamSpec, ...]:
+        """The trigger input's then the auxiliary streams' specs, in config order (``config.all_inputs``)."""
+        return tuple(self.streams[n] for n in self.spec.all_inputs)
+
+    @property
+    def trigger_input_spec(self) -> StreamSpec:
+        """The trigger input's (port ``input``) spec."""
+        if self.spec.input is None:
+            raise ConfigValidationError(f"stage {self.name!r}: field 'input': this stage has no trigger input")
+        return self.streams[self.spec.input]
+
+    @property
+    def auxiliary_specs(self) -> tuple[StreamSpec, ...]:
+        """The auxiliary streams' specs in config order."""
+        return tuple(self.streams[n] for n in self.spec.auxiliary_names)
+
+    @property
+    def output_spec(self) -> StreamSpec:
+        """The primary output's (port ``output``) spec."""
+        if self.spec.output is None:
+            raise ConfigValidationError(f"stage {self.name!r}: field 'output': this stage has no output "
+                                        f"'output' (outputs: {sorted(self.spec.outputs)})")
+        return self.streams[self.spec.output]
+
+    def port_input_specs(self, port: str) -> tuple[StreamSpec, ...]:
+        """The specs of the streams on input port ``port``."""
         return tuple(self.streams[r.stream] for r in self.spec.inputs.get(port, ()))
 
-    def output_spec(self, port: str = "output") -> StreamSpec:
+    def port_output_spec(self, port: str = "output") -> StreamSpec:
+        """The spec of the stream on output port ``port``."""
         return self.streams[self.spec.outputs[port]]
+
+
+#: shmpipeline's name for what a kernel gets at construction.
+KernelContext = StageContext
 
 
 class Stage:
@@ -86,8 +159,22 @@ class Stage:
     #: On a GPU: capture ``trigger_code`` into a CUDA graph once and replay it (see pipeline/capture.py).
     capturable: ClassVar[bool] = False
 
-    def __init__(self, context: StageContext, target_device_idx: int | None = None,
-                 precision: str | None = None, **params: Any):
+    def __init__(self, context: StageContext | None = None, target_device_idx: int | None = None,
+                 precision: Any = None, **params: Any):
+        if not isinstance(context, StageContext):  # SPECULA's super().__init__(target_device_idx, precision)
+            if context is not None:
+                target_device_idx, precision = context, target_device_idx  # type: ignore[assignment]
+            context = _BUILDING.get()
+            if context is None:
+                raise ConfigValidationError(f"{type(self).__name__}: stages are constructed by a Pipeline "
+                                            f"(Pipeline.from_dict(...).build()), which names their streams")
+        style = type(self).init_style()
+        if target_device_idx is None:
+            target_device_idx = context.spec.target_device_idx
+        if precision is None:
+            precision = context.spec.precision
+        if style != "raytile":
+            params = dict(context.spec.params)
         self.context = context
         self.name = context.name
         self.device: Device = resolve_device(target_device_idx, precision, where=f"stage {context.name!r}")
@@ -102,11 +189,17 @@ class Stage:
         self.inputs: dict[str, InputValue | InputList] = {
             port: (InputList if p.many else InputValue)(optional=p.optional) for port, p in self.input_ports.items()}
         self.local_inputs: dict[str, Any] = {}
-        self.outputs: dict[str, StreamValue] = {}
+        self.outputs: dict[str, Any] = {}  # StreamValues allocated here; SPECULA-style classes add their objects
         for port in self.output_ports:
             if port in context.spec.outputs:
-                spec = context.output_spec(port)
+                spec = context.port_output_spec(port)
                 self.outputs[port] = StreamValue(spec.name, self.xp.zeros(spec.shape, dtype=spec.dtype))
+        #: the outputs allocated here, stamped by post_trigger (a class stamps the objects it made itself)
+        self._own_outputs: tuple[StreamValue, ...] = tuple(self.outputs.values())
+        #: (port, stream) of output objects carried by the pipeline (checked for rebinding after each trigger)
+        self._object_outputs: tuple[tuple[str, ObjectStream], ...] = ()
+        self.allow_parallel = True
+        self.ready = False
         self.current_time = -1
         self.refreshed = True  # set False in trigger_code to leave the outputs un-refreshed this step
         self._transfers: dict[str, Any] = {}
@@ -114,10 +207,32 @@ class Stage:
         self._connected: tuple[InputValue | InputList, ...] = ()
         self._triggering: tuple[InputValue | InputList, ...] = ()
 
+    # -- construction styles ---------------------------------------------------------
+    @classmethod
+    def init_style(cls) -> str:
+        """How the pipeline constructs this class: ``"raytile"``, ``"shmpipeline"`` or ``"specula"``
+        (see the module docstring)."""
+        style = _STYLES.get(cls)
+        if style is None:
+            style = _STYLES[cls] = _init_style(cls)
+        return style
+
+    @classmethod
+    def _init_parameters(cls) -> list[inspect.Parameter]:
+        return list(inspect.signature(cls.__init__).parameters.values())[1:]
+
     # -- parameters -------------------------------------------------------------
     @classmethod
     def resolve_params(cls, params: Mapping[str, Any], where: str) -> dict[str, Any]:
-        """Defaults overlaid with ``params``; unknown or missing names raise ConfigValidationError."""
+        """Defaults overlaid with ``params``; unknown or missing names raise ConfigValidationError.
+
+        SPECULA-style classes: the names are checked against ``__init__``'s arguments. shmpipeline-style
+        kernels without ``defaults``: any names (the kernel's ``validate_config`` checks them)."""
+        style = cls.init_style()
+        if style == "specula":
+            return cls._check_init_params(params, where)
+        if style == "shmpipeline" and not cls.defaults:
+            return dict(params)
         unknown = set(params) - set(cls.defaults)
         if unknown:
             name = sorted(unknown)[0]
@@ -130,8 +245,29 @@ class Stage:
                 raise ConfigValidationError(f"{where}: field 'params.{k}': required by kind {cls.kind!r}")
         return out
 
+    @classmethod
+    def _check_init_params(cls, params: Mapping[str, Any], where: str) -> dict[str, Any]:
+        ps = cls._init_parameters()
+        named = [p for p in ps if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        known = {p.name for p in named} - {"target_device_idx", "precision"}
+        for name in sorted(params):
+            if name in ("target_device_idx", "precision"):
+                raise ConfigValidationError(f"{where}: field 'params.{name}': give {name} as the stage's own "
+                                            f"field, not a parameter")
+            if name not in known and not any(p.kind == p.VAR_KEYWORD for p in ps):
+                raise ConfigValidationError(f"{where}: field 'params.{name}': {cls.__name__}.__init__ has no "
+                                            f"argument {name!r} (arguments: {sorted(known)})")
+        for p in named:
+            if p.default is p.empty and p.name not in params and p.name not in ("target_device_idx", "precision"):
+                raise ConfigValidationError(f"{where}: field 'params.{p.name}': required by "
+                                            f"{cls.__name__}.__init__")
+        return dict(params)
+
     def update_parameters(self, **params: Any) -> None:
         """Change parameters between steps; :meth:`configure` runs again with the new values."""
+        if self.init_style() == "specula":
+            raise ConfigValidationError(f"stage {self.name!r}: {type(self).__name__} takes its parameters in "
+                                        f"__init__ (SPECULA-style); change them with a new config and restart()")
         self.params = self.resolve_params({**self.params, **params}, f"stage {self.name!r}")
         self.configure()
         if self.graph is not None:
@@ -145,6 +281,10 @@ class Stage:
     def validate_config(cls, spec: StageSpec, streams: Mapping[str, StreamSpec]) -> None:
         """Check ports, storage and parameter names of ``spec`` against this class; subclasses add checks."""
         where = spec.where()
+        if cls.init_style() == "specula" and not cls.input_ports and not cls.output_ports:
+            cls._validate_storage(spec, streams)  # ports are declared in __init__: checked at build
+            cls.resolve_params(spec.params, where)
+            return
         for port in spec.inputs:
             if port not in cls.input_ports:
                 fld = port if port in ("input", "auxiliary") else f"inputs.{port}"
@@ -167,6 +307,12 @@ class Stage:
             if port not in spec.outputs:
                 fld = "output" if port == "output" else f"outputs.{port}"
                 raise ConfigValidationError(f"{where}: field {fld!r}: kind {cls.kind!r} writes this output")
+        cls._validate_storage(spec, streams)
+        cls.resolve_params(spec.params, where)
+
+    @classmethod
+    def _validate_storage(cls, spec: StageSpec, streams: Mapping[str, StreamSpec]) -> None:
+        where = spec.where()
         storage = cls.storage or storage_of(spec.target_device_idx)
         for port, ref in spec.all_input_refs():
             s = streams[ref.stream]
@@ -179,7 +325,6 @@ class Stage:
                 fld = "output" if port == "output" else f"outputs.{port}"
                 raise ConfigValidationError(f"{where}: field {fld!r}: stream {name!r} has storage "
                                             f"{streams[name].storage!r}, kind {cls.kind!r} here needs {storage!r}")
-        cls.resolve_params(spec.params, where)
 
     # -- life cycle ---------------------------------------------------------------
     def setup(self) -> None:
@@ -188,10 +333,13 @@ class Stage:
             if not inp.connected and not inp.optional:
                 raise ConfigValidationError(f"stage {self.name!r}: input {port!r} is not connected")
         for port, inp in self.inputs.items():
+            typed = inp.wrapped_type is not None  # SPECULA-style: the writer's object, used where it lives
             if isinstance(inp, InputValue):
-                self.local_inputs[port] = self._local(port, inp.get())
+                v = inp.get()
+                self.local_inputs[port] = v if typed else self._local(port, v)
             else:
-                self.local_inputs[port] = [self._local(f"{port}[{i}]", v) for i, v in enumerate(inp.get())]
+                vs = inp.get()
+                self.local_inputs[port] = vs if typed else [self._local(f"{port}[{i}]", v) for i, v in enumerate(vs)]
         if self.device.is_gpu:
             from raytile.pipeline.capture import TriggerGraph
 
@@ -201,11 +349,48 @@ class Stage:
             self.trigger = self.graph.run  # type: ignore[method-assign]
         self._connected = tuple(inp for inp in self.inputs.values() if inp.connected)
         self._triggering = tuple(inp for port, inp in self.inputs.items()
-                                 if self.input_ports[port].trigger and inp.connected)
+                                 if (port not in self.input_ports or self.input_ports[port].trigger)
+                                 and inp.connected)
         if not self.device.is_gpu:
             self.trigger = self.trigger_code  # type: ignore[method-assign]  # one call less each step
         self.bind_locals()
         self.configure()
+
+    _device_streams: ClassVar[dict[int, Any]] = {}
+
+    def build_stream(self, allow_parallel: bool = True) -> None:
+        """SPECULA's ``build_stream``: call it in :meth:`setup` (after ``super().setup()``) to have
+        ``trigger_code`` captured into a CUDA graph on a GPU. ``allow_parallel=False`` runs it on one
+        stream shared by every such stage of the same GPU (their graphs then run one after the other);
+        otherwise each stage has its own stream. On the CPU it only records ``allow_parallel`` (stages run
+        in the pipeline's thread, one after the other, as SPECULA runs CPU objects)."""
+        self.allow_parallel = bool(allow_parallel)
+        if not self.device.is_gpu:
+            return
+        from raytile.pipeline.capture import TriggerGraph
+
+        idx = self.device.idx
+        self.xp.cuda.Device(idx).use()
+        # blocking streams, as SPECULA's: they wait for work that prepare_trigger queued on the default stream
+        if allow_parallel:
+            stream = self.xp.cuda.Stream(non_blocking=False)
+        else:
+            stream = Stage._device_streams.get(idx)
+            if stream is None:
+                stream = Stage._device_streams[idx] = self.xp.cuda.Stream(non_blocking=False)
+        self._stream = stream
+        self.graph = TriggerGraph(self.trigger_code, stream, capture=True)
+        self.trigger = self.graph.run  # type: ignore[method-assign]
+
+    @property
+    def stream(self) -> Any:
+        """The CUDA stream ``trigger_code`` runs on (None on the CPU)."""
+        return self._stream
+
+    @property
+    def cuda_graph(self) -> Any:
+        """The captured CUDA graph, once captured (None before, and on the CPU)."""
+        return None if self.graph is None else self.graph.graph
 
     def bind_locals(self) -> None:
         """Hook between connection and :meth:`configure`: keep references to input arrays (they never move)."""
@@ -257,8 +442,10 @@ class Stage:
         """Wait for the GPU stream, then stamp refreshed outputs with the current time."""
         if self._stream is not None:
             self._stream.synchronize()
+        for port, obj_stream in self._object_outputs:
+            obj_stream.check_not_rebound(self.name, port)
         if self.refreshed:
-            for out in self.outputs.values():
+            for out in self._own_outputs:
                 out.generation_time = self.current_time
 
     def finalize(self) -> None:
@@ -266,3 +453,47 @@ class Stage:
 
     def describe(self) -> str:
         return f"{self.name} ({self.kind})"
+
+
+def _shm_validate(cls: type) -> bool:
+    """True if ``cls`` (or a base below Stage) defines ``validate_config(cls, config, shared_memory)``."""
+    for klass in cls.__mro__:
+        if klass.__module__.startswith("raytile.pipeline.") and klass.__name__ in ("Stage", "Kernel"):
+            return False
+        if "validate_config" in vars(klass):
+            names = list(inspect.signature(getattr(cls, "validate_config")).parameters)
+            return names[:2] == ["config", "shared_memory"]
+    return False
+
+
+def _init_style(cls: type) -> str:
+    init = getattr(cls, "__init__")
+    if init is Stage.__init__:
+        return "shmpipeline" if _shm_validate(cls) else "raytile"
+    ps = list(inspect.signature(init).parameters.values())[1:]
+    if ps and ps[0].name == "context":
+        rest = [p for p in ps[1:] if p.kind != p.VAR_POSITIONAL]
+        if not rest:
+            return "shmpipeline"
+        return "shmpipeline" if _shm_validate(cls) and all(p.default is not p.empty for p in rest) else "raytile"
+    return "specula"
+
+
+def build_stage(cls: type[Stage], context: StageContext) -> Stage:
+    """Construct ``cls`` for ``context`` in the way its ``__init__`` asks (:meth:`Stage.init_style`)."""
+    spec = context.spec
+    token = _BUILDING.set(context)
+    try:
+        style = cls.init_style()
+        if style == "shmpipeline":
+            return cls(context)  # type: ignore[call-arg]
+        if style == "specula":
+            kwargs = dict(spec.params)
+            names = {p.name for p in cls._init_parameters()}
+            for key, val in (("target_device_idx", spec.target_device_idx), ("precision", spec.precision)):
+                if key in names:
+                    kwargs[key] = val
+            return cls(**kwargs)
+        return cls(context, spec.target_device_idx, spec.precision, **spec.params)
+    finally:
+        _BUILDING.reset(token)
