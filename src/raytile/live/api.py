@@ -45,7 +45,8 @@ class LiveContext(Context):
 
     def make_acquisition(self, *, conn: LiveConnection, nav_shape: tuple[int, ...] | None = None,
                          frames_per_partition: int | None = None, controller: Any = None,
-                         pending_aq: Any = None, hooks: Hooks | None = None, scans: int = 1) -> DataSet:
+                         pending_aq: Any = None, hooks: Hooks | None = None, scans: int = 1,
+                         preprocess: Any = None) -> DataSet:
         """An acquisition as a data set for ``run_udf``/``run_udf_iter``.
 
         Passive mode (``pending_aq`` from ``conn.wait_for_acquisition``): the
@@ -56,7 +57,11 @@ class LiveContext(Context):
         and reads it. ``scans`` (raytile's): scans of ``nav_shape`` frames this
         one run reads from a continuous acquisition (0: until it ends), with
         per-scan results; by default one run reads one scan, and the next run
-        on a new acquisition object reads the next one.
+        on a new acquisition object reads the next one. ``preprocess``
+        (raytile's): a frame transform, e.g. a
+        :class:`~raytile.pipeline.frame_stacks.FrameStackPipeline` (dark, gain,
+        binning), applied on the workers to each stack of frames before the
+        UDFs see them; the acquisition's shape and dtype are its output's.
         """
         if not isinstance(conn, LiveConnection):
             raise ConfigValidationError(f"make_acquisition: parameter 'conn' must be an open detector connection, "
@@ -86,6 +91,6 @@ class LiveContext(Context):
 
         frames = conn.acquisition_frames(pending_aq, controller, shape, ready, count, dtype)
         ds = self.load("stream", frames=frames, nav_shape=shape, sig_shape=sig_shape, dtype=dtype,
-                       frames_per_partition=frames_per_partition, scans=scans)
+                       frames_per_partition=frames_per_partition, scans=scans, preprocess=preprocess)
         holder["aq"] = ds
         return ds
