@@ -6,6 +6,8 @@ is deleted at the end of the module."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -20,8 +22,6 @@ from raytile.live.detectors.merlin import MerlinSimulator  # noqa: E402
 from raytile.live.sources import LiveSource  # noqa: E402
 from raytile.serve.encoding import decode_npy  # noqa: E402
 from raytile.udf import SumSigUDF, SumUDF  # noqa: E402
-
-pytestmark = pytest.mark.ray
 
 NAV, SIG = (8, 8), (32, 32)
 
@@ -40,13 +40,23 @@ def sim():
 
 
 @pytest.fixture(scope="module")
-def server(serve_url, sim, tmp_path_factory, ray_context):
+def viewer_sim():
+    """One slower acquisition for the viewer in chromium."""
+    frames = frames_for(13)
+    with MerlinSimulator(frames, mode="U16", nav_shape=NAV, frame_rate=80.0, acquisitions=1) as s:
+        s.frames = frames
+        yield s
+
+
+@pytest.fixture(scope="module")
+def server(serve_url, sim, viewer_sim, tmp_path_factory, ray_context):
     from ray import serve
 
     from raytile.serve import build_app
 
     root = tmp_path_factory.mktemp("serve_live")
-    app = build_app([str(root)], live=[f"merlin://127.0.0.1:{sim.data_port}?api_port={sim.api_port}"],
+    app = build_app([str(root)], live=[f"merlin://127.0.0.1:{sim.data_port}?api_port={sim.api_port}",
+                                       f"viewer=merlin://127.0.0.1:{viewer_sim.data_port}?api_port={viewer_sim.api_port}"],
                     max_rate_hz=50.0, workers=2)
     serve.run(app, name="raytile", route_prefix="/")
     yield serve_url
@@ -60,7 +70,8 @@ def arrays(message) -> list[dict[str, np.ndarray]]:
 def test_live_run_over_http_grows_and_equals_numpy(server, sim):
     with httpx.Client(base_url=server, timeout=60) as client:
         listed = client.get("/v1/live").json()["sources"]
-        assert [(s["name"], s["detector"], s["busy"]) for s in listed] == [("merlin", "merlin", False)]
+        assert [(s["name"], s["detector"], s["busy"]) for s in listed] == [("merlin", "merlin", False),
+                                                                            ("viewer", "merlin", False)]
         for _ in range(2):  # two acquisitions in a row on the server's one connection
             r = client.post("/v1/live/merlin/runs", json={"udfs": [{"name": "sum"}, {"name": "sumsig"}],
                                                           "frames_per_partition": 8, "timeout": 20})
@@ -94,6 +105,12 @@ def test_live_sources_parse_and_refuse_bad_urls():
             LiveSource.parse(bad)
 
 
+def test_raytile_serve_refuses_a_bad_live_url_before_ray_starts(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "raytile.cli", "serve", "--data-root", str(tmp_path),
+                          "--live", "camera://127.0.0.1:1"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "unknown detector 'camera'" in out.stderr, out.stderr
+
+
 def test_attach_viewer_sees_a_live_run_grow(ray_context):
     frames = frames_for(12)
     ctx = LiveContext(coordinator="actor", cpus=2)
@@ -121,3 +138,42 @@ def test_attach_viewer_sees_a_live_run_grow(ray_context):
             assert np.allclose(res.buffers[1]["intensity"].data, frames.sum(axis=(1, 2)).reshape(NAV))
     finally:
         ctx.close()
+
+
+def test_viewer_shows_a_live_run_growing_in_headless_chromium(server, viewer_sim):
+    import shutil
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium; .ci/run does)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(server + "/")
+            page.wait_for_function("document.getElementById('live_source').options.length === 2")
+            page.select_option("#live_source", "viewer")
+            page.select_option("#analysis", "sumsig")
+            page.click("#start_live")
+            progress = []
+            page.expose_function("noteProgress", lambda v: progress.append(v))
+            page.evaluate("""() => new MutationObserver(() => noteProgress(document.getElementById('status').textContent))
+                .observe(document.getElementById('status'), {childList: true, characterData: true, subtree: true})""")
+            page.wait_for_function("() => { const s = window.raytileViewer; return s.last && s.last.final; }",
+                                   timeout=60_000)
+            px = page.evaluate("""() => { const c = document.getElementById('result');
+                return [c.height, c.width, Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data)]; }""")
+            draws = page.evaluate("window.raytileViewer.draws")
+            sig = page.evaluate("window.raytileViewer.sig")
+        finally:
+            browser.close()
+    assert not errors, errors
+    assert draws >= 2 and any("running" in t and "merged 100%" not in t for t in progress), progress
+    assert sig == list(SIG)  # learnt from the live run's sum frame
+    h, w, data = px
+    gray = np.array(data, dtype=np.uint8).reshape(h, w, 4)[..., 0]
+    v = viewer_sim.frames.sum(axis=(1, 2)).reshape(NAV).astype(np.float64)
+    np.testing.assert_allclose(gray, np.round(255 * (v - v.min()) / (v.max() - v.min())), atol=1)
