@@ -24,6 +24,8 @@ from raytile.live.sources import LiveSource  # noqa: E402
 from raytile.serve.encoding import decode_npy  # noqa: E402
 from raytile.udf import SumSigUDF, SumUDF  # noqa: E402
 
+from _wait import wait_until  # noqa: E402
+
 NAV, SIG = (8, 8), (32, 32)
 
 
@@ -59,9 +61,18 @@ def server(serve_url, sim, viewer_sim, tmp_path_factory, ray_context):
     app = build_app([str(root)], live=[f"merlin://127.0.0.1:{sim.data_port}?api_port={sim.api_port}",
                                        f"viewer=merlin://127.0.0.1:{viewer_sim.data_port}?api_port={viewer_sim.api_port}"],
                     max_rate_hz=50.0, workers=2)
+    alive_before = _alive_actors()
     serve.run(app, name="raytile", route_prefix="/")
     yield serve_url
     serve.delete("raytile")
+    # the replica's Context actors (and its detector connections) end with it
+    wait_until(lambda: _alive_actors() <= alive_before, timeout=60, interval=0.2, what="the replica's actors ended")
+
+
+def _alive_actors() -> int:
+    import ray
+
+    return sum(1 for a in ray._private.state.state.actor_table(None).values() if a["State"] == "ALIVE")
 
 
 def arrays(message) -> list[dict[str, np.ndarray]]:
@@ -114,6 +125,7 @@ def test_raytile_serve_refuses_a_bad_live_url_before_ray_starts(tmp_path):
 
 def test_attach_viewer_sees_a_live_run_grow(ray_context):
     frames = frames_for(12)
+    alive_before = _alive_actors()
     ctx = LiveContext(coordinator="actor", cpus=2)
     try:
         with MerlinSimulator(frames, mode="R12", nav_shape=NAV, frame_rate=200.0) as s, \
@@ -139,6 +151,7 @@ def test_attach_viewer_sees_a_live_run_grow(ray_context):
             assert np.allclose(res.buffers[1]["intensity"].data, frames.sum(axis=(1, 2)).reshape(NAV))
     finally:
         ctx.close()
+    wait_until(lambda: _alive_actors() <= alive_before, timeout=60, interval=0.2, what="the run's actors ended")
 
 
 def test_viewer_shows_a_live_run_growing_in_headless_chromium(server, viewer_sim):
