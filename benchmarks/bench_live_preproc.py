@@ -7,11 +7,11 @@ Side by side, on the same stack of frames, in one process:
 * the same graph stepped once per frame (the pipeline's own model, and the fallback for kinds
   without a stack rule);
 
-then a stream run (inline executor: the preprocessing and SumUDF in this process) with and without
-``preprocess=``, and the bytes a task carries for the pipeline (its dark and gain travel with it).
+then a stream run with and without ``preprocess=`` (inline: the preprocessing and SumUDF in this
+process; with ``--ray N`` also on N Ray workers, where the preprocessing runs), and the bytes a task carries for the pipeline (its dark and gain travel with it).
 Best of ``--repeat``; frames/s. Run::
 
-    python benchmarks/bench_live_preproc.py [--frames 1024] [--stack 128] [--repeat 3]
+    python benchmarks/bench_live_preproc.py [--frames 1024] [--stack 128] [--repeat 3] [--ray WORKERS]
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=1024)
     ap.add_argument("--stack", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--ray", type=int, default=0, metavar="WORKERS",
+                    help="also run the stream on Ray with this many workers (preprocessing on them)")
     args = ap.parse_args()
     n, k = args.frames, args.stack
     frames = np.random.default_rng(0).integers(0, 4096, (n, 256, 256)).astype(np.uint16)
@@ -73,15 +75,19 @@ def main() -> None:
             ("FrameStackPipeline, per stack", best(stacked, args.repeat)),
             ("pipeline stepped per frame", best(per_frame, args.repeat))]
 
-    ctx = rt.Context(executor="inline")
-
-    def run(preprocess) -> None:
+    def run(ctx, preprocess) -> None:
         ds = ctx.load("stream", frames=(frames[i:i + k] for i in range(0, n, k)), nav_shape=(n,),
                       sig_shape=(256, 256), dtype="uint16", frames_per_partition=k, preprocess=preprocess)
         ctx.run_udf(dataset=ds, udf=rt.SumUDF())
 
-    rows += [("stream run, SumUDF, no preprocess", best(lambda: run(None), args.repeat)),
-             ("stream run, SumUDF, preprocess=", best(lambda: run(pre), args.repeat))]
+    inline = rt.Context(executor="inline")
+    rows += [("stream run inline, no preprocess", best(lambda: run(inline, None), args.repeat)),
+             ("stream run inline, preprocess=", best(lambda: run(inline, pre), args.repeat))]
+    if args.ray:
+        with rt.Context(cpus=args.ray) as ray_ctx:
+            run(ray_ctx, pre)  # workers warm
+            rows += [(f"stream run Ray x{args.ray}, no preprocess", best(lambda: run(ray_ctx, None), args.repeat)),
+                     (f"stream run Ray x{args.ray}, preprocess=", best(lambda: run(ray_ctx, pre), args.repeat))]
     print(f"{n} frames 256x256 uint16, stacks of {k}; load average {os.getloadavg()[0]:.2f}")
     base = rows[0][1]
     for name, t in rows:
