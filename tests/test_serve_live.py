@@ -52,14 +52,22 @@ def viewer_sim():
 
 
 @pytest.fixture(scope="module")
-def server(serve_url, sim, viewer_sim, tmp_path_factory, ray_context):
+def dying_sim():
+    """A sender that closes the connection after 20 of 64 frames."""
+    with MerlinSimulator(frames_for(14), mode="U16", nav_shape=NAV, frame_rate=400.0, die_after=20) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def server(serve_url, sim, viewer_sim, dying_sim, tmp_path_factory, ray_context):
     from ray import serve
 
     from raytile.serve import build_app
 
     root = tmp_path_factory.mktemp("serve_live")
     app = build_app([str(root)], live=[f"merlin://127.0.0.1:{sim.data_port}?api_port={sim.api_port}",
-                                       f"viewer=merlin://127.0.0.1:{viewer_sim.data_port}?api_port={viewer_sim.api_port}"],
+                                       f"viewer=merlin://127.0.0.1:{viewer_sim.data_port}?api_port={viewer_sim.api_port}",
+                                       f"dying=merlin://127.0.0.1:{dying_sim.data_port}?api_port={dying_sim.api_port}"],
                     max_rate_hz=50.0, workers=2)
     alive_before = _alive_actors()
     serve.run(app, name="raytile", route_prefix="/")
@@ -83,7 +91,8 @@ def test_live_run_over_http_grows_and_equals_numpy(server, sim):
     with httpx.Client(base_url=server, timeout=60) as client:
         listed = client.get("/v1/live").json()["sources"]
         assert [(s["name"], s["detector"], s["busy"]) for s in listed] == [("merlin", "merlin", False),
-                                                                            ("viewer", "merlin", False)]
+                                                                            ("viewer", "merlin", False),
+                                                                            ("dying", "merlin", False)]
         for _ in range(2):  # two acquisitions in a row on the server's one connection
             r = client.post("/v1/live/merlin/runs", json={"udfs": [{"name": "sum"}, {"name": "sumsig"}],
                                                           "frames_per_partition": 8, "timeout": 20})
@@ -104,6 +113,18 @@ def test_live_run_over_http_grows_and_equals_numpy(server, sim):
         timeout = client.post("/v1/live/merlin/runs", json={"udfs": [{"name": "sum"}], "timeout": 0.5})
         assert timeout.status_code == 504, timeout.text  # the simulator sent its two acquisitions
         assert client.post("/v1/live/nope/runs", json={"udfs": [{"name": "sum"}]}).status_code == 404
+
+
+def test_a_sender_killed_mid_scan_ends_the_served_run_with_its_error(server):
+    with httpx.Client(base_url=server, timeout=60) as client:
+        r = client.post("/v1/live/dying/runs", json={"udfs": [{"name": "sum"}], "frames_per_partition": 8})
+        assert r.status_code == 201, r.text
+        with client.stream("GET", f"/v1/runs/{r.json()['run_id']}/stream") as resp:
+            final = [json.loads(line) for line in resp.iter_lines() if line][-1]
+        assert final["final"] and final["status"] == "error"
+        assert final["error"]["type"] == "AcquisitionError" and "after 20 of 64 frames" in final["error"]["message"]
+        dying = [s for s in client.get("/v1/live").json()["sources"] if s["name"] == "dying"][0]
+        assert not dying["busy"]  # the source is free for the next run
 
 
 def test_live_sources_parse_and_refuse_bad_urls():
@@ -168,7 +189,7 @@ def test_viewer_shows_a_live_run_growing_in_headless_chromium(server, viewer_sim
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(server + "/")
-            page.wait_for_function("document.getElementById('live_source').options.length === 2")
+            page.wait_for_function("document.getElementById('live_source').options.length === 3")
             page.select_option("#live_source", "viewer")
             page.select_option("#analysis", "sumsig")
             page.click("#start_live")
