@@ -59,15 +59,47 @@ def dying_sim():
 
 
 @pytest.fixture(scope="module")
-def server(serve_url, sim, viewer_sim, dying_sim, tmp_path_factory, ray_context):
+def binned_sim():
+    """One acquisition for a source with a preprocessing pipeline (dark, gain, 2x2 binning)."""
+    frames = frames_for(15)
+    with MerlinSimulator(frames, mode="U16", nav_shape=NAV, acquisitions=1) as s:
+        s.frames = frames
+        yield s
+
+
+DARK, GAIN = 20.0, 0.5
+
+
+def preproc_yaml(path) -> str:
+    import yaml
+
+    h, w = SIG
+    config = {"name": "calib_bin", "streams": {
+        "frame": {"shape": [h, w], "dtype": "uint16"}, "dark": {"shape": [h, w], "dtype": "float32"},
+        "gain": {"shape": [h, w], "dtype": "float32"}, "cal": {"shape": [h, w], "dtype": "float32"},
+        "binned": {"shape": [h // 2, w // 2], "dtype": "float32"}}, "stages": [
+        {"name": "camera", "kind": "sh_frames", "output": "frame", "params": {"n_sub": 4, "frames": 1}},
+        {"name": "dark", "kind": "constant", "output": "dark", "params": {"value": DARK}},
+        {"name": "gain", "kind": "constant", "output": "gain", "params": {"value": GAIN}},
+        {"name": "correct", "kind": "calibrate", "input": "frame", "auxiliary": ["dark", "gain"], "output": "cal"},
+        {"name": "bin", "kind": "binning", "input": "cal", "output": "binned", "params": {"factor": 2}}]}
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def server(serve_url, sim, viewer_sim, dying_sim, binned_sim, tmp_path_factory, ray_context):
     from ray import serve
 
     from raytile.serve import build_app
 
     root = tmp_path_factory.mktemp("serve_live")
+    pipeline = preproc_yaml(root / "calib_bin.yaml")
     app = build_app([str(root)], live=[f"merlin://127.0.0.1:{sim.data_port}?api_port={sim.api_port}",
                                        f"viewer=merlin://127.0.0.1:{viewer_sim.data_port}?api_port={viewer_sim.api_port}",
-                                       f"dying=merlin://127.0.0.1:{dying_sim.data_port}?api_port={dying_sim.api_port}"],
+                                       f"dying=merlin://127.0.0.1:{dying_sim.data_port}?api_port={dying_sim.api_port}",
+                                       f"binned=merlin://127.0.0.1:{binned_sim.data_port}?api_port={binned_sim.api_port}"
+                                       f"&preprocess={pipeline}"],
                     max_rate_hz=50.0, workers=2)
     alive_before = _alive_actors()
     serve.run(app, name="raytile", route_prefix="/")
@@ -92,7 +124,8 @@ def test_live_run_over_http_grows_and_equals_numpy(server, sim):
         listed = client.get("/v1/live").json()["sources"]
         assert [(s["name"], s["detector"], s["busy"]) for s in listed] == [("merlin", "merlin", False),
                                                                             ("viewer", "merlin", False),
-                                                                            ("dying", "merlin", False)]
+                                                                            ("dying", "merlin", False),
+                                                                            ("binned", "merlin", False)]
         for _ in range(2):  # two acquisitions in a row on the server's one connection
             r = client.post("/v1/live/merlin/runs", json={"udfs": [{"name": "sum"}, {"name": "sumsig"}],
                                                           "frames_per_partition": 8, "timeout": 20})
@@ -127,13 +160,31 @@ def test_a_sender_killed_mid_scan_ends_the_served_run_with_its_error(server):
         assert not dying["busy"]  # the source is free for the next run
 
 
+def test_a_source_with_a_preprocessing_pipeline(server, binned_sim):
+    """The server's pipeline (dark, gain, 2x2 binning) runs on the workers in front of the client's UDFs."""
+    with httpx.Client(base_url=server, timeout=60) as client:
+        listed = {s["name"]: s for s in client.get("/v1/live").json()["sources"]}
+        assert listed["binned"]["preprocess"].startswith("frame [32, 32] uint16 -> correct -> bin -> binned [16, 16]")
+        r = client.post("/v1/live/binned/runs?stream=true", json={"udfs": [{"name": "sum"}, {"name": "sumsig"}],
+                                                                  "frames_per_partition": 16})
+        assert r.status_code == 201, r.text
+        final = [json.loads(line) for line in r.text.splitlines() if line][-1]
+    assert final["final"] and final["status"] == "finished", final.get("error")
+    total, per_frame = arrays(final)
+    cal = (binned_sim.frames.astype(np.float32) - np.float32(DARK)) * np.float32(GAIN)
+    binned = cal.astype(np.float64).reshape(-1, 16, 2, 16, 2).sum(axis=(2, 4))
+    assert total["intensity"].shape == (16, 16)
+    assert np.allclose(total["intensity"], binned.sum(axis=0), rtol=1e-5)
+    assert np.allclose(per_frame["intensity"], binned.sum(axis=(1, 2)).reshape(NAV), rtol=1e-5)
+
+
 def test_live_sources_parse_and_refuse_bad_urls():
     src = LiveSource.parse("merlin://10.0.0.5:7000?api_port=7001&timeout=2.5")
     assert src.params == {"api_host": "10.0.0.5", "data_host": "10.0.0.5", "data_port": 7000, "api_port": 7001,
                           "timeout": 2.5}
     assert LiveSource.parse("dectris://dcu:8080?data_port=9999").params["api_port"] == 8080
     for bad, what in [("camera://h:1", "unknown detector"), ("merlin://:6342", "needs a host"),
-                      ("merlin://h:99999", "not a TCP port")]:
+                      ("merlin://h:99999", "not a TCP port"), ("merlin://h:1?preprocess=/nope.yaml", "cannot read")]:
         with pytest.raises(ConfigValidationError, match=what):
             LiveSource.parse(bad)
 
@@ -189,7 +240,8 @@ def test_viewer_shows_a_live_run_growing_in_headless_chromium(server, viewer_sim
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(server + "/")
-            page.wait_for_function("document.getElementById('live_source').options.length === 3")
+            page.wait_for_function("""Array.from(document.getElementById('live_source').options)
+                                      .some((o) => o.value === 'viewer')""")
             page.select_option("#live_source", "viewer")
             page.select_option("#analysis", "sumsig")
             page.click("#start_live")

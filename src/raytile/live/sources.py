@@ -4,7 +4,10 @@
     dectris://HOST:API_PORT?data_port=9999                DECTRIS (data_host defaults to HOST)
 
 Query fields are the parameters of the detector's ``open(...)`` (ints and
-floats as numbers, ``true``/``false``). ``raytile serve --live`` takes
+floats as numbers, ``true``/``false``), and raytile's ``preprocess`` (the
+path of a pipeline YAML run on the workers in front of the UDFs, see
+:class:`~raytile.pipeline.frame_stacks.FrameStackPipeline`) with
+``preprocess_input``/``preprocess_output`` (its streams). ``raytile serve --live`` takes
 these; a source opens its connection with :meth:`LiveSource.open` and makes
 each acquisition's data set with :meth:`LiveSource.next_acquisition`.
 
@@ -50,6 +53,10 @@ class LiveSource:
     detector: str
     params: Mapping[str, Any]
     url: str = ""
+    #: A pipeline YAML applied to each frame stack on the workers (None: none), and its streams.
+    preprocess: str | None = None
+    preprocess_input: str | None = None
+    preprocess_output: str | None = None
 
     @classmethod
     def parse(cls, url: str) -> "LiveSource":
@@ -70,9 +77,23 @@ class LiveSource:
         params: dict[str, Any] = {h: parts.hostname for h in _URL_HOSTS}
         if port is not None:
             params[_URL_PORT[detector]] = port
+        pre: dict[str, str] = {}
         for key, text in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
-            params[key] = _value(text)
-        return cls(detector, params, url)
+            if key in ("preprocess", "preprocess_input", "preprocess_output"):
+                pre[key] = text
+            else:
+                params[key] = _value(text)
+        source = cls(detector, params, url, **pre)
+        source.frame_pipeline()  # a bad pipeline fails here, where the source is configured
+        return source
+
+    def frame_pipeline(self) -> Any:
+        """The ``preprocess`` pipeline as a FrameStackPipeline, or None."""
+        if self.preprocess is None:
+            return None
+        from raytile.pipeline.frame_stacks import FrameStackPipeline
+
+        return FrameStackPipeline.from_yaml(self.preprocess, self.preprocess_input, self.preprocess_output)
 
     def open(self) -> Any:
         """The open connection (``LiveContext.make_connection(detector).open(**params)``)."""
@@ -89,7 +110,12 @@ class LiveSource:
         if pending is None:
             return None
         return make_acquisition_on(ctx, conn=conn, pending_aq=pending, nav_shape=nav_shape,
-                                   frames_per_partition=frames_per_partition, preprocess=preprocess)
+                                   frames_per_partition=frames_per_partition,
+                                   preprocess=preprocess if preprocess is not None else self.frame_pipeline())
 
     def describe(self) -> dict[str, Any]:
-        return {"detector": self.detector, "url": self.url}
+        out: dict[str, Any] = {"detector": self.detector, "url": self.url}
+        pre = self.frame_pipeline()
+        if pre is not None:
+            out["preprocess"] = pre.describe()
+        return out
