@@ -152,6 +152,13 @@ def check_iterable(value: Any, spec: ParamSpec) -> Any:
     return value
 
 
+def check_callable(value: Any, spec: ParamSpec) -> Any:
+    """A callable object (a frame transform), kept as it is."""
+    if not callable(value):
+        raise _Invalid("a callable (e.g. a raytile.pipeline.frame_stacks.FrameStackPipeline)")
+    return value
+
+
 def check_corrections(value: Any, spec: ParamSpec) -> CorrectionSet:
     if not isinstance(value, CorrectionSet):
         raise _Invalid("a raytile.io.CorrectionSet")
@@ -170,6 +177,7 @@ CHECKS: dict[str, Callable[[Any, ParamSpec], Any]] = {
     "choice": check_choice,
     "array": check_array,
     "iterable": check_iterable,
+    "callable": check_callable,
     "corrections": check_corrections,
 }
 
@@ -201,6 +209,7 @@ JSON_FORMS: dict[str, Callable[[ParamSpec], dict[str, Any]] | None] = {
     "choice": lambda spec: {"type": "string", "enum": list(spec["choices"])},
     "array": None,
     "iterable": None,
+    "callable": None,
     "corrections": None,
 }
 

@@ -26,7 +26,7 @@ from raytile.live.hooks import Hooks, ReadyForDataEnv
 from raytile.live.nav_shape import determine_nav_shape
 from raytile.runtime.context import Context
 
-__all__ = ["LiveContext", "Hooks"]
+__all__ = ["LiveContext", "Hooks", "make_acquisition_on"]
 
 #: ``make_connection``'s detector types and their connection builders.
 DETECTORS: dict[str, Any] = {"merlin": MerlinConnectionBuilder, "dectris": DectrisConnectionBuilder}
@@ -45,7 +45,8 @@ class LiveContext(Context):
 
     def make_acquisition(self, *, conn: LiveConnection, nav_shape: tuple[int, ...] | None = None,
                          frames_per_partition: int | None = None, controller: Any = None,
-                         pending_aq: Any = None, hooks: Hooks | None = None, scans: int = 1) -> DataSet:
+                         pending_aq: Any = None, hooks: Hooks | None = None, scans: int = 1,
+                         preprocess: Any = None) -> DataSet:
         """An acquisition as a data set for ``run_udf``/``run_udf_iter``.
 
         Passive mode (``pending_aq`` from ``conn.wait_for_acquisition``): the
@@ -56,36 +57,51 @@ class LiveContext(Context):
         and reads it. ``scans`` (raytile's): scans of ``nav_shape`` frames this
         one run reads from a continuous acquisition (0: until it ends), with
         per-scan results; by default one run reads one scan, and the next run
-        on a new acquisition object reads the next one.
+        on a new acquisition object reads the next one. ``preprocess``
+        (raytile's): a frame transform, e.g. a
+        :class:`~raytile.pipeline.frame_stacks.FrameStackPipeline` (dark, gain,
+        binning), applied on the workers to each stack of frames before the
+        UDFs see them; the acquisition's shape and dtype are its output's.
         """
-        if not isinstance(conn, LiveConnection):
-            raise ConfigValidationError(f"make_acquisition: parameter 'conn' must be an open detector connection, "
-                                        f"got {type(conn).__name__}")
-        hooks = hooks if hooks is not None else Hooks()
-        if pending_aq is None:
-            controller = controller if controller is not None else conn.get_active_controller()
+        return make_acquisition_on(self, conn=conn, nav_shape=nav_shape, frames_per_partition=frames_per_partition,
+                                   controller=controller, pending_aq=pending_aq, hooks=hooks, scans=scans,
+                                   preprocess=preprocess)
+
+
+def make_acquisition_on(ctx: Context, *, conn: LiveConnection, nav_shape: tuple[int, ...] | None = None,
+                        frames_per_partition: int | None = None, controller: Any = None,
+                        pending_aq: Any = None, hooks: Hooks | None = None, scans: int = 1,
+                        preprocess: Any = None) -> DataSet:
+    """:meth:`LiveContext.make_acquisition` for any :class:`~raytile.Context` ``ctx`` (the serve app's,
+    e.g.); the parameters are the method's."""
+    if not isinstance(conn, LiveConnection):
+        raise ConfigValidationError(f"make_acquisition: parameter 'conn' must be an open detector connection, "
+                                    f"got {type(conn).__name__}")
+    hooks = hooks if hooks is not None else Hooks()
+    if pending_aq is None:
+        controller = controller if controller is not None else conn.get_active_controller()
+        if nav_shape is None or -1 in tuple(nav_shape):
+            raise ConfigValidationError(f"make_acquisition: active mode (no pending_aq) needs a concrete "
+                                        f"nav_shape, got {nav_shape!r}")
+        shape = tuple(int(s) for s in nav_shape)
+    else:
+        nimages = pending_aq.nimages
+        if nimages == 0:  # continuous: no image count to derive a shape from
             if nav_shape is None or -1 in tuple(nav_shape):
-                raise ConfigValidationError(f"make_acquisition: active mode (no pending_aq) needs a concrete "
-                                            f"nav_shape, got {nav_shape!r}")
+                raise ConfigValidationError(f"make_acquisition: a continuous acquisition (no image count) needs "
+                                            f"a concrete nav_shape, the shape of one scan; got {nav_shape!r}")
             shape = tuple(int(s) for s in nav_shape)
         else:
-            nimages = pending_aq.nimages
-            if nimages == 0:  # continuous: no image count to derive a shape from
-                if nav_shape is None or -1 in tuple(nav_shape):
-                    raise ConfigValidationError(f"make_acquisition: a continuous acquisition (no image count) needs "
-                                                f"a concrete nav_shape, the shape of one scan; got {nav_shape!r}")
-                shape = tuple(int(s) for s in nav_shape)
-            else:
-                shape = determine_nav_shape(nimages, nav_shape, hooks.on_determine_nav_shape, pending_aq.nav_shape)
-        sig_shape, dtype = conn.acquisition_geometry(pending_aq)
-        count = None if scans == 0 else scans * math.prod(shape)
-        holder: dict[str, Any] = {}
+            shape = determine_nav_shape(nimages, nav_shape, hooks.on_determine_nav_shape, pending_aq.nav_shape)
+    sig_shape, dtype = conn.acquisition_geometry(pending_aq)
+    count = None if scans == 0 else scans * math.prod(shape)
+    holder: dict[str, Any] = {}
 
-        def ready() -> None:
-            hooks.on_ready_for_data(ReadyForDataEnv(aq=holder.get("aq")))
+    def ready() -> None:
+        hooks.on_ready_for_data(ReadyForDataEnv(aq=holder.get("aq")))
 
-        frames = conn.acquisition_frames(pending_aq, controller, shape, ready, count, dtype)
-        ds = self.load("stream", frames=frames, nav_shape=shape, sig_shape=sig_shape, dtype=dtype,
-                       frames_per_partition=frames_per_partition, scans=scans)
-        holder["aq"] = ds
-        return ds
+    frames = conn.acquisition_frames(pending_aq, controller, shape, ready, count, dtype)
+    ds = ctx.load("stream", frames=frames, nav_shape=shape, sig_shape=sig_shape, dtype=dtype,
+                  frames_per_partition=frames_per_partition, scans=scans, preprocess=preprocess)
+    holder["aq"] = ds
+    return ds

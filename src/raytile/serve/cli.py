@@ -2,6 +2,7 @@
 
     raytile serve --data-root /data [--host 127.0.0.1] [--port 8000] [--token T] [--udf-module pkg.mod]
     raytile serve --data-root /shared/data --address auto --host 0.0.0.0   # on a `ray up` cluster's head
+    raytile serve --data-root /data --live merlin://127.0.0.1:6342?api_port=6341  # live runs: POST /v1/live/merlin/runs
 
 Importing this module imports neither Ray nor Ray Serve (the ``serve``
 extra may be missing); :func:`cmd_serve` does.
@@ -39,6 +40,9 @@ def add_serve_parser(sub: Any) -> argparse.ArgumentParser:
     s.add_argument("--udf-module", action="append", default=[], metavar="MODULE",
                    help="a server-side module whose UDF classes clients may name (repeatable)")
     s.add_argument("--max-runs", type=int, default=8, help="runs going on at once (default 8; 429 beyond)")
+    s.add_argument("--live", action="append", default=[], metavar="[NAME=]URL",
+                   help="a detector connection clients may start live runs on, e.g. "
+                        "merlin://127.0.0.1:6342?api_port=6341 (repeatable; see docs/live.md)")
     s.add_argument("--address", default=None,
                    help="Ray cluster to join ('auto' on a cluster node; default: a private local Ray)")
     s.set_defaults(func=cmd_serve)
@@ -58,7 +62,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise ConfigValidationError(f"raytile serve needs the serve extra (pip install -e '.[serve]'): {e}") from None
 
-    app = build_app(args.data_root, token=args.token, max_runs=args.max_runs, udf_modules=args.udf_module)
+    live = {"live": tuple(args.live)} if getattr(args, "live", None) else {}
+    app = build_app(args.data_root, token=args.token, max_runs=args.max_runs, udf_modules=args.udf_module, **live)
     started_ray = not ray.is_initialized()
     if started_ray:  # no --address: a private local Ray, never another one running on this machine
         start_ray(args.address or "local")

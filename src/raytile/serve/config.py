@@ -27,7 +27,9 @@ class ServeConfig:
     encoded ROI; ``max_result_bytes``: largest total of a run's result buffers;
     ``max_rate_hz``: default and ceiling of streamed messages a second;
     ``keep_finished``: finished runs kept for their results; ``workers``: CPU
-    worker actors of the replica's Context (None: one per cluster CPU).
+    worker actors of the replica's Context (None: one per cluster CPU); ``live``:
+    detector connections clients may start live runs on, ``((name, url), ...)``
+    (see :mod:`raytile.serve.live_runs`; a mapping or ``"[name=]url"`` strings are accepted).
     """
 
     data_roots: tuple[str, ...]
@@ -39,6 +41,7 @@ class ServeConfig:
     max_rate_hz: float = 10.0
     keep_finished: int = 32
     workers: int | None = None
+    live: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         roots = tuple(os.path.realpath(os.fspath(r)) for r in self.data_roots)
@@ -56,6 +59,10 @@ class ServeConfig:
             raise ConfigValidationError(f"serve: max_rate_hz must be > 0, got {self.max_rate_hz!r}")
         if self.token is not None and not self.token:
             raise ConfigValidationError("serve: token must be a non-empty string or None")
+        if self.live:
+            from raytile.serve.live_runs import check_live_config
+
+            object.__setattr__(self, "live", check_live_config(self.live))
 
     @classmethod
     def make(cls, data_roots: Sequence[str | os.PathLike[str]], **kwargs: object) -> "ServeConfig":

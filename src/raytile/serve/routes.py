@@ -250,8 +250,11 @@ def _viewer_html() -> str:
 
 def make_api() -> FastAPI:
     """The FastAPI app (routes, error handlers, the viewer at ``/``); set ``app.state.service`` before use."""
+    from raytile.serve.live_runs import live_router  # live runs on configured detector connections
+
     api = FastAPI(title="raytile", version="1", docs_url="/docs", redoc_url=None)
     api.include_router(router)
+    api.include_router(live_router)
 
     @api.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def viewer() -> HTMLResponse:

@@ -8,6 +8,12 @@ set holds, not fewer when the source ends. A source that raises ends the
 stream with a :class:`~raytile.common.errors.DataSetException` naming the
 source's error.
 
+``preprocess`` (a :class:`FrameTransform`, e.g. a
+:class:`raytile.pipeline.frame_stacks.FrameStackPipeline`) turns each
+partition's frames into what the UDFs see, where the partition is read
+(on the worker): the source yields frames of ``sig_shape`` and ``dtype``,
+the data set's shape and dtype are the transform's output.
+
 A scan is ``nav_shape`` frames; ``scans`` says how many the stream holds
 (1 by default; 0: as many as the source yields, ending on a scan
 boundary). A run over several scans gives per-scan results (see
@@ -27,7 +33,7 @@ import asyncio
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -36,7 +42,7 @@ from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
 
-__all__ = ["StreamDataSet", "StreamPartition", "StreamSpec", "default_frames_per_partition",
+__all__ = ["StreamDataSet", "StreamPartition", "StreamSpec", "FrameTransform", "default_frames_per_partition",
            "iterate_batches", "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN"]
 
 #: Default partition size of a stream, in bytes of raw frames: small, so partial results flow, and large
@@ -71,19 +77,47 @@ class StreamSpec:
     max_in_flight: int | None = None
 
 
-class StreamPartition(Partition):
-    """One partition of a stream: its slice of a scan, and its frames once they arrived (``data``)."""
+@runtime_checkable
+class FrameTransform(Protocol):
+    """What ``preprocess=`` takes: a picklable callable from a stack of source frames ``(k, *in)`` to the
+    stack the UDFs see ``(k, *sig_shape)`` of ``dtype``; ``check_input`` raises ConfigValidationError
+    for source frames it cannot take."""
 
-    def __init__(self, meta: DataSetMeta, partition_slice: Slice, idx: int, data: Any = None, scan: int = 0):
+    @property
+    def sig_shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> np.dtype: ...
+
+    def check_input(self, sig_shape: tuple[int, ...], dtype: Any) -> None: ...
+
+    def __call__(self, stack: np.ndarray) -> np.ndarray: ...
+
+
+class StreamPartition(Partition):
+    """One partition of a stream: its slice of a scan, and its frames once they arrived (``data``);
+    ``preprocess`` (or None) turns them into the data set's frames when the partition is read."""
+
+    def __init__(self, meta: DataSetMeta, partition_slice: Slice, idx: int, data: Any = None, scan: int = 0,
+                 preprocess: FrameTransform | None = None):
         super().__init__(meta, partition_slice, idx)
         self.data = data
         self.scan = scan
+        self.preprocess = preprocess
 
     def _source(self) -> Any:
         if self.data is None:
             raise DataSetException(f"{self.describe()}: its frames have not arrived (a stream partition is "
                                    "read by the run it arrives in)")
-        return self.data
+        if self.preprocess is None:
+            return self.data
+        frames = self.preprocess(self.data)
+        want = (self.shape[0],) + tuple(self.meta.shape.sig)
+        if getattr(frames, "shape", None) != want or frames.dtype != self.meta.raw_dtype:
+            raise DataSetException(f"{self.describe()}: preprocess {self.preprocess!r} made "
+                                   f"{getattr(frames, 'shape', type(frames).__name__)} "
+                                   f"{getattr(frames, 'dtype', '')}, expected {want} {self.meta.raw_dtype}")
+        return frames
 
     def describe(self) -> str:
         return f"stream partition {self.idx} (scan {self.scan}, frames {self.start}:{self.stop})"
@@ -150,11 +184,13 @@ class StreamDataSet(DataSet):
         "frames_per_partition": {"type": "int", "min": 1},
         "scans": {"type": "int", "min": 0},
         "max_partitions_in_flight": {"type": "int", "min": 1},
+        "preprocess": {"type": "callable"},
     }
 
     def __init__(self, frames: Any, nav_shape: tuple[int, ...], sig_shape: tuple[int, ...], dtype: Any,
                  frames_per_partition: int | None = None, scans: int = 1,
-                 max_partitions_in_flight: int | None = None, **kwargs: Any):
+                 max_partitions_in_flight: int | None = None, preprocess: FrameTransform | None = None,
+                 **kwargs: Any):
         super().__init__(**kwargs)
         self._frames = frames
         self._nav_shape = tuple(nav_shape)
@@ -163,12 +199,26 @@ class StreamDataSet(DataSet):
         self._fpp = frames_per_partition
         self._scans = scans
         self._max_in_flight = max_partitions_in_flight
+        if preprocess is not None:
+            if not isinstance(preprocess, FrameTransform):
+                raise DataSetException(f"stream: parameter 'preprocess' must have sig_shape, dtype, check_input "
+                                       f"and __call__ (e.g. a FrameStackPipeline), got {type(preprocess).__name__}")
+            preprocess.check_input(self._sig_shape, self._dtype)
+        self._preprocess = preprocess
         self._claim = threading.Lock()
         self._claimed = False
 
     def _do_initialize(self) -> DataSetMeta:
-        shape = Shape(self._nav_shape + self._sig_shape, sig_dims=len(self._sig_shape))
-        return DataSetMeta(shape=shape, raw_dtype=self._dtype)
+        sig, dtype = self._sig_shape, self._dtype
+        if self._preprocess is not None:
+            sig, dtype = tuple(self._preprocess.sig_shape), np.dtype(self._preprocess.dtype)
+        shape = Shape(self._nav_shape + sig, sig_dims=len(sig))
+        return DataSetMeta(shape=shape, raw_dtype=dtype)
+
+    @property
+    def preprocess(self) -> FrameTransform | None:
+        """What turns the source's frames into the data set's, on the worker (None: nothing)."""
+        return self._preprocess
 
     def __getstate__(self) -> dict:
         raise DataSetException("a stream data set cannot be sent to another process: its source lives here")
@@ -182,7 +232,8 @@ class StreamDataSet(DataSet):
     def frames_per_partition(self) -> int:
         if self._fpp is not None:
             return min(self._fpp, self.scan_frames)
-        return default_frames_per_partition(self.scan_frames, self.shape.sig.size * self.dtype.itemsize)
+        raw_frame_bytes = math.prod(self._sig_shape) * self._dtype.itemsize  # what a partition carries
+        return default_frames_per_partition(self.scan_frames, raw_frame_bytes)
 
     @property
     def num_partitions(self) -> int:
@@ -199,13 +250,14 @@ class StreamDataSet(DataSet):
         return StreamSpec(self.num_partitions, self._scans, self._max_in_flight)
 
     def get_slices(self) -> list[Slice]:
-        fpp, n, sig = self.frames_per_partition, self.scan_frames, self._sig_shape
+        fpp, n, sig = self.frames_per_partition, self.scan_frames, tuple(self.shape.sig)
         return [Slice((start,) + (0,) * len(sig), Shape((min(fpp, n - start),) + sig, sig_dims=len(sig)))
                 for start in range(0, n, fpp)]
 
     def get_partitions(self) -> list[Partition]:
         """One scan's partitions, without frames (what a run plans with; frames come with the stream)."""
-        return [StreamPartition(self.meta, sl, idx) for idx, sl in enumerate(self.get_slices())]
+        return [StreamPartition(self.meta, sl, idx, preprocess=self._preprocess)
+                for idx, sl in enumerate(self.get_slices())]
 
     def get_cache_key(self) -> Any:
         return ("stream", id(self))
