@@ -69,7 +69,7 @@ def test_sink_stream_as_dataset_equals_numpy(ctx):
 
 def test_multi_rate_stream_gives_one_frame_per_refresh(inline_ctx):
     with Pipeline.from_dict(config(SH_CAMERA, integrate=3)) as p:
-        ds = pipeline_dataset(inline_ctx, p, "exposure", nav_shape=(2, 4))
+        ds = p.as_dataset(inline_ctx, "exposure", nav_shape=(2, 4))
         res = inline_ctx.run_udf(dataset=ds, udf=SumSigUDF())
         assert p.t == 24
     binned = reference(sh_raw(24)).reshape(8, 3, 16, 16).sum(axis=1)

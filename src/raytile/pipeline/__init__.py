@@ -22,6 +22,8 @@ from raytile.pipeline.runner import Pipeline, PipelineState
 from raytile.pipeline.topology import GroupTopology, group_topology
 from raytile.pipeline.stage import REQUIRED, KernelContext, Port, Stage, StageContext
 from raytile.pipeline.validation import validate_config
+from raytile.pipeline.frame_stacks import FrameStackPipeline
+from raytile.pipeline.stream_source import PipelineFrames, pipeline_dataset
 
 __all__ = [
     "Pipeline", "PipelineState", "Placement", "GroupTopology", "group_topology", "PipelineConfig", "StageSpec", "StreamSpec", "InputRef",
@@ -29,5 +31,6 @@ __all__ = [
     "StreamValue", "InputValue", "InputList", "BaseDataObj", "BaseValue",
     "register_stage", "get_stage_class", "known_kinds", "ENTRY_POINT_GROUP",
     "trigger_levels", "validate_config",
+    "FrameStackPipeline", "PipelineFrames", "pipeline_dataset",
     "StageFailed", "StageActorDied", "PipelineStateError",
 ]

@@ -409,6 +409,21 @@ class Pipeline:
         if stream not in self.config.streams:
             raise ConfigValidationError(f"stream {stream!r}: not declared (streams: {sorted(self.config.streams)})")
 
+    def as_dataset(self, ctx: Any, stream: str, nav_shape: tuple[int, ...], scans: int = 1,
+                   frames_per_partition: int | None = None, max_partitions_in_flight: int | None = None) -> Any:
+        """A ``stream`` data set of the values this pipeline writes to ``stream``, for UDFs on ``ctx``.
+
+        The run's feeder steps the pipeline and takes every refreshed value (nothing is dropped);
+        backpressure is the stream's own. See :func:`raytile.pipeline.stream_source.pipeline_dataset`.
+
+        >>> ds = p.as_dataset(ctx, "binned", nav_shape=(32, 32))
+        >>> ctx.run_udf(dataset=ds, udf=SumUDF())
+        """
+        from raytile.pipeline.stream_source import pipeline_dataset
+
+        return pipeline_dataset(ctx, self, stream, nav_shape, scans=scans, frames_per_partition=frames_per_partition,
+                                max_partitions_in_flight=max_partitions_in_flight)
+
     def values(self, stream: str, steps: int | None = None) -> StreamReader:
         """Iterate (``for`` or ``async for``) over a stream's values as the loop refreshes them.
 
