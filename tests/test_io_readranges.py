@@ -189,7 +189,7 @@ def test_packed_decoders_against_pack_bits(bits, order, rng):
         rr = np.array([[0, start, stop, 0, px_stop - px_start, skip]], dtype=np.int64)
         for out_dtype in (np.uint32, np.float32):
             out = np.zeros(px_stop - px_start, dtype=out_dtype)
-            decode(packed, rr, 1, 0, out, *args)
+            decode(packed, rr, out, *args)
             np.testing.assert_array_equal(out, values[0, px_start:px_stop])
 
 
@@ -203,7 +203,7 @@ def test_native_decoders(dtype, rng):
     isz = values.dtype.itemsize
     rr = np.array([[0, 2 * isz, 7 * isz, 1, 5, 0]], dtype=np.int64)
     out = np.zeros(6, dtype=np.float64)
-    decode(raw, rr, 1, 0, out, *args)
+    decode(raw, rr, out, *args)
     np.testing.assert_array_equal(out[1:], values[2:7].astype(np.float64))
 
 

@@ -128,3 +128,49 @@ def test_bqplot_plot_follows_the_data(inline_ctx):
     np.testing.assert_allclose(np.asarray(plot.image.color)[ROI], want[ROI], rtol=1e-5)
     assert plot.scale.min == pytest.approx(want[ROI].min(), rel=1e-5)
     assert plot.scale.max == pytest.approx(want[ROI].max(), rel=1e-5)
+
+
+def test_colour_scale_quantiles_equal_numpys():
+    from raytile.viz.scale import tail_quantiles
+
+    rng = np.random.default_rng(3)
+    arrays = [rng.random(65536), rng.integers(0, 7, 20000).astype(np.float64), rng.normal(size=4097) * 1e3,
+              np.sort(rng.integers(-50, 50, 100001).astype(np.float64))[::-1].copy(), rng.random(5), np.ones(1)]
+    for values in arrays:
+        for q in (0.001, 0.0001, 0.01, 0.3, 0.0):
+            assert tail_quantiles(values, q) == tuple(np.quantile(values, (q, 1 - q))), (values.size, q)
+
+
+def test_bad_plots_argument_starts_no_run(inline_ctx, monkeypatch):
+    ds = inline_ctx.load("memory", data=DATA)
+    udf = rt.SumSigUDF()
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("a run was started for a plots argument that cannot work")
+
+    monkeypatch.setattr(inline_ctx, "_start", no_run)
+    with pytest.raises(ValueError, match="plots has 2 channel lists for 1 UDFs"):
+        inline_ctx.run_udf(dataset=ds, udf=udf, plots=[["intensity"], ["intensity"]])
+    with pytest.raises(TypeError, match="plots must be True"):
+        inline_ctx.run_udf(dataset=ds, udf=udf, plots=[object()])
+    with pytest.raises(ValueError, match="is not one of this run's UDFs"):
+        inline_ctx.run_udf(dataset=ds, udf=udf, plots=[Dummy2DPlot(ds, rt.SumSigUDF())])
+
+
+def test_a_plot_that_cannot_be_made_cancels_its_run(inline_ctx, monkeypatch):
+    from raytile.common.errors import UDFRunCancelled
+
+    ds = inline_ctx.load("memory", data=DATA, num_partitions=3)
+    started = []
+    run_udf_iter = inline_ctx.run_udf_iter
+
+    def spy(*args, **kwargs):
+        started.append(run_udf_iter(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(inline_ctx, "run_udf_iter", spy)
+    with pytest.raises(ValueError, match="channel nope not found"):
+        inline_ctx.run_udf(dataset=ds, udf=rt.SumSigUDF(), plots=[["nope"]])
+    (run,) = started  # the run started before its plots were made, and was cancelled when one failed
+    with pytest.raises(UDFRunCancelled):
+        list(run)

@@ -3,11 +3,15 @@
 Whole frames of a numpy dtype are read by numpy alone where the file layout
 allows (see :mod:`raytile.io.backends.base`); these decoders serve the read
 range path (packed, tiled and chunked layouts). A :class:`Decoder` names
-the module-level numba function that decodes every read range of one tile
-(:meth:`Decoder.tile_decoder`): :func:`decode_native_tile` for numpy dtypes
-in either byte order, :func:`decode_packed_tile` for ``bits``-bit unsigned
-pixels packed into a bit stream (12-bit has a dedicated loop over 3-byte
-groups). Module-level functions, rather than jitted closures per decoder,
+the module-level numba function that decodes the read ranges one file
+holds for a tile (:meth:`Decoder.tile_decoder`): :func:`decode_native_tile`
+for numpy dtypes in either byte order, :func:`decode_packed_tile` for
+``bits``-bit unsigned pixels packed into a bit stream (12-bit has a
+dedicated loop over 3-byte groups); formats with their own layout add
+theirs (``decode_k2is_tile``, ``decode_frms6_tile``). What is common to
+all of them, picking each file's ranges of a tile and zero-filling frames
+outside every file, is :func:`decode_tile`'s, once, in numpy: a kernel only
+decodes the ranges it is handed. Module-level functions, rather than jitted closures per decoder,
 let numba load the compiled code from its disk cache in every worker
 process; one function per family, rather than one for all, means a worker
 with an empty cache compiles only the kernels its data needs (measured,
@@ -26,6 +30,8 @@ import numpy as np
 from raytile.common.errors import DataSetException
 from raytile.io.read_ranges import RR_FILE, RR_NPX, RR_OUT, RR_SKIP, RR_START, RR_STOP
 
+__all__ = ["Decoder", "NativeDecoder", "PackedDecoder", "decode_tile", "decode_native_tile", "decode_packed_tile"]
+
 
 class Decoder:
     """Base class: which jitted function decodes the file's bytes."""
@@ -34,8 +40,9 @@ class Decoder:
     bpp: int = 8
 
     def tile_decoder(self) -> tuple[Callable, tuple]:
-        """``(decode, args)``: ``decode(inp, rr_tile, n_rr, file_idx, out, *args)`` decodes the read
-        ranges of one tile that read ``file_idx`` (see :func:`decode_native_tile`)."""
+        """``(decode, args)``: ``decode(inp, ranges, out, *args)`` decodes ``ranges``, read ranges of
+        one file (rows of ``(file_idx, start, stop, out_start, n_px, skip)``), from ``inp``, that
+        file's bytes, into the flat tile ``out`` (see :func:`decode_tile`, which calls it)."""
         raise NotImplementedError
 
     def do_clear(self) -> bool:
@@ -191,41 +198,63 @@ def _decode_bits(inp, out, skip, bits, msb):
         nacc -= bits
 
 
+def decode_tile(decode: Callable, args: tuple, source: Callable[[int], np.ndarray], ranges: np.ndarray,
+                fmin: int, fmax: int, blank: bool, out: np.ndarray) -> None:
+    """Decode one tile's read ranges into ``out``, the flat tile buffer, with a decoder's kernel.
+
+    ``(decode, args)`` is :meth:`Decoder.tile_decoder`'s; ``source(f)`` the
+    bytes of file ``f``; ``ranges`` the tile's read ranges, reading files
+    ``fmin..fmax`` (:data:`~raytile.io.read_ranges.META_FMIN`, ``META_FMAX``);
+    ``blank``: some of its frames lie outside every file (ranges of file -1):
+    the tile is zeroed first, and they stay zero. Each file's ranges go to
+    ``decode`` in one call, in their order; a tile of one file (the usual
+    case) is handed over as it is.
+
+    >>> decode, args = NativeDecoder("<u2").tile_decoder()
+    >>> raw = np.arange(4, dtype="<u2").view(np.uint8)
+    >>> ranges = np.array([[0, 2, 6, 0, 2, 0], [-1, 0, 0, 2, 2, 0]])  # pixels 1, 2 of file 0; 2 blank
+    >>> out = np.full(4, 9.0)
+    >>> decode_tile(decode, args, lambda f: raw, ranges, 0, 0, True, out)
+    >>> out
+    array([1., 2., 0., 0.])
+    """
+    if blank:
+        out[:] = 0
+    if fmin == fmax and not blank:
+        decode(source(fmin), ranges, out, *args)
+        return
+    files = ranges[:, RR_FILE]
+    for f in range(fmin, fmax + 1):
+        mine = ranges[files == f]
+        if mine.shape[0]:
+            decode(source(f), mine, out, *args)
+
+
 @numba.njit(cache=True, nogil=True)
-def decode_native_tile(inp, rr_tile, n_rr, file_idx, out, swapped, proto):
-    """Decode the read ranges of one tile that read ``file_idx`` from ``inp`` into ``out``.
+def decode_native_tile(inp, ranges, out, swapped, proto):
+    """Decode ``ranges`` (read ranges of one file, see :func:`decode_tile`) from ``inp`` into ``out``.
 
     ``inp`` holds that file's bytes (a map of the file, or a read buffer the
-    ranges were translated into); ``out`` is the flat tile buffer. With
-    ``file_idx == -1`` it zero-fills the ranges of frames outside every file.
+    ranges were translated into); ``out`` is the flat tile buffer.
     ``proto`` is an empty array of the values' native dtype; ``swapped``
     says the file holds them in the other byte order.
     """
-    for i in range(n_rr):
-        if rr_tile[i, RR_FILE] != file_idx:
-            continue
-        o = rr_tile[i, RR_OUT]
-        n = rr_tile[i, RR_NPX]
-        if file_idx < 0:
-            out[o:o + n] = 0
-        elif swapped:
-            _copy_swapped(inp[rr_tile[i, RR_START]:rr_tile[i, RR_STOP]], out[o:o + n], proto)
+    for i in range(ranges.shape[0]):
+        o = ranges[i, RR_OUT]
+        src = inp[ranges[i, RR_START]:ranges[i, RR_STOP]]
+        if swapped:
+            _copy_swapped(src, out[o:o + ranges[i, RR_NPX]], proto)
         else:
-            _copy_native(inp[rr_tile[i, RR_START]:rr_tile[i, RR_STOP]], out[o:o + n], proto)
+            _copy_native(src, out[o:o + ranges[i, RR_NPX]], proto)
 
 
 @numba.njit(cache=True, nogil=True)
-def decode_packed_tile(inp, rr_tile, n_rr, file_idx, out, bits, msb):
+def decode_packed_tile(inp, ranges, out, bits, msb):
     """:func:`decode_native_tile` for ``bits``-bit pixels in a bit stream, ``msb`` or LSB first."""
-    for i in range(n_rr):
-        if rr_tile[i, RR_FILE] != file_idx:
-            continue
-        o = rr_tile[i, RR_OUT]
-        n = rr_tile[i, RR_NPX]
-        if file_idx < 0:
-            out[o:o + n] = 0
-        elif bits == 12:
-            _decode_12(inp[rr_tile[i, RR_START]:rr_tile[i, RR_STOP]], out[o:o + n], rr_tile[i, RR_SKIP], msb)
+    for i in range(ranges.shape[0]):
+        o = ranges[i, RR_OUT]
+        src = inp[ranges[i, RR_START]:ranges[i, RR_STOP]]
+        if bits == 12:
+            _decode_12(src, out[o:o + ranges[i, RR_NPX]], ranges[i, RR_SKIP], msb)
         else:
-            _decode_bits(inp[rr_tile[i, RR_START]:rr_tile[i, RR_STOP]], out[o:o + n], rr_tile[i, RR_SKIP], bits,
-                         msb)
+            _decode_bits(src, out[o:o + ranges[i, RR_NPX]], ranges[i, RR_SKIP], bits, msb)

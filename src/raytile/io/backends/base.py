@@ -28,7 +28,7 @@ import numpy as np
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.common.tiling import DataTile, TilingScheme
-from raytile.io.decoders import Decoder
+from raytile.io.decoders import Decoder, decode_tile
 
 
 @dataclass(frozen=True)
@@ -235,15 +235,9 @@ class IOBackend:
                     out = buffers[s_idx][: count * slice_px[s_idx]]
                     if clear:
                         out[:] = 0
-                    tile_rr = block.rr[t - t0]
-                    for f in range(fmin, fmax + 1):
-                        decode(block.source(f), tile_rr, n_rr, f, out, *args)
-                    if blank:
-                        decode(_EMPTY, tile_rr, n_rr, -1, out, *args)
+                    decode_tile(decode, args, block.source, block.rr[t - t0, :n_rr], fmin, fmax, bool(blank), out)
                     data = out.reshape((count,) + sl.shape.to_tuple())
                     yield DataTile(data, tile_slice(first, count, s_idx), s_idx)
         finally:
             blocks.close()
 
-
-_EMPTY = np.zeros(1, dtype=np.uint8)

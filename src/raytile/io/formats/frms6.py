@@ -229,21 +229,16 @@ def frms6_read_ranges(frames: np.ndarray, depth: int, rows: np.ndarray, fileset_
 
 
 @numba.njit(cache=True, nogil=True)
-def decode_frms6_tile(inp, rr_tile, n_rr, file_idx, out):
-    """Copy the rows of one tile that read ``file_idx`` (little-endian uint16) into ``out``, reversed where
-    ``RR_SKIP`` says so; ``file_idx == -1`` zero-fills rows of frames outside the files."""
-    for i in range(n_rr):
-        if rr_tile[i, RR_FILE] != file_idx:
-            continue
-        o = rr_tile[i, RR_OUT]
-        n = rr_tile[i, RR_NPX]
-        if file_idx < 0:
-            out[o:o + n] = 0
-            continue
-        s = rr_tile[i, RR_START]
+def decode_frms6_tile(inp, ranges, out):
+    """Copy the rows ``ranges`` reads (one file's, see :func:`~raytile.io.decoders.decode_tile`;
+    little-endian uint16) into ``out``, reversed where ``RR_SKIP`` says so."""
+    for i in range(ranges.shape[0]):
+        o = ranges[i, RR_OUT]
+        n = ranges[i, RR_NPX]
+        s = ranges[i, RR_START]
         row = inp[s:s + 2 * n].view(np.uint16)  # little-endian hosts
         dest = out[o:o + n]
-        if rr_tile[i, RR_SKIP]:
+        if ranges[i, RR_SKIP]:
             for x in range(n):
                 dest[x] = row[n - 1 - x]
         else:

@@ -312,26 +312,20 @@ def _decode_block(inp, out):
 
 
 @numba.njit(cache=True, nogil=True)
-def decode_k2is_tile(inp, rr_tile, n_rr, file_idx, out):
-    """Decode the blocks of one tile that read sector ``file_idx`` from ``inp`` into the flat tile ``out``.
+def decode_k2is_tile(inp, ranges, out):
+    """Decode the blocks ``ranges`` reads (one sector file's, see
+    :func:`~raytile.io.decoders.decode_tile`) from ``inp`` into the flat tile ``out``.
 
     A block is 930 rows of 16 pixels (see :func:`_decode_block`). In tiles
     one block wide the block is contiguous and decoded in place; in wider
     tiles it is decoded into a scratch block (in the L1 cache) and its rows
-    copied to their places, ``RR_SKIP`` pixels apart. ``file_idx == -1``
-    zero-fills the blocks of frames outside the data.
+    copied to their places, ``RR_SKIP`` pixels apart.
     """
     scratch = np.empty(BLOCK_PX, dtype=out.dtype)
-    for i in range(n_rr):
-        if rr_tile[i, RR_FILE] != file_idx:
-            continue
-        o = rr_tile[i, RR_OUT]
-        w = rr_tile[i, RR_SKIP]
-        if file_idx < 0:
-            for r in range(BLOCK_ROWS):
-                out[o + r * w:o + r * w + BLOCK_COLS] = 0
-            continue
-        src = inp[rr_tile[i, RR_START]:rr_tile[i, RR_START] + DATA_SIZE]
+    for i in range(ranges.shape[0]):
+        o = ranges[i, RR_OUT]
+        w = ranges[i, RR_SKIP]
+        src = inp[ranges[i, RR_START]:ranges[i, RR_START] + DATA_SIZE]
         if w == BLOCK_COLS:
             _decode_block(src, out[o:o + BLOCK_PX])
         else:
