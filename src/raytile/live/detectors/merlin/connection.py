@@ -16,6 +16,7 @@ from raytile.common.errors import AcquisitionError, ConfigValidationError, DataS
 from raytile.live.detectors.merlin.control import MerlinControl
 from raytile.live.detectors.merlin.mpx import AcquisitionHeader
 from raytile.live.detectors.merlin.receiver import MerlinReceiver
+from raytile.live.receiver import partition_batches
 
 __all__ = ["MerlinConnectionBuilder", "MerlinDetectorConnection", "MerlinPendingAcquisition",
            "MerlinActiveController", "RECOVERY_STRATEGIES"]
@@ -80,6 +81,7 @@ class MerlinDetectorConnection:
         self._drain, self._recovery_strategy, self._huge_pages = drain, recovery_strategy, huge_pages
         self._receiver_args = dict(frame_stack_size=frame_stack_size, slots=slots, timeout=timeout)
         self._receiver: MerlinReceiver | None = None
+        self._sig_shape: tuple[int, ...] | None = None  # of the last acquisition_geometry
         self.connect()
 
     def connect(self) -> MerlinReceiver:
@@ -128,7 +130,8 @@ class MerlinDetectorConnection:
     # -- the common live-connection protocol (raytile.live.connection) ---------------------
     def acquisition_geometry(self, pending: MerlinPendingAcquisition | None) -> tuple[tuple[int, ...], np.dtype]:
         """Signal shape and dtype, from the control port."""
-        return self.read_sig_shape(), self.read_dtype()
+        self._sig_shape = self.read_sig_shape()
+        return self._sig_shape, self.read_dtype()
 
     def acquisition_frames(self, pending: MerlinPendingAcquisition | None, controller: Any,
                            nav_shape: tuple[int, ...], ready: Callable[[], None], count: int | None,
@@ -146,7 +149,7 @@ class MerlinDetectorConnection:
             if count is not None and header.nimages and header.nimages < count:
                 raise AcquisitionError(f"Merlin {receiver.address}: the acquisition has {header.nimages} images, "
                                        f"nav_shape needs {count}")
-        yield from self.receiver.frames(count, dtype)
+        yield from self.receiver.frames(count, dtype, batch=partition_batches(nav_shape, self._sig_shape, dtype))
 
     def close(self) -> None:
         if self._receiver is not None:
