@@ -70,10 +70,11 @@ class LiveContext(Context):
             shape = tuple(int(s) for s in nav_shape)
         else:
             nimages = pending_aq.nimages
-            if nimages == 0:  # continuous: no image count to derive a shape from
+            if nimages == 0 or scans != 1:  # continuous, or several scans: the image count is not one scan
                 if nav_shape is None or -1 in tuple(nav_shape):
-                    raise ConfigValidationError(f"make_acquisition: a continuous acquisition (no image count) needs "
-                                                f"a concrete nav_shape, the shape of one scan; got {nav_shape!r}")
+                    raise ConfigValidationError(f"make_acquisition: a continuous acquisition (no image count) or "
+                                                f"scans={scans} needs a concrete nav_shape, the shape of one scan; "
+                                                f"got {nav_shape!r}")
                 shape = tuple(int(s) for s in nav_shape)
             else:
                 shape = determine_nav_shape(nimages, nav_shape, hooks.on_determine_nav_shape, pending_aq.nav_shape)
@@ -88,4 +89,5 @@ class LiveContext(Context):
         ds = self.load("stream", frames=frames, nav_shape=shape, sig_shape=sig_shape, dtype=dtype,
                        frames_per_partition=frames_per_partition, scans=scans)
         holder["aq"] = ds
+        ds.stats = getattr(frames, "stats", None)  # type: ignore[attr-defined]  # frames delivered, and lost
         return ds

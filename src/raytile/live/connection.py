@@ -8,7 +8,7 @@ connection builder in :data:`raytile.live.api.DETECTORS`.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Protocol, runtime_checkable
+from typing import Any, Callable, Iterable, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -40,7 +40,9 @@ class LiveConnection(Protocol):
         ...
 
     def acquisition_frames(self, pending: Any, controller: Any, nav_shape: tuple[int, ...],
-                           ready: Callable[[], None], count: int | None, dtype: np.dtype) -> Iterator[np.ndarray]:
+                           ready: Callable[[], None], count: int | None, dtype: np.dtype) -> Iterable[np.ndarray]:
         """The acquisition's frame stacks ``(k, *sig_shape)`` of ``dtype``, ``count`` frames (None: until it
-        ends). Active mode (``pending`` None): start it, calling ``ready`` once the detector is armed."""
+        ends). Active mode (``pending`` None): start it, calling ``ready`` once the detector is armed.
+        An iterable with a ``stats`` attribute (:class:`~raytile.live.receiver.AcquisitionFrames`) gives the
+        acquisition its ``aq.stats`` (frames delivered, frames lost)."""
         ...

@@ -40,7 +40,7 @@ import numpy as np
 
 from raytile.common.errors import AcquisitionError, DataSetException
 
-__all__ = ["Slab", "StackReceiver", "Header", "Stack", "End", "Failed", "Event", "DROP_POLICIES", "partition_batches"]
+__all__ = ["AcquisitionStats", "AcquisitionFrames", "Slab", "StackReceiver", "Header", "Stack", "End", "Failed", "Event", "DROP_POLICIES", "partition_batches"]
 
 #: What a receiver does with frames the sender lost: ``"zero"`` puts zero frames in their place (the run
 #: goes on; :attr:`StackReceiver.frames_dropped` counts them), ``"fail"`` ends the run.
@@ -80,6 +80,16 @@ class Failed:
 
 
 Event = Union[Header, Stack, End, Failed]
+
+
+@dataclass
+class AcquisitionStats:
+    """What one acquisition's frames were: ``frames`` delivered to the run, of which ``frames_dropped``
+    were lost by the sender and delivered as zero frames. ``LiveContext.make_acquisition`` puts it on the
+    acquisition as ``aq.stats``; it counts while the run goes on."""
+
+    frames: int = 0
+    frames_dropped: int = 0
 
 
 class Slab:
@@ -301,13 +311,15 @@ class StackReceiver:
             elif isinstance(event, Failed) and event.fatal:
                 raise event.error
 
-    def frames(self, count: int | None, dtype: Any = None,
-               batch: tuple[int, int] | None = None) -> Iterator[np.ndarray]:
+    def frames(self, count: int | None, dtype: Any = None, batch: tuple[int, int] | None = None,
+               stats: AcquisitionStats | None = None) -> Iterator[np.ndarray]:
         """Decoded frames ``(k, h, w)`` of ``dtype`` (default: the detector's) until ``count`` frames
         (None: until the acquisition ends). ``batch=(frames_per_partition, scan_frames)`` cuts the
         arrays on a stream's partition boundaries; without it, one array per received stack. Frames
         of a stack past ``count`` stay for the next call (the next scan of a continuous
-        acquisition). Raises AcquisitionError when the acquisition fails, ends short or restarts."""
+        acquisition). ``stats`` counts the frames and the lost ones delivered. Raises AcquisitionError
+        when the acquisition fails, ends short or restarts."""
+        stats = stats if stats is not None else AcquisitionStats()
         got = 0
         out: np.ndarray | None = None
         filled = 0
@@ -337,6 +349,9 @@ class StackReceiver:
                         out, filled = np.empty((size,) + tuple(sig), np.dtype(dtype or native)), 0
                     take = min(stop - start, len(out) - filled)
                     self._decode_into(held, start, start + take, out[filled:filled + take])
+                    assert self._slab is not None
+                    stats.frames_dropped += int(self._slab.missing[held.slot, start:start + take].sum())
+                    stats.frames += take
                     start, filled, got = start + take, filled + take, got + take
                     if filled == len(out):
                         done, out = out, None
@@ -391,3 +406,15 @@ def partition_batches(nav_shape: tuple[int, ...], sig_shape: tuple[int, ...] | N
     scan = int(np.prod(nav_shape))
     frame_bytes = int(np.prod(sig_shape)) * np.dtype(dtype).itemsize
     return default_frames_per_partition(scan, frame_bytes), scan
+
+
+class AcquisitionFrames:
+    """An acquisition's frame arrays (an iterable for the ``stream`` data set) with its
+    :class:`AcquisitionStats`; iterating calls ``make(stats)``, a generator of the arrays."""
+
+    def __init__(self, make: Callable[[AcquisitionStats], Iterator[np.ndarray]]):
+        self.stats = AcquisitionStats()
+        self._make = make
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return self._make(self.stats)

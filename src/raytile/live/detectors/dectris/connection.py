@@ -25,7 +25,7 @@ from raytile.common.errors import AcquisitionError, ConfigValidationError, DataS
 from raytile.live.detectors.dectris.receiver import STREAM_FORMATS, DectrisReceiver, images_in_series
 from raytile.live.detectors.dectris.simplon import SimplonClient
 from raytile.live.detectors.dectris.stream_v1 import COMPRESSIONS
-from raytile.live.receiver import DROP_POLICIES, partition_batches
+from raytile.live.receiver import AcquisitionFrames, AcquisitionStats, DROP_POLICIES, partition_batches
 
 __all__ = ["DectrisConnectionBuilder", "DectrisDetectorConnection", "DectrisPendingAcquisition",
            "DectrisActiveController", "TRIGGER_MODES"]
@@ -236,9 +236,16 @@ class DectrisDetectorConnection:
 
     def acquisition_frames(self, pending: DectrisPendingAcquisition | None, controller: Any,
                            nav_shape: tuple[int, ...], ready: Callable[[], None], count: int | None,
-                           dtype: np.dtype) -> Iterator[np.ndarray]:
-        """The series' frame stacks. Active mode (no ``pending``): apply the controller's settings,
-        arm, call ``ready`` (``Hooks.on_ready_for_data``: trigger there), wait for the armed series."""
+                           dtype: np.dtype) -> AcquisitionFrames:
+        """The series' frame stacks (and its :class:`~raytile.live.receiver.AcquisitionStats`). Active
+        mode (no ``pending``): apply the controller's settings, arm, call ``ready``
+        (``Hooks.on_ready_for_data``: trigger there), wait for the armed series."""
+        return AcquisitionFrames(lambda stats: self._frames(pending, controller, nav_shape, ready, count, dtype,
+                                                            stats))
+
+    def _frames(self, pending: DectrisPendingAcquisition | None, controller: Any, nav_shape: tuple[int, ...],
+                ready: Callable[[], None], count: int | None, dtype: np.dtype,
+                stats: AcquisitionStats) -> Iterator[np.ndarray]:
         receiver = self.connect()
         if pending is None:
             ctl = controller if controller is not None else self.get_active_controller()
@@ -259,7 +266,8 @@ class DectrisDetectorConnection:
             if nimages and count is not None and nimages < count:
                 raise AcquisitionError(f"DECTRIS {receiver.uri}: series {series} has {nimages} images, "
                                        f"nav_shape needs {count}")
-        yield from receiver.frames(count, dtype, batch=partition_batches(nav_shape, self._sig_shape, dtype))
+        yield from receiver.frames(count, dtype, batch=partition_batches(nav_shape, self._sig_shape, dtype),
+                                   stats=stats)
 
     def close(self) -> None:
         if self._receiver is not None:

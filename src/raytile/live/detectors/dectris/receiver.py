@@ -40,7 +40,7 @@ from raytile.common.errors import AcquisitionError, ConfigValidationError
 from raytile.io import bslz4
 from raytile.live.detectors.dectris import stream_v2
 from raytile.live.detectors.dectris.stream_v1 import CODEC_PLAIN_LZ4, ImageInfo, parse_image_info, parse_json
-from raytile.live.receiver import DROP_POLICIES, End, Event, Header, Stack, StackReceiver
+from raytile.live.receiver import DROP_POLICIES, End, Event, Failed, Header, Stack, StackReceiver
 
 __all__ = ["DectrisReceiver", "images_in_series", "STREAM_FORMATS"]
 
@@ -290,27 +290,33 @@ class DectrisReceiver(StackReceiver):
             if not isinstance(frame, int) or frame < self._in_series:
                 raise AcquisitionError(f"DECTRIS {self.uri}: series {series} sent frame {frame} where frame "
                                        f"{self._in_series} was expected (frames reordered or repeated)")
-            self._dropped(info, frame - self._in_series, f"frames {self._in_series} to {frame - 1}")
+            if not self._dropped(info, frame - self._in_series, f"frames {self._in_series} to {frame - 1}"):
+                return
         self._store(info, data)
         self._in_series += 1
 
-    def _dropped(self, info: ImageInfo, n: int, which: str) -> None:
+    def _dropped(self, info: ImageInfo, n: int, which: str) -> bool:
         """``n`` frames of the series were not delivered: zeros in their place, or a failure."""
-        if self.on_dropped == "fail":
+        if self.on_dropped == "fail":  # the run fails; the connection goes on with the next series
             self.frames_dropped += n
-            raise AcquisitionError(f"DECTRIS {self.uri}: series {self._series} lost {n} frame(s) ({which}); "
-                                   f"the connection's on_dropped='fail'")
+            self._flush()
+            self._post(Failed(AcquisitionError(f"DECTRIS {self.uri}: series {self._series} lost {n} frame(s) "
+                                               f"({which}); the connection's on_dropped='fail'"), fatal=False))
+            self._series = None  # the rest of the series is skipped (as stale)
+            return False
         self._ensure_slab(self._stack * self._bpf)
         self._lost_frames(info, n)
         self._in_series += n
+        return True
 
     def _on_end(self, series: Any) -> None:
         if series != self._series or self._series is None:
             self.stale_messages += 1
             return
         if self._expected and self._in_series < self._expected and self._open_layout is not None:
-            self._dropped(self._open_layout, self._expected - self._in_series,
-                          f"the last {self._expected - self._in_series}")
+            if not self._dropped(self._open_layout, self._expected - self._in_series,
+                                 f"the last {self._expected - self._in_series}"):
+                return
         self._flush()
         self._post(End(self._series))
         self._series = None

@@ -15,10 +15,15 @@ at once, with ``ints``/``inte`` after a ``trigger`` command (one a frame for
 
 ``stream_format`` ``cbor`` (or the REST stream ``format``) sends stream V2 (CBOR) messages.
 
+``auto_arm`` (passive mode for the receiver): the simulator arms itself
+that many times, one series after the other, as if a scan engine armed the
+detector; by default it waits for ``arm`` over REST.
+
 Faults for tests: ``stale_images`` images of another series are sent
 before each header and in the middle of each series (the tail of a stale
 series); ``silent_after`` images into a series the sender stops sending
-but stays connected (ZeroMQ shows no disconnect).
+but stays connected (ZeroMQ shows no disconnect); ``skip_images`` image
+numbers of every series are never sent (frames the detector lost).
 
 >>> with DectrisSimulator(frames) as sim:                               # doctest: +SKIP
 ...     conn = LiveContext().make_connection("dectris").open(api_port=sim.api_port, data_port=sim.data_port)
@@ -56,7 +61,8 @@ class DectrisSimulator:
     def __init__(self, frames: np.ndarray, host: str = "127.0.0.1", api_port: int = 0, data_port: int = 0,
                  frame_rate: float | None = None, compression: str = "bslz4", trigger_mode: str = "exts",
                  first_series: int = 1, stale_images: int = 0, silent_after: int | None = None,
-                 sndhwm: int = 1000, stream_format: str = "legacy"):
+                 sndhwm: int = 1000, stream_format: str = "legacy", auto_arm: int = 0,
+                 skip_images: tuple[int, ...] = ()):
         stack = np.asarray(frames)
         if stack.ndim < 3 or stack.dtype not in (np.uint8, np.uint16, np.uint32):
             raise ConfigValidationError(f"DectrisSimulator: parameter 'frames' must be (n, h, w) uint8/16/32, got "
@@ -77,6 +83,7 @@ class DectrisSimulator:
         self.stream_config: dict[str, Any] = {"mode": "enabled", "format": stream_format, "header_detail": "basic"}
         self._encoded: dict[str, list[tuple[bytes, str]]] = {}
         self._frame_rate, self._stale, self._silent_after = frame_rate, stale_images, silent_after
+        self._auto_arm, self._skip = int(auto_arm), frozenset(int(i) for i in skip_images)
         self._series = first_series - 1
         self._lock = threading.Lock()
         self._arms: queue.Queue[tuple[int, dict]] = queue.Queue()
@@ -165,6 +172,9 @@ class DectrisSimulator:
 
     def _send_loop(self) -> None:
         while not self._stop.is_set():
+            if self._auto_arm > 0 and self._arms.empty():
+                self._auto_arm -= 1
+                self.arm()
             try:
                 series, config = self._arms.get(timeout=0.05)
             except queue.Empty:
@@ -197,6 +207,8 @@ class DectrisSimulator:
                 return  # silent: no more messages, the socket stays open
             if self._stale and i == total // 2 and not self._send_stale(series, self._stale):
                 return
+            if i in self._skip:
+                continue  # lost by the detector: never sent
             if not self._send(self._image(series, i, config["compression"])):
                 return
             self.frames_sent += 1

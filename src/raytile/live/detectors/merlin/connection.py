@@ -16,7 +16,7 @@ from raytile.common.errors import AcquisitionError, ConfigValidationError, DataS
 from raytile.live.detectors.merlin.control import MerlinControl
 from raytile.live.detectors.merlin.mpx import AcquisitionHeader
 from raytile.live.detectors.merlin.receiver import MerlinReceiver
-from raytile.live.receiver import partition_batches
+from raytile.live.receiver import AcquisitionFrames, AcquisitionStats, partition_batches
 
 __all__ = ["MerlinConnectionBuilder", "MerlinDetectorConnection", "MerlinPendingAcquisition",
            "MerlinActiveController", "RECOVERY_STRATEGIES"]
@@ -135,9 +135,15 @@ class MerlinDetectorConnection:
 
     def acquisition_frames(self, pending: MerlinPendingAcquisition | None, controller: Any,
                            nav_shape: tuple[int, ...], ready: Callable[[], None], count: int | None,
-                           dtype: np.dtype) -> Iterator[np.ndarray]:
-        """The acquisition's frame stacks; in active mode it first calls ``ready`` (the hook) and waits
-        for the header. Runs when the run starts reading (the stream's feeder thread)."""
+                           dtype: np.dtype) -> AcquisitionFrames:
+        """The acquisition's frame stacks (and its :class:`~raytile.live.receiver.AcquisitionStats`); in
+        active mode it first calls ``ready`` (the hook) and waits for the header. Runs when the run starts
+        reading (the stream's feeder thread)."""
+        return AcquisitionFrames(lambda stats: self._frames(pending, nav_shape, ready, count, dtype, stats))
+
+    def _frames(self, pending: MerlinPendingAcquisition | None, nav_shape: tuple[int, ...],
+                ready: Callable[[], None], count: int | None, dtype: np.dtype,
+                stats: AcquisitionStats) -> Iterator[np.ndarray]:
         if pending is None:
             receiver = self.connect()
             ready()
@@ -149,7 +155,8 @@ class MerlinDetectorConnection:
             if count is not None and header.nimages and header.nimages < count:
                 raise AcquisitionError(f"Merlin {receiver.address}: the acquisition has {header.nimages} images, "
                                        f"nav_shape needs {count}")
-        yield from self.receiver.frames(count, dtype, batch=partition_batches(nav_shape, self._sig_shape, dtype))
+        yield from self.receiver.frames(count, dtype, batch=partition_batches(nav_shape, self._sig_shape, dtype),
+                                        stats=stats)
 
     def close(self) -> None:
         if self._receiver is not None:
