@@ -130,13 +130,15 @@ def latencies(arrivals: list[tuple[int, float]], merged: list[tuple[int, float]]
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=30.0, help="seconds per paced rate (default 30)")
-    p.add_argument("--rates", default="5000,7000,10000,14000,20000", help="paced rates to try in turn, frames/s")
+    p.add_argument("--rates", default=None, help="paced rates to try in turn, frames/s "
+                   "(default 5000,7000,10000,14000,20000)")
     p.add_argument("--cases", default=",".join(CASES), help=f"of {', '.join(CASES)}")
     p.add_argument("--executor", default="inline", choices=["inline", "ray"])
-    p.add_argument("--quick", action="store_true", help="3 s per rate, rates 5000 and 10000")
+    p.add_argument("--quick", action="store_true", help="3 s per rate (and rates 5000,10000 unless --rates)")
     args = p.parse_args()
     if args.quick:
-        args.seconds, args.rates = 3.0, "5000,10000"
+        args.seconds = 3.0
+    args.rates = args.rates or ("5000,10000" if args.quick else "5000,7000,10000,14000,20000")
     ctx = LiveContext(executor="inline") if args.executor == "inline" else LiveContext.make_local(cpus=2)
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; executor {args.executor}; "
           f"{SIG[0]}x{SIG[1]} frames, scans of {NAV[0]}x{NAV[1]}, {args.seconds:g} s per rate")

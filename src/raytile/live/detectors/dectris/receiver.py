@@ -209,6 +209,10 @@ class DectrisReceiver(StackReceiver):
         of silence inside a series."""
         import zmq
 
+        try:  # the common case under load: a part is waiting (no poll call)
+            return self._sock.recv(zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            pass
         poll_ms = max(1, int(min(self._flush_s, 0.1) * 1000))
         quiet_since = time.monotonic()
         while not self._stop.is_set():
