@@ -16,7 +16,6 @@ port 31001 on a DCU), ``rcvhwm`` (ZeroMQ's receive high-water mark).
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -25,6 +24,7 @@ from raytile.common.errors import AcquisitionError, ConfigValidationError, DataS
 from raytile.live.detectors.dectris.receiver import STREAM_FORMATS, DectrisReceiver, images_in_series
 from raytile.live.detectors.dectris.simplon import SimplonClient
 from raytile.live.detectors.dectris.stream_v1 import COMPRESSIONS
+from raytile.live.connection import ReceiverConnection
 from raytile.live.receiver import AcquisitionFrames, AcquisitionStats, DROP_POLICIES, partition_batches
 
 __all__ = ["DectrisConnectionBuilder", "DectrisDetectorConnection", "DectrisPendingAcquisition",
@@ -129,8 +129,10 @@ class DectrisActiveController:
         return int(reply["sequence id"])
 
 
-class DectrisDetectorConnection:
+class DectrisDetectorConnection(ReceiverConnection[DectrisReceiver]):
     """A ZeroMQ data connection to a DECTRIS DCU, kept open across series; REST on demand."""
+
+    detector = "dectris"
 
     def __init__(self, *, api_host: str = "127.0.0.1", api_port: int = 80, data_host: str = "127.0.0.1",
                  data_port: int = 9999, buffer_size: int = 2048, bytes_per_frame: int | None = None,
@@ -181,19 +183,8 @@ class DectrisDetectorConnection:
     def timeout(self) -> float:
         return float(self._receiver_args["timeout"])
 
-    def connect(self) -> DectrisReceiver:
-        if self._receiver is None or not self._receiver.running:
-            if self._receiver is not None:
-                self._receiver.close()
-            self._receiver = DectrisReceiver(f"tcp://{self._data_host}:{self._data_port}", **self._receiver_args)
-            self._receiver.start()
-        return self._receiver
-
-    @property
-    def receiver(self) -> DectrisReceiver:
-        if self._receiver is None:
-            raise DataSetException("dectris connection: closed; open a new one or call connect()")
-        return self._receiver
+    def _new_receiver(self) -> DectrisReceiver:
+        return DectrisReceiver(f"tcp://{self._data_host}:{self._data_port}", **self._receiver_args)
 
     def get_api_client(self) -> SimplonClient:
         return SimplonClient(self._api_host, self._api_port)
@@ -268,18 +259,6 @@ class DectrisDetectorConnection:
                                        f"nav_shape needs {count}")
         yield from receiver.frames(count, dtype, batch=partition_batches(nav_shape, self._sig_shape, dtype),
                                    stats=stats)
-
-    def close(self) -> None:
-        if self._receiver is not None:
-            self._receiver.close()
-            self._receiver = None
-
-    def __enter__(self) -> "DectrisDetectorConnection":
-        self.connect()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 class DectrisConnectionBuilder:

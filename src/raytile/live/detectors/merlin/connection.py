@@ -16,6 +16,7 @@ from raytile.common.errors import AcquisitionError, ConfigValidationError, DataS
 from raytile.live.detectors.merlin.control import MerlinControl
 from raytile.live.detectors.merlin.mpx import AcquisitionHeader
 from raytile.live.detectors.merlin.receiver import MerlinReceiver
+from raytile.live.connection import ReceiverConnection
 from raytile.live.receiver import AcquisitionFrames, AcquisitionStats, partition_batches
 
 __all__ = ["MerlinConnectionBuilder", "MerlinDetectorConnection", "MerlinPendingAcquisition",
@@ -53,7 +54,7 @@ class MerlinActiveController:
         return None
 
 
-class MerlinDetectorConnection:
+class MerlinDetectorConnection(ReceiverConnection[MerlinReceiver]):
     """A data connection to the Merlin software, kept open; control connections on demand.
 
     Parameters as LiberTEM-live's: ``api_host``/``api_port`` (control, 6341),
@@ -62,6 +63,8 @@ class MerlinDetectorConnection:
     slot), ``slots`` (the receive slab's size: its memory bound) and
     ``timeout`` (seconds of silence mid-acquisition before it fails).
     """
+
+    detector = "merlin"
 
     def __init__(self, *, api_host: str = "127.0.0.1", api_port: int = 6341, data_host: str = "127.0.0.1",
                  data_port: int = 6342, drain: bool = False, recovery_strategy: str = "immediate_reconnect",
@@ -84,20 +87,8 @@ class MerlinDetectorConnection:
         self._sig_shape: tuple[int, ...] | None = None  # of the last acquisition_geometry
         self.connect()
 
-    def connect(self) -> MerlinReceiver:
-        if self._receiver is None or not self._receiver.running:
-            if self._receiver is not None:
-                self._receiver.close()
-            self._receiver = MerlinReceiver(self._data_host, self._data_port, **self._receiver_args)  # type: ignore[arg-type]
-            self._receiver.start()
-        return self._receiver
-
-    @property
-    def receiver(self) -> MerlinReceiver:
-        """The data connection's receiver (its failures stay visible: it is not replaced here)."""
-        if self._receiver is None:
-            raise DataSetException("merlin connection: closed; open a new one or call connect()")
-        return self._receiver
+    def _new_receiver(self) -> MerlinReceiver:
+        return MerlinReceiver(self._data_host, self._data_port, **self._receiver_args)  # type: ignore[arg-type]
 
     def wait_for_acquisition(self, timeout: float | None = None) -> MerlinPendingAcquisition | None:
         """Wait up to ``timeout`` s (None: forever) for the next acquisition's header; None on timeout."""
@@ -157,18 +148,6 @@ class MerlinDetectorConnection:
                                        f"nav_shape needs {count}")
         yield from self.receiver.frames(count, dtype, batch=partition_batches(nav_shape, self._sig_shape, dtype),
                                         stats=stats)
-
-    def close(self) -> None:
-        if self._receiver is not None:
-            self._receiver.close()
-            self._receiver = None
-
-    def __enter__(self) -> "MerlinDetectorConnection":
-        self.connect()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 class MerlinConnectionBuilder:
