@@ -162,3 +162,24 @@ def test_series_of_many_scans_scans_0_flat_memory(live_ctx):
     late = max(v for k, v in held.items() if k >= scans - 40)
     print(f"traced memory: scans 20-60 {early / 1e6:.2f} MB, last 40 scans {late / 1e6:.2f} MB")
     assert late < early + 256 * 1024, (early, late)  # flat: no growth with the number of scans
+
+
+def test_cbor_threshold_channels(live_ctx):
+    """Stream V2 with two threshold channels: each connection reads the channel it names."""
+    pytest.importorskip("cbor2")
+    frames = scan_frames(6)
+    with DectrisSimulator(frames, stream_format="cbor", channels=2) as sim:
+        for channel, expected in ((None, frames), ("threshold_1", frames), ("threshold_2", frames // 2)):
+            with live_ctx.make_connection("dectris").open(api_port=sim.api_port, data_port=sim.data_port,
+                                                          buffer_size=16, stream_format="cbor",
+                                                          channel=channel) as conn:
+                aq = live_ctx.make_acquisition(conn=conn, nav_shape=NAV)
+                total, per_frame = live_ctx.run_udf(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()])
+            assert np.array_equal(total["intensity"].data, expected.sum(axis=0, dtype=np.int64))
+            assert np.array_equal(per_frame["intensity"].data, expected.sum(axis=(1, 2)).reshape(NAV))
+        with live_ctx.make_connection("dectris").open(api_port=sim.api_port, data_port=sim.data_port, buffer_size=16,
+                                                      stream_format="cbor", channel="threshold_3") as conn:
+            aq = live_ctx.make_acquisition(conn=conn, nav_shape=NAV)
+            with pytest.raises(AcquisitionError, match=r"no channel 'threshold_3'; it has \['threshold_1', "
+                                                       r"'threshold_2'\]"):
+                live_ctx.run_udf(dataset=aq, udf=SumUDF())

@@ -62,6 +62,8 @@ def add_live_parser(sub: Any) -> None:
                    help="DECTRIS: image compression (default bslz4; settable over REST)")
     s.add_argument("--stream-format", default="legacy", choices=("legacy", "cbor"),
                    help="DECTRIS: stream V1 (legacy, JSON) or V2 (cbor) (default legacy; settable over REST)")
+    s.add_argument("--channels", type=int, default=1,
+                   help="DECTRIS stream V2: threshold channels sent (threshold_k: the frames divided by k; default 1)")
     s.add_argument("--trigger-mode", default="exts", choices=("exts", "exte", "ints", "inte"),
                    help="DECTRIS: trigger mode; ints/inte wait for the trigger command (default exts)")
     s.add_argument("--nav-shape", type=_shape, default=(32, 32), help="scan shape (default 32,32)")
@@ -92,6 +94,7 @@ def add_live_parser(sub: Any) -> None:
     r.add_argument("--scans", type=int, default=1, help="scans in this run, 0: until the acquisition ends "
                    "(default 1)")
     r.add_argument("--stream-format", default="legacy", choices=("legacy", "cbor"), help="DECTRIS: V1 or V2")
+    r.add_argument("--channel", default=None, help="DECTRIS stream V2: the threshold channel (default: the first)")
     r.add_argument("--data-host", default="127.0.0.1")
     r.add_argument("--data-port", type=int, default=None)
     r.add_argument("--api-host", default="127.0.0.1")
@@ -153,7 +156,8 @@ def _sim(args: argparse.Namespace) -> int:
         sim = DectrisSimulator(frames, host=args.host, api_port=args.api_port, data_port=args.data_port,
                                frame_rate=args.frame_rate, compression=args.compression,
                                trigger_mode=args.trigger_mode, stream_format=args.stream_format,
-                               auto_arm=0 if args.triggered else args.acquisitions, skip_images=args.skip_images)
+                               auto_arm=0 if args.triggered else args.acquisitions, skip_images=args.skip_images,
+                               channels=args.channels)
         per_series = len(frames) * args.scans
         if args.trigger_mode in ("exte", "inte"):  # one image per trigger
             sim.config.update(nimages=1, ntrigger=per_series)
@@ -199,7 +203,7 @@ def _run(args: argparse.Namespace) -> int:
 
     ctx = LiveContext(executor=args.executor)
     try:
-        extra = {"stream_format": args.stream_format} if args.detector == "dectris" else {}
+        extra = {"stream_format": args.stream_format, "channel": args.channel} if args.detector == "dectris" else {}
         with ctx.make_connection(args.detector).open(data_host=args.data_host, data_port=args.data_port,
                                                      api_host=args.api_host, api_port=args.api_port,
                                                      **extra) as conn:

@@ -6,7 +6,10 @@ an uncompressed frame, what bitshuffle-LZ4 typically reaches),
 ``frame_stack_size`` (24). raytile's own: ``timeout`` (seconds of silence
 mid-series before it fails: ZeroMQ reports no lost peer), ``stream_format``
 (``"legacy"``: stream V1, JSON multipart, port 9999; ``"cbor"``: stream V2,
-port 31001 on a DCU), ``rcvhwm`` (ZeroMQ's receive high-water mark).
+port 31001 on a DCU), ``rcvhwm`` (ZeroMQ's receive high-water mark),
+``on_dropped`` (``"zero"``: lost frames become zero frames, counted in
+``aq.stats``; ``"fail"``: the run fails), ``channel`` (stream V2: the
+threshold channel read, e.g. ``"threshold_2"``; None: the first).
 
 >>> conn = DectrisConnectionBuilder().open(api_host="127.0.0.1", api_port=8910,
 ...                                        data_host="127.0.0.1", data_port=9999)   # doctest: +SKIP
@@ -137,7 +140,7 @@ class DectrisDetectorConnection(ReceiverConnection[DectrisReceiver]):
     def __init__(self, *, api_host: str = "127.0.0.1", api_port: int = 80, data_host: str = "127.0.0.1",
                  data_port: int = 9999, buffer_size: int = 2048, bytes_per_frame: int | None = None,
                  frame_stack_size: int = 24, huge_pages: bool = False, timeout: float = 10.0, rcvhwm: int = 256,
-                 stream_format: str = "legacy", on_dropped: str = "zero"):
+                 stream_format: str = "legacy", on_dropped: str = "zero", channel: str | None = None):
         if on_dropped not in DROP_POLICIES:
             raise ConfigValidationError(f"dectris connection: parameter 'on_dropped' must be one of "
                                         f"{DROP_POLICIES}, got {on_dropped!r}")
@@ -170,7 +173,7 @@ class DectrisDetectorConnection(ReceiverConnection[DectrisReceiver]):
         self._receiver_args: dict[str, Any] = dict(frame_stack_size=frame_stack_size, slots=slots,
                                                    bytes_per_frame=bytes_per_frame, timeout=float(timeout),
                                                    rcvhwm=rcvhwm, stream_format=stream_format,
-                                                   on_dropped=on_dropped)
+                                                   on_dropped=on_dropped, channel=channel)
         self._receiver: DectrisReceiver | None = None
         self._sig_shape: tuple[int, ...] | None = None  # of the last acquisition_geometry
         self.connect()

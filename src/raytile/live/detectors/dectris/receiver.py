@@ -65,12 +65,13 @@ class DectrisReceiver(StackReceiver):
     ``rcvhwm`` ZeroMQ's receive high-water mark in messages; ``timeout``
     the silence in a series after which it fails; ``flush_s`` the latency
     deadline of a partial stack; ``on_dropped`` what lost frames do
-    (``"zero"`` or ``"fail"``, see the module docstring).
+    (``"zero"`` or ``"fail"``, see the module docstring); ``channel`` the
+    stream V2 threshold channel to read (None: the first).
     """
 
     def __init__(self, uri: str, frame_stack_size: int = 24, slots: int = 64, bytes_per_frame: int = 1 << 16,
                  timeout: float = 10.0, flush_s: float = 0.05, rcvhwm: int = 256, stream_format: str = "legacy",
-                 on_dropped: str = "zero"):
+                 on_dropped: str = "zero", channel: str | None = None):
         if stream_format not in STREAM_FORMATS:
             raise ConfigValidationError(f"dectris receiver: parameter 'stream_format' must be one of "
                                         f"{STREAM_FORMATS}, got {stream_format!r}")
@@ -79,6 +80,8 @@ class DectrisReceiver(StackReceiver):
                                         f"got {on_dropped!r}")
         super().__init__(frame_stack_size, slots, timeout, flush_s)
         self.uri, self.stream_format, self.on_dropped = uri, stream_format, on_dropped
+        #: Stream V2: the threshold channel read (e.g. ``"threshold_2"``); None: the first.
+        self.channel = channel
         self.what = f"DECTRIS {uri}"
         self._bpf, self._rcvhwm = bytes_per_frame, rcvhwm
         self._context: Any = None
@@ -266,7 +269,7 @@ class DectrisReceiver(StackReceiver):
 
     def _message_v2(self, part: Any) -> None:
         """One stream V2 (CBOR) message."""
-        kind, series, image_id, payload = stream_v2.parse_message(part.buffer, f"DECTRIS {self.uri}")
+        kind, series, image_id, payload = stream_v2.parse_message(part.buffer, f"DECTRIS {self.uri}", self.channel)
         if kind == "start":
             self._on_header(series, payload)
         elif kind == "image":

@@ -13,7 +13,8 @@ at once, with ``ints``/``inte`` after a ``trigger`` command (one a frame for
 ``inte``). A series has ``ntrigger`` images (``exte``/``inte``) or
 ``nimages * ntrigger``, the replayed frames in a cycle.
 
-``stream_format`` ``cbor`` (or the REST stream ``format``) sends stream V2 (CBOR) messages.
+``stream_format`` ``cbor`` (or the REST stream ``format``) sends stream V2 (CBOR) messages, with
+``channels`` threshold channels (``threshold_k`` holds the frames divided by ``k``).
 
 ``auto_arm`` (passive mode for the receiver): the simulator arms itself
 that many times, one series after the other, as if a scan engine armed the
@@ -62,7 +63,7 @@ class DectrisSimulator:
                  frame_rate: float | None = None, compression: str = "bslz4", trigger_mode: str = "exts",
                  first_series: int = 1, stale_images: int = 0, silent_after: int | None = None,
                  sndhwm: int = 1000, stream_format: str = "legacy", auto_arm: int = 0,
-                 skip_images: tuple[int, ...] = ()):
+                 skip_images: tuple[int, ...] = (), channels: int = 1):
         stack = np.asarray(frames)
         if stack.ndim < 3 or stack.dtype not in (np.uint8, np.uint16, np.uint32):
             raise ConfigValidationError(f"DectrisSimulator: parameter 'frames' must be (n, h, w) uint8/16/32, got "
@@ -84,6 +85,10 @@ class DectrisSimulator:
         self._encoded: dict[str, list[tuple[bytes, str]]] = {}
         self._frame_rate, self._stale, self._silent_after = frame_rate, stale_images, silent_after
         self._auto_arm, self._skip = int(auto_arm), frozenset(int(i) for i in skip_images)
+        if not isinstance(channels, int) or channels < 1:
+            raise ConfigValidationError(f"DectrisSimulator: parameter 'channels' must be a positive int, got "
+                                        f"{channels!r}")
+        self._channels = channels
         self._series = first_series - 1
         self._lock = threading.Lock()
         self._arms: queue.Queue[tuple[int, dict]] = queue.Queue()
@@ -143,10 +148,15 @@ class DectrisSimulator:
         self._triggers.release()
 
     # -- data side ----------------------------------------------------------------------
-    def _images(self, compression: str) -> list[tuple[bytes, str]]:
-        if compression not in self._encoded:
-            self._encoded[compression] = [encode_image(f, compression) for f in self._frames]
-        return self._encoded[compression]
+    def channel_frames(self, channel: int) -> np.ndarray:
+        """The frames of stream V2 channel ``threshold_<channel>`` (1-based): the frames divided by ``channel``."""
+        return self._frames if channel == 1 else self._frames // channel
+
+    def _images(self, compression: str, channel: int = 1) -> list[tuple[bytes, str]]:
+        key = f"{compression}-{channel}"
+        if key not in self._encoded:
+            self._encoded[key] = [encode_image(f, compression) for f in self.channel_frames(channel)]
+        return self._encoded[key]
 
     def _v2(self) -> bool:
         return self.stream_config.get("format") == "cbor"
@@ -155,11 +165,18 @@ class DectrisSimulator:
         images = self._images(compression)
         data, enc = images[i % len(images)]
         if self._v2():
-            if compression == "lz4":  # V2's lz4 is in the HDF5 LZ4 filter's framing: one block of the whole image
-                data = struct.pack(">QI", len(self._frames[0].tobytes()), len(self._frames[0].tobytes())) \
-                    + struct.pack(">I", len(data)) + data
-            return [stream_v2.image_message(series, i, self._frames[i % len(self._frames)], compression, data)]
+            n = len(self._frames)
+            more = [(self.channel_frames(c)[i % n], self._v2_payload(self._images(compression, c)[i % n][0], compression))
+                    for c in range(2, self._channels + 1)]
+            return [stream_v2.image_message(series, i, self._frames[i % n], compression,
+                                            self._v2_payload(data, compression), more)]
         return image_message(series, i, data, enc, self._sig, self._frames.dtype, time.monotonic_ns())
+
+    def _v2_payload(self, data: bytes, compression: str) -> bytes:
+        if compression == "lz4":  # V2's lz4 is in the HDF5 LZ4 filter's framing: one block of the whole image
+            nbytes = self._frames[0].nbytes
+            return struct.pack(">QI", nbytes, nbytes) + struct.pack(">I", len(data)) + data
+        return data
 
     def _send(self, parts: list[bytes]) -> bool:
         import zmq
@@ -191,7 +208,8 @@ class DectrisSimulator:
         total = images_in_series(config)
         per_trigger = 1 if config["trigger_mode"] == "inte" else int(config["nimages"])
         wait_trigger = config["trigger_mode"] in ("ints", "inte")
-        header = [stream_v2.start_message(series, {**config, "number_of_images": total})] if self._v2() \
+        header = [stream_v2.start_message(series, {**config, "number_of_images": total}, self._channels)] \
+            if self._v2() \
             else header_message(series, config)
         if not self._send_stale(series, self._stale) or not self._send(header):
             return
