@@ -40,6 +40,8 @@ from raytile.udf import ApplyMasksUDF, SumUDF, masks
 SIG = (256, 256)
 NAV = (32, 32)
 SCAN = NAV[0] * NAV[1]
+#: The issue's latency target: p99 from arrival to the partial result below this.
+P99_TARGET_S = 0.25
 #: (name, detector, simulator arguments)
 CASES = {
     "merlin-U16": ("merlin", ["--mode", "U16"]),
@@ -147,7 +149,7 @@ def main() -> None:
             base = do_nothing(ctx, case, scans=20)
             print(f"\n{case}: do-nothing receiver {base:,.0f} frames/s "
                   f"({base * SIG[0] * SIG[1] * 2 / 1e9:.2f} GB/s decoded)", flush=True)
-            best = 0.0
+            best = best_fast = 0.0
             for rate in (float(r) for r in args.rates.split(",")):
                 r = with_udfs(ctx, case, rate, args.seconds)
                 print(f"  paced {rate:>7,.0f}/s: achieved {r['achieved']:>7,.0f}/s  "
@@ -156,9 +158,12 @@ def main() -> None:
                       flush=True)
                 if not r["ok"]:
                     break
-                best = max(best, rate)
+                best = max(best, r["achieved"])
+                if r["p99"] < P99_TARGET_S:
+                    best_fast = max(best_fast, r["achieved"])
             print(f"  highest sustained with SumUDF + ring: {best:,.0f} frames/s = {best / base:.2f}x the "
-                  f"do-nothing receiver; load average {os.getloadavg()[0]:.2f}", flush=True)
+                  f"do-nothing receiver; with p99 latency < {P99_TARGET_S:g} s: {best_fast:,.0f} frames/s = "
+                  f"{best_fast / base:.2f}x; load average {os.getloadavg()[0]:.2f}", flush=True)
     finally:
         ctx.close()
 
