@@ -16,6 +16,7 @@ from raytile.cli import main
 from raytile.common.errors import AcquisitionError, ConfigValidationError
 from raytile.live import Hooks, LiveContext
 from raytile.live.detectors.dectris import DectrisSimulator, SimplonClient
+from raytile.runtime.progress import ProgressReporter
 from raytile.udf import SumSigUDF, SumUDF
 
 pytest.importorskip("zmq")
@@ -183,3 +184,41 @@ def test_cbor_threshold_channels(live_ctx):
             with pytest.raises(AcquisitionError, match=r"no channel 'threshold_3'; it has \['threshold_1', "
                                                        r"'threshold_2'\]"):
                 live_ctx.run_udf(dataset=aq, udf=SumUDF())
+
+
+class DropsHeard(ProgressReporter):
+    """A GUI-like reporter: frames and the lost-frame counts it was told of."""
+
+    def __init__(self):
+        self.frames, self.dropped, self.finished = 0, [], False
+
+    def advance(self, run_id, frames):
+        self.frames += frames
+
+    def frames_dropped(self, run_id, n):
+        self.dropped.append(n)
+
+    def finish(self, run_id):
+        self.finished = True
+
+
+def test_lost_frames_reach_the_progress_reporter_and_aq_stats(live_ctx, capsys):
+    frames = scan_frames(7)
+    with DectrisSimulator(frames, skip_images=(5, 40), auto_arm=2) as sim, \
+            live_ctx.make_connection("dectris").open(api_port=sim.api_port, data_port=sim.data_port,
+                                                     buffer_size=16) as conn:
+        heard = DropsHeard()
+        aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), nav_shape=NAV,
+                                       frames_per_partition=12)
+        total = live_ctx.run_udf(dataset=aq, udf=SumUDF(dtype="int64"), progress=heard)
+        assert heard.dropped and heard.dropped[-1] == 2 and heard.dropped == sorted(heard.dropped)
+        assert heard.frames == 96 and heard.finished
+        assert (aq.stats.frames, aq.stats.frames_dropped) == (96, 2)
+        expected = frames.copy()
+        expected[[5, 40]] = 0
+        assert np.array_equal(total["intensity"].data, expected.sum(axis=0, dtype=np.int64))
+        aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), nav_shape=NAV)
+        for part in live_ctx.run_udf_iter(dataset=aq, udf=SumUDF(dtype="int64"), progress=True):
+            pass
+        assert aq.stats.frames_dropped == 2
+    assert "dropped=2" in capsys.readouterr().err  # the tqdm bar shows the count

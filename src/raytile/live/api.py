@@ -24,6 +24,7 @@ from raytile.live.detectors.dectris.connection import DectrisConnectionBuilder
 from raytile.live.detectors.merlin.connection import MerlinConnectionBuilder
 from raytile.live.hooks import Hooks, ReadyForDataEnv
 from raytile.live.nav_shape import determine_nav_shape
+from raytile.live.progress import with_dropped_frames
 from raytile.runtime.context import Context
 
 __all__ = ["LiveContext", "Hooks"]
@@ -42,6 +43,20 @@ class LiveContext(Context):
             raise ConfigValidationError(f"make_connection: parameter 'detector_type' {detector_type!r} is not "
                                         f"known; known detectors: {', '.join(sorted(DETECTORS))}")
         return builder()
+
+    def run_udf(self, dataset: DataSet, udf: Any, roi: Any = None, corrections: Any = None,  # type: ignore[override]
+                backends: Any = None, progress: Any = False, **kwargs: Any) -> Any:
+        """:meth:`raytile.Context.run_udf`; on an acquisition the progress also reports frames the
+        detector lost (:mod:`raytile.live.progress`)."""
+        return super().run_udf(dataset, udf, roi=roi, corrections=corrections, backends=backends,
+                               progress=with_dropped_frames(progress, dataset), **kwargs)
+
+    def run_udf_iter(self, dataset: DataSet, udf: Any, roi: Any = None, corrections: Any = None,  # type: ignore[override]
+                     backends: Any = None, progress: Any = False, **kwargs: Any) -> Any:
+        """:meth:`raytile.Context.run_udf_iter`; on an acquisition the progress also reports frames the
+        detector lost (:mod:`raytile.live.progress`); ``aq.stats`` counts them while the run goes on."""
+        return super().run_udf_iter(dataset, udf, roi=roi, corrections=corrections, backends=backends,
+                                    progress=with_dropped_frames(progress, dataset), **kwargs)
 
     def make_acquisition(self, *, conn: LiveConnection, nav_shape: tuple[int, ...] | None = None,
                          frames_per_partition: int | None = None, controller: Any = None,
