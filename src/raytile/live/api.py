@@ -105,4 +105,7 @@ class LiveContext(Context):
                        frames_per_partition=frames_per_partition, scans=scans)
         holder["aq"] = ds
         ds.stats = getattr(frames, "stats", None)  # type: ignore[attr-defined]  # frames delivered, and lost
+        fpp = getattr(ds, "frames_per_partition", None)
+        if fpp is not None and hasattr(frames, "batch"):  # the receiver cuts its arrays where the partitions
+            frames.batch = (fpp, math.prod(shape))             # are: the stream hands them on without a copy
         return ds

@@ -410,11 +410,16 @@ def partition_batches(nav_shape: tuple[int, ...], sig_shape: tuple[int, ...] | N
 
 class AcquisitionFrames:
     """An acquisition's frame arrays (an iterable for the ``stream`` data set) with its
-    :class:`AcquisitionStats`; iterating calls ``make(stats)``, a generator of the arrays."""
+    :class:`AcquisitionStats`; iterating calls ``make(self)``, a generator of the arrays that reads
+    :attr:`stats` and :attr:`batch`. ``LiveContext.make_acquisition`` sets ``batch`` to the data set's
+    partitioning, so arrays come cut where its partitions are (no copy in the stream)."""
 
-    def __init__(self, make: Callable[[AcquisitionStats], Iterator[np.ndarray]]):
+    def __init__(self, make: Callable[["AcquisitionFrames"], Iterator[np.ndarray]],
+                 batch: tuple[int, int] | None = None):
         self.stats = AcquisitionStats()
+        #: ``(frames_per_partition, scan_frames)`` of the stream the arrays go to (None: one per stack).
+        self.batch = batch
         self._make = make
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        return self._make(self.stats)
+        return self._make(self)

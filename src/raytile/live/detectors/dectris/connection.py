@@ -28,7 +28,7 @@ from raytile.live.detectors.dectris.receiver import STREAM_FORMATS, DectrisRecei
 from raytile.live.detectors.dectris.simplon import SimplonClient
 from raytile.live.detectors.dectris.stream_v1 import COMPRESSIONS
 from raytile.live.connection import ReceiverConnection
-from raytile.live.receiver import AcquisitionFrames, AcquisitionStats, DROP_POLICIES, partition_batches
+from raytile.live.receiver import DROP_POLICIES, AcquisitionFrames, partition_batches
 
 __all__ = ["DectrisConnectionBuilder", "DectrisDetectorConnection", "DectrisPendingAcquisition",
            "DectrisActiveController", "TRIGGER_MODES"]
@@ -234,12 +234,12 @@ class DectrisDetectorConnection(ReceiverConnection[DectrisReceiver]):
         """The series' frame stacks (and its :class:`~raytile.live.receiver.AcquisitionStats`). Active
         mode (no ``pending``): apply the controller's settings, arm, call ``ready``
         (``Hooks.on_ready_for_data``: trigger there), wait for the armed series."""
-        return AcquisitionFrames(lambda stats: self._frames(pending, controller, nav_shape, ready, count, dtype,
-                                                            stats))
+        return AcquisitionFrames(lambda af: self._frames(pending, controller, nav_shape, ready, count, dtype, af),
+                                 partition_batches(nav_shape, self._sig_shape, dtype))
 
     def _frames(self, pending: DectrisPendingAcquisition | None, controller: Any, nav_shape: tuple[int, ...],
                 ready: Callable[[], None], count: int | None, dtype: np.dtype,
-                stats: AcquisitionStats) -> Iterator[np.ndarray]:
+                af: AcquisitionFrames) -> Iterator[np.ndarray]:
         receiver = self.connect()
         if pending is None:
             ctl = controller if controller is not None else self.get_active_controller()
@@ -260,8 +260,7 @@ class DectrisDetectorConnection(ReceiverConnection[DectrisReceiver]):
             if nimages and count is not None and nimages < count:
                 raise AcquisitionError(f"DECTRIS {receiver.uri}: series {series} has {nimages} images, "
                                        f"nav_shape needs {count}")
-        yield from receiver.frames(count, dtype, batch=partition_batches(nav_shape, self._sig_shape, dtype),
-                                   stats=stats)
+        yield from receiver.frames(count, dtype, batch=af.batch, stats=af.stats)
 
 
 class DectrisConnectionBuilder:

@@ -17,7 +17,7 @@ from raytile.live.detectors.merlin.control import MerlinControl
 from raytile.live.detectors.merlin.mpx import AcquisitionHeader
 from raytile.live.detectors.merlin.receiver import MerlinReceiver
 from raytile.live.connection import ReceiverConnection
-from raytile.live.receiver import AcquisitionFrames, AcquisitionStats, partition_batches
+from raytile.live.receiver import AcquisitionFrames, partition_batches
 
 __all__ = ["MerlinConnectionBuilder", "MerlinDetectorConnection", "MerlinPendingAcquisition",
            "MerlinActiveController", "RECOVERY_STRATEGIES"]
@@ -130,11 +130,11 @@ class MerlinDetectorConnection(ReceiverConnection[MerlinReceiver]):
         """The acquisition's frame stacks (and its :class:`~raytile.live.receiver.AcquisitionStats`); in
         active mode it first calls ``ready`` (the hook) and waits for the header. Runs when the run starts
         reading (the stream's feeder thread)."""
-        return AcquisitionFrames(lambda stats: self._frames(pending, nav_shape, ready, count, dtype, stats))
+        return AcquisitionFrames(lambda af: self._frames(pending, ready, count, dtype, af),
+                                 partition_batches(nav_shape, self._sig_shape, dtype))
 
-    def _frames(self, pending: MerlinPendingAcquisition | None, nav_shape: tuple[int, ...],
-                ready: Callable[[], None], count: int | None, dtype: np.dtype,
-                stats: AcquisitionStats) -> Iterator[np.ndarray]:
+    def _frames(self, pending: MerlinPendingAcquisition | None, ready: Callable[[], None], count: int | None,
+                dtype: np.dtype, af: AcquisitionFrames) -> Iterator[np.ndarray]:
         if pending is None:
             receiver = self.connect()
             ready()
@@ -146,8 +146,7 @@ class MerlinDetectorConnection(ReceiverConnection[MerlinReceiver]):
             if count is not None and header.nimages and header.nimages < count:
                 raise AcquisitionError(f"Merlin {receiver.address}: the acquisition has {header.nimages} images, "
                                        f"nav_shape needs {count}")
-        yield from self.receiver.frames(count, dtype, batch=partition_batches(nav_shape, self._sig_shape, dtype),
-                                        stats=stats)
+        yield from self.receiver.frames(count, dtype, batch=af.batch, stats=af.stats)
 
 
 class MerlinConnectionBuilder:
