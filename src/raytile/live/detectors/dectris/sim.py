@@ -211,6 +211,8 @@ class DectrisSimulator:
         header = [stream_v2.start_message(series, {**config, "number_of_images": total}, self._channels)] \
             if self._v2() \
             else header_message(series, config)
+        for channel in range(1, self._channels + 1):  # encode first: no pause between the header and image 0
+            self._images(config["compression"], channel)
         if not self._send_stale(series, self._stale) or not self._send(header):
             return
         self.series_sent.append(series)
