@@ -256,3 +256,16 @@ def test_cli_sim_and_run(tmp_path):
     got = np.load(out)
     assert np.allclose(got["sum_intensity"], frames.sum(axis=0))
     assert np.allclose(got["sumsig_intensity"], frames.sum(axis=(1, 2)).reshape(8, 12))
+
+
+def test_frames_come_cut_on_partition_boundaries(live_ctx):
+    """With ``batch`` the receiver decodes stacks (5 frames, straddling scans) straight into arrays cut where
+    the stream's partitions are (40, 40, 16 per scan of 96): the stream then hands them on without a copy."""
+    frames = scan_frames(12)
+    with MerlinSimulator(frames, mode="U16", nav_shape=NAV, continuous=True) as sim, \
+            connect(live_ctx, sim, frame_stack_size=5) as conn:
+        conn.wait_for_acquisition(10.0)
+        got = list(conn.receiver.frames(2 * 96, np.uint16, batch=(40, 96)))
+    assert [len(b) for b in got] == [40, 40, 16, 40, 40, 16]
+    assert all(b.flags.c_contiguous and b.dtype == np.uint16 for b in got)
+    assert np.array_equal(np.concatenate(got), np.concatenate([frames, frames]))

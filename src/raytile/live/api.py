@@ -24,6 +24,7 @@ from raytile.live.detectors.dectris.connection import DectrisConnectionBuilder
 from raytile.live.detectors.merlin.connection import MerlinConnectionBuilder
 from raytile.live.hooks import Hooks, ReadyForDataEnv
 from raytile.live.nav_shape import determine_nav_shape
+from raytile.live.progress import with_dropped_frames
 from raytile.runtime.context import Context
 
 __all__ = ["LiveContext", "Hooks", "make_acquisition_on"]
@@ -42,6 +43,20 @@ class LiveContext(Context):
             raise ConfigValidationError(f"make_connection: parameter 'detector_type' {detector_type!r} is not "
                                         f"known; known detectors: {', '.join(sorted(DETECTORS))}")
         return builder()
+
+    def run_udf(self, dataset: DataSet, udf: Any, roi: Any = None, corrections: Any = None,  # type: ignore[override]
+                backends: Any = None, progress: Any = False, **kwargs: Any) -> Any:
+        """:meth:`raytile.Context.run_udf`; on an acquisition the progress also reports frames the
+        detector lost (:mod:`raytile.live.progress`)."""
+        return super().run_udf(dataset, udf, roi=roi, corrections=corrections, backends=backends,
+                               progress=with_dropped_frames(progress, dataset), **kwargs)
+
+    def run_udf_iter(self, dataset: DataSet, udf: Any, roi: Any = None, corrections: Any = None,  # type: ignore[override]
+                     backends: Any = None, progress: Any = False, **kwargs: Any) -> Any:
+        """:meth:`raytile.Context.run_udf_iter`; on an acquisition the progress also reports frames the
+        detector lost (:mod:`raytile.live.progress`); ``aq.stats`` counts them while the run goes on."""
+        return super().run_udf_iter(dataset, udf, roi=roi, corrections=corrections, backends=backends,
+                                    progress=with_dropped_frames(progress, dataset), **kwargs)
 
     def make_acquisition(self, *, conn: LiveConnection, nav_shape: tuple[int, ...] | None = None,
                          frames_per_partition: int | None = None, controller: Any = None,
@@ -86,10 +101,11 @@ def make_acquisition_on(ctx: Context, *, conn: LiveConnection, nav_shape: tuple[
         shape = tuple(int(s) for s in nav_shape)
     else:
         nimages = pending_aq.nimages
-        if nimages == 0:  # continuous: no image count to derive a shape from
+        if nimages == 0 or scans != 1:  # continuous, or several scans: the image count is not one scan
             if nav_shape is None or -1 in tuple(nav_shape):
-                raise ConfigValidationError(f"make_acquisition: a continuous acquisition (no image count) needs "
-                                            f"a concrete nav_shape, the shape of one scan; got {nav_shape!r}")
+                raise ConfigValidationError(f"make_acquisition: a continuous acquisition (no image count) or "
+                                            f"scans={scans} needs a concrete nav_shape, the shape of one scan; "
+                                            f"got {nav_shape!r}")
             shape = tuple(int(s) for s in nav_shape)
         else:
             shape = determine_nav_shape(nimages, nav_shape, hooks.on_determine_nav_shape, pending_aq.nav_shape)
@@ -104,4 +120,8 @@ def make_acquisition_on(ctx: Context, *, conn: LiveConnection, nav_shape: tuple[
     ds = ctx.load("stream", frames=frames, nav_shape=shape, sig_shape=sig_shape, dtype=dtype,
                   frames_per_partition=frames_per_partition, scans=scans, preprocess=preprocess)
     holder["aq"] = ds
+    ds.stats = getattr(frames, "stats", None)  # type: ignore[attr-defined]  # frames delivered, and lost
+    fpp = getattr(ds, "frames_per_partition", None)
+    if fpp is not None and hasattr(frames, "batch"):  # the receiver cuts its arrays where the partitions
+        frames.batch = (fpp, math.prod(shape))             # are: the stream hands them on without a copy
     return ds

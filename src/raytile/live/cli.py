@@ -1,8 +1,11 @@
-"""``raytile live``: a Merlin simulator on loopback, and a UDF run on a live acquisition.
+"""``raytile live``: detector simulators on loopback, and a UDF run on a live acquisition.
 
     raytile live sim merlin --mode R12 --nav-shape 64,64 --sig-shape 256,256 --frame-rate 5000
     raytile live sim merlin --dataset scan.hdr --format mib --continuous
+    raytile live sim dectris --compression bslz4 --stream-format cbor --frame-rate 2000
+    raytile live sim dectris --dataset scan.npy --format npy --triggered     # waits for arm over REST
     raytile live run merlin --udf sum,ring --data-port 6342 --api-port 6341 --out live.npz
+    raytile live run dectris --udf sum --data-port 9999 --api-port 8910 --out live.npz
 """
 
 from __future__ import annotations
@@ -30,35 +33,72 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
+def _indices(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like 3,17, got {text!r}") from None
+    if any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected numbers >= 0, got {text!r}")
+    return values
+
+
+#: Default ports of each detector: (data, control/REST).
+PORTS = {"merlin": (6342, 6341), "dectris": (9999, 8910)}
+
+
 def add_live_parser(sub: Any) -> None:
     """Add ``live sim`` and ``live run`` to the ``raytile`` subcommand parsers."""
     p = sub.add_parser("live", help="live acquisition: a detector simulator, or a UDF run on a live stream",
                        description="Live acquisition from detectors (see docs/live.md).")
     lsub = p.add_subparsers(dest="live_command", metavar="{sim,run}")
     lsub.required = True
-    s = lsub.add_parser("sim", help="a Merlin detector on 127.0.0.1 replaying synthetic frames or a data set")
-    s.add_argument("detector", choices=("merlin",))
-    s.add_argument("--mode", default="U16", help="U08, U16, U32, R1, R6 or R12 (default U16)")
+    s = lsub.add_parser("sim", help="a Merlin or DECTRIS detector on 127.0.0.1 replaying synthetic frames or a data set")
+    s.add_argument("detector", choices=tuple(PORTS))
+    s.add_argument("--mode", default="U16", help="Merlin: U08, U16, U32, R1, R6 or R12 (default U16)")
+    s.add_argument("--dtype", default="uint16", choices=("uint8", "uint16", "uint32"),
+                   help="DECTRIS: pixel type of synthetic frames (default uint16)")
+    s.add_argument("--compression", default="bslz4", choices=("bslz4", "lz4", "none"),
+                   help="DECTRIS: image compression (default bslz4; settable over REST)")
+    s.add_argument("--stream-format", default="legacy", choices=("legacy", "cbor"),
+                   help="DECTRIS: stream V1 (legacy, JSON) or V2 (cbor) (default legacy; settable over REST)")
+    s.add_argument("--channels", type=int, default=1,
+                   help="DECTRIS stream V2: threshold channels sent (threshold_k: the frames divided by k; default 1)")
+    s.add_argument("--trigger-mode", default="exts", choices=("exts", "exte", "ints", "inte"),
+                   help="DECTRIS: trigger mode; ints/inte wait for the trigger command (default exts)")
     s.add_argument("--nav-shape", type=_shape, default=(32, 32), help="scan shape (default 32,32)")
     s.add_argument("--sig-shape", type=_shape, default=(256, 256), help="frame shape (default 256,256)")
     s.add_argument("--dataset", default=None, help="replay this data set's frames instead of synthetic ones")
     s.add_argument("--format", default="auto", help="format of --dataset (default auto)")
     s.add_argument("--frame-rate", type=float, default=None, help="frames/s (default: as fast as possible)")
-    s.add_argument("--acquisitions", type=int, default=1_000_000, help="acquisitions to send (default: many)")
-    s.add_argument("--continuous", action="store_true", help="one acquisition repeating the scan forever")
-    s.add_argument("--triggered", action="store_true", help="wait for CMD,STARTACQUISITION on the control port")
+    s.add_argument("--acquisitions", type=int, default=1_000_000,
+                   help="acquisitions (DECTRIS: series) to send (default: many)")
+    s.add_argument("--scans", type=int, default=1,
+                   help="DECTRIS: scans of the frames in each series (default 1)")
+    s.add_argument("--continuous", action="store_true", help="Merlin: one acquisition repeating the scan forever")
+    s.add_argument("--triggered", action="store_true",
+                   help="wait for the start: Merlin CMD,STARTACQUISITION; DECTRIS an arm over REST "
+                        "(default: acquisitions start by themselves)")
+    s.add_argument("--skip-images", type=_indices, default=(), metavar="I,J,...",
+                   help="DECTRIS: image numbers never sent in each series (frames lost, for tests)")
     s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--data-port", type=int, default=6342)
-    s.add_argument("--api-port", type=int, default=6341)
+    s.add_argument("--data-port", type=int, default=None, help="data port, 0 for a free one "
+                   "(default 6342 Merlin, 9999 DECTRIS)")
+    s.add_argument("--api-port", type=int, default=None, help="control (Merlin) or REST (DECTRIS) port, 0 for a "
+                   "free one (default 6341 Merlin, 8910 DECTRIS)")
     s.set_defaults(func=cmd_live)
     r = lsub.add_parser("run", help="run built-in UDFs on the next acquisition and save an .npz")
-    r.add_argument("detector", choices=("merlin",))
+    r.add_argument("detector", choices=tuple(PORTS))
     r.add_argument("--udf", default="sum", help="sum, sumsig, ring or a comma-separated list (default sum)")
     r.add_argument("--nav-shape", type=_shape, default=None, help="scan shape (default: from the detector)")
+    r.add_argument("--scans", type=int, default=1, help="scans in this run, 0: until the acquisition ends "
+                   "(default 1)")
+    r.add_argument("--stream-format", default="legacy", choices=("legacy", "cbor"), help="DECTRIS: V1 or V2")
+    r.add_argument("--channel", default=None, help="DECTRIS stream V2: the threshold channel (default: the first)")
     r.add_argument("--data-host", default="127.0.0.1")
-    r.add_argument("--data-port", type=int, default=6342)
+    r.add_argument("--data-port", type=int, default=None)
     r.add_argument("--api-host", default="127.0.0.1")
-    r.add_argument("--api-port", type=int, default=6341)
+    r.add_argument("--api-port", type=int, default=None)
     r.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the acquisition (default 30)")
     r.add_argument("--executor", choices=("ray", "inline"), default="ray")
     r.add_argument("--out", default="raytile-live.npz")
@@ -66,14 +106,21 @@ def add_live_parser(sub: Any) -> None:
 
 
 def cmd_live(args: argparse.Namespace) -> int:
+    data_port, api_port = PORTS[args.detector]
+    args.data_port = data_port if args.data_port is None else args.data_port
+    args.api_port = api_port if args.api_port is None else args.api_port
     return _sim(args) if args.live_command == "sim" else _run(args)
 
 
 def _frames(args: argparse.Namespace) -> tuple[np.ndarray, tuple[int, ...]]:
+    """The frames to replay ``(n, h, w)`` and their scan shape: the data set's, or synthetic ones (seed 0)."""
     if args.dataset is None:
         n = int(np.prod(args.nav_shape))
+        rng = np.random.default_rng(0)
+        if args.detector == "dectris":  # sparse counts, as a counting detector sends (and compressible)
+            return rng.poisson(1.0, size=(n,) + tuple(args.sig_shape)).astype(args.dtype), tuple(args.nav_shape)
         top = {"U08": 0xFF, "U16": 0xFFF, "U32": 0xFFFFFF, "R1": 1, "R6": 0x3F, "R12": 0xFFF}.get(args.mode, 0xFFF)
-        frames = np.random.default_rng(0).integers(0, top + 1, size=(n,) + tuple(args.sig_shape))
+        frames = rng.integers(0, top + 1, size=(n,) + tuple(args.sig_shape))
         return frames.astype(np.uint32), tuple(args.nav_shape)
     from raytile.runtime.context import Context
     from raytile.udf import AutoUDF
@@ -81,62 +128,98 @@ def _frames(args: argparse.Namespace) -> tuple[np.ndarray, tuple[int, ...]]:
     ctx = Context(executor="inline")
     ds = ctx.load(args.format, path=args.dataset)
     data = ctx.run_udf(dataset=ds, udf=AutoUDF(f=lambda frame: frame))["result"].data
-    return np.asarray(data).reshape((-1,) + ds.shape.sig.to_tuple()), ds.shape.nav.to_tuple()
+    frames = np.asarray(data).reshape((-1,) + ds.shape.sig.to_tuple())
+    if args.detector == "dectris" and frames.dtype not in (np.uint8, np.uint16, np.uint32):
+        if frames.min(initial=0) < 0 or frames.max(initial=0) > np.iinfo(np.uint32).max:
+            raise ConfigValidationError(f"--dataset {args.dataset}: values outside uint32 cannot be sent by a "
+                                        f"DECTRIS detector (dtype {frames.dtype})")
+        frames = frames.astype(np.uint32)
+    return frames, ds.shape.nav.to_tuple()
 
 
 def _sim(args: argparse.Namespace) -> int:
-    from raytile.live.detectors.merlin.sim import MerlinSimulator
-
     frames, nav = _frames(args)
-    sim = MerlinSimulator(frames, mode=args.mode, nav_shape=nav, host=args.host, data_port=args.data_port,
-                          api_port=args.api_port, frame_rate=args.frame_rate, acquisitions=args.acquisitions,
-                          continuous=args.continuous, triggered=args.triggered)
+    sim: Any
+    if args.detector == "merlin":
+        from raytile.live.detectors.merlin.sim import MerlinSimulator
+
+        sim = MerlinSimulator(frames, mode=args.mode, nav_shape=nav, host=args.host, data_port=args.data_port,
+                              api_port=args.api_port, frame_rate=args.frame_rate, acquisitions=args.acquisitions,
+                              continuous=args.continuous, triggered=args.triggered)
+        kind, api = "Merlin", "control"
+        detail = f"{args.mode}"
+    else:
+        from raytile.live.detectors.dectris.sim import DectrisSimulator
+
+        if args.scans < 1:
+            raise ConfigValidationError(f"--scans must be at least 1 for the simulator, got {args.scans}")
+        sim = DectrisSimulator(frames, host=args.host, api_port=args.api_port, data_port=args.data_port,
+                               frame_rate=args.frame_rate, compression=args.compression,
+                               trigger_mode=args.trigger_mode, stream_format=args.stream_format,
+                               auto_arm=0 if args.triggered else args.acquisitions, skip_images=args.skip_images,
+                               channels=args.channels)
+        per_series = len(frames) * args.scans
+        if args.trigger_mode in ("exte", "inte"):  # one image per trigger
+            sim.config.update(nimages=1, ntrigger=per_series)
+        else:
+            sim.config.update(nimages=per_series, ntrigger=1)
+        kind, api = "DECTRIS", "REST"
+        detail = f"{frames.dtype} {args.compression} stream {args.stream_format}"
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     with sim:
-        print(f"Merlin simulator: data {args.host}:{sim.data_port}, control {args.host}:{sim.api_port}, "
-              f"{len(frames)} frames of {frames.shape[1]}x{frames.shape[2]} {args.mode}, nav {nav}", flush=True)
+        print(f"{kind} simulator: data {args.host}:{sim.data_port}, {api} {args.host}:{sim.api_port}, "
+              f"{len(frames)} frames of {frames.shape[1]}x{frames.shape[2]} {detail}, nav {nav}", flush=True)
         while not stop.wait(1.0):
             pass
-        print(f"sent {sim.frames_sent} frames in {sim.acquisitions_sent} acquisitions", flush=True)
+        done = sim.acquisitions_sent if args.detector == "merlin" else len(sim.series_sent)
+        print(f"sent {sim.frames_sent} frames in {done} acquisitions", flush=True)
     return 0
+
+
+def _udfs(names: str, sig: tuple[int, ...]) -> tuple[list[str], list[Any]]:
+    from raytile.udf import ApplyMasksUDF, SumSigUDF, SumUDF, masks
+
+    h, w = sig
+    out_names: list[str] = []
+    udfs: list[Any] = []
+    for name in names.split(","):
+        if name == "sum":
+            udfs.append(SumUDF())
+        elif name == "sumsig":
+            udfs.append(SumSigUDF())
+        elif name == "ring":
+            ring = masks.ring(h / 2, w / 2, min(h, w) / 4, 0.45 * min(h, w), (h, w))
+            udfs.append(ApplyMasksUDF(mask_factories=[lambda: ring]))
+        else:
+            raise ConfigValidationError(f"--udf: unknown UDF {name!r} (sum, sumsig, ring)")
+        out_names.append(name)
+    return out_names, udfs
 
 
 def _run(args: argparse.Namespace) -> int:
     from raytile.live.api import LiveContext
-    from raytile.udf import ApplyMasksUDF, SumSigUDF, SumUDF, masks
 
     ctx = LiveContext(executor=args.executor)
     try:
-        with ctx.make_connection("merlin").open(data_host=args.data_host, data_port=args.data_port,
-                                                api_host=args.api_host, api_port=args.api_port) as conn:
+        extra = {"stream_format": args.stream_format, "channel": args.channel} if args.detector == "dectris" else {}
+        with ctx.make_connection(args.detector).open(data_host=args.data_host, data_port=args.data_port,
+                                                     api_host=args.api_host, api_port=args.api_port,
+                                                     **extra) as conn:
             pending = conn.wait_for_acquisition(args.timeout)
             if pending is None:
                 raise ConfigValidationError(f"no acquisition started within {args.timeout} s on "
                                             f"{args.data_host}:{args.data_port}")
-            aq = ctx.make_acquisition(conn=conn, pending_aq=pending, nav_shape=args.nav_shape)
-            h, w = aq.shape.sig.to_tuple()
-            names: list[str] = []
-            udfs: list[Any] = []
-            for name in args.udf.split(","):
-                if name == "sum":
-                    udfs.append(SumUDF())
-                elif name == "sumsig":
-                    udfs.append(SumSigUDF())
-                elif name == "ring":
-                    ring = masks.ring(h / 2, w / 2, min(h, w) / 4, 0.45 * min(h, w), (h, w))
-                    udfs.append(ApplyMasksUDF(mask_factories=[lambda: ring]))
-                else:
-                    raise ConfigValidationError(f"--udf: unknown UDF {name!r} (sum, sumsig, ring)")
-                names.append(name)
+            aq = ctx.make_acquisition(conn=conn, pending_aq=pending, nav_shape=args.nav_shape, scans=args.scans)
+            names, udfs = _udfs(args.udf, aq.shape.sig.to_tuple())
             t0 = time.perf_counter()
             results = ctx.run_udf(dataset=aq, udf=udfs, progress=True)
             took = time.perf_counter() - t0
+            n, dropped = aq.stats.frames, aq.stats.frames_dropped  # type: ignore[attr-defined]
         arrays = {f"{n}_{k}": np.asarray(r[k].data) for n, r in zip(names, results) for k in r}
-        np.savez(args.out, **arrays)  # type: ignore[arg-type]
-        n = int(np.prod(aq.shape.nav.to_tuple()))
-        print(f"{n} frames in {took:.2f} s ({n / took:,.0f} frames/s); results in {args.out}")
+        np.savez(args.out, frames_dropped=np.int64(dropped), **arrays)  # type: ignore[arg-type]
+        print(f"{n} frames in {took:.2f} s ({n / took:,.0f} frames/s), {dropped} dropped; results in {args.out}")
     finally:
         ctx.close()
     return 0

@@ -8,11 +8,16 @@ connection builder in :data:`raytile.live.api.DETECTORS`.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Protocol, runtime_checkable
+from typing import Any, Callable, Generic, Iterable, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-__all__ = ["LiveConnection", "PendingAcquisition"]
+from raytile.common.errors import DataSetException
+from raytile.live.receiver import StackReceiver
+
+__all__ = ["LiveConnection", "PendingAcquisition", "ReceiverConnection"]
+
+R = TypeVar("R", bound=StackReceiver)
 
 
 @runtime_checkable
@@ -40,7 +45,49 @@ class LiveConnection(Protocol):
         ...
 
     def acquisition_frames(self, pending: Any, controller: Any, nav_shape: tuple[int, ...],
-                           ready: Callable[[], None], count: int | None, dtype: np.dtype) -> Iterator[np.ndarray]:
+                           ready: Callable[[], None], count: int | None, dtype: np.dtype) -> Iterable[np.ndarray]:
         """The acquisition's frame stacks ``(k, *sig_shape)`` of ``dtype``, ``count`` frames (None: until it
-        ends). Active mode (``pending`` None): start it, calling ``ready`` once the detector is armed."""
+        ends). Active mode (``pending`` None): start it, calling ``ready`` once the detector is armed.
+        An iterable with a ``stats`` attribute (:class:`~raytile.live.receiver.AcquisitionFrames`) gives the
+        acquisition its ``aq.stats`` (frames delivered, frames lost)."""
         ...
+
+
+class ReceiverConnection(Generic[R]):
+    """A detector connection's data side: one receiver kept running across acquisitions, replaced
+    by :meth:`connect` when it ended; a context manager that closes it. Subclasses make the receiver
+    (:meth:`_new_receiver`) and set ``self._receiver = None`` before calling :meth:`connect`."""
+
+    _receiver: R | None = None
+    detector = "detector"
+
+    def _new_receiver(self) -> R:
+        raise NotImplementedError
+
+    def connect(self) -> R:
+        """The running receiver (a new one, started, if there was none or it ended)."""
+        if self._receiver is None or not self._receiver.running:
+            if self._receiver is not None:
+                self._receiver.close()
+            self._receiver = self._new_receiver()
+            self._receiver.start()
+        return self._receiver
+
+    @property
+    def receiver(self) -> R:
+        """The data connection's receiver (its failures stay visible: it is not replaced here)."""
+        if self._receiver is None:
+            raise DataSetException(f"{self.detector} connection: closed; open a new one or call connect()")
+        return self._receiver
+
+    def close(self) -> None:
+        if self._receiver is not None:
+            self._receiver.close()
+            self._receiver = None
+
+    def __enter__(self) -> Any:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -6,7 +6,10 @@ an uncompressed frame, what bitshuffle-LZ4 typically reaches),
 ``frame_stack_size`` (24). raytile's own: ``timeout`` (seconds of silence
 mid-series before it fails: ZeroMQ reports no lost peer), ``stream_format``
 (``"legacy"``: stream V1, JSON multipart, port 9999; ``"cbor"``: stream V2,
-port 31001 on a DCU), ``rcvhwm`` (ZeroMQ's receive high-water mark).
+port 31001 on a DCU), ``rcvhwm`` (ZeroMQ's receive high-water mark),
+``on_dropped`` (``"zero"``: lost frames become zero frames, counted in
+``aq.stats``; ``"fail"``: the run fails), ``channel`` (stream V2: the
+threshold channel read, e.g. ``"threshold_2"``; None: the first).
 
 >>> conn = DectrisConnectionBuilder().open(api_host="127.0.0.1", api_port=8910,
 ...                                        data_host="127.0.0.1", data_port=9999)   # doctest: +SKIP
@@ -16,7 +19,6 @@ port 31001 on a DCU), ``rcvhwm`` (ZeroMQ's receive high-water mark).
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -25,6 +27,8 @@ from raytile.common.errors import AcquisitionError, ConfigValidationError, DataS
 from raytile.live.detectors.dectris.receiver import STREAM_FORMATS, DectrisReceiver, images_in_series
 from raytile.live.detectors.dectris.simplon import SimplonClient
 from raytile.live.detectors.dectris.stream_v1 import COMPRESSIONS
+from raytile.live.connection import ReceiverConnection
+from raytile.live.receiver import DROP_POLICIES, AcquisitionFrames, partition_batches
 
 __all__ = ["DectrisConnectionBuilder", "DectrisDetectorConnection", "DectrisPendingAcquisition",
            "DectrisActiveController", "TRIGGER_MODES"]
@@ -87,9 +91,16 @@ class DectrisActiveController:
     def get_api_client(self) -> SimplonClient:
         return SimplonClient(self._api_host, self._api_port)
 
-    def apply_scan_settings(self, nav_shape: tuple[int, ...]) -> None:
-        """Image counts for ``nav_shape``: ``ntrigger`` for external triggers, ``nimages`` for ``ints``."""
-        ec, nimages = self.get_api_client(), math.prod(nav_shape)
+    def apply_scan_settings(self, nav_shape: tuple[int, ...], count: int | None = None) -> None:
+        """Image counts for ``count`` frames (``scans`` scans of ``nav_shape``): ``ntrigger`` for external
+        triggers, ``nimages`` for ``ints``. ``count`` None (``scans=0``): the detector's image counts are
+        left as they are, and the series' end ends the run."""
+        ec = self.get_api_client()
+        if count is None:
+            if self._trigger_mode is not None:
+                ec.set_detector_config("trigger_mode", self._trigger_mode)
+            return
+        nimages = count
         if self._trigger_mode is not None:
             ec.set_detector_config("ntrigger", 1)
             ec.set_detector_config("nimages", 1)
@@ -121,13 +132,18 @@ class DectrisActiveController:
         return int(reply["sequence id"])
 
 
-class DectrisDetectorConnection:
+class DectrisDetectorConnection(ReceiverConnection[DectrisReceiver]):
     """A ZeroMQ data connection to a DECTRIS DCU, kept open across series; REST on demand."""
+
+    detector = "dectris"
 
     def __init__(self, *, api_host: str = "127.0.0.1", api_port: int = 80, data_host: str = "127.0.0.1",
                  data_port: int = 9999, buffer_size: int = 2048, bytes_per_frame: int | None = None,
                  frame_stack_size: int = 24, huge_pages: bool = False, timeout: float = 10.0, rcvhwm: int = 256,
-                 stream_format: str = "legacy"):
+                 stream_format: str = "legacy", on_dropped: str = "zero", channel: str | None = None):
+        if on_dropped not in DROP_POLICIES:
+            raise ConfigValidationError(f"dectris connection: parameter 'on_dropped' must be one of "
+                                        f"{DROP_POLICIES}, got {on_dropped!r}")
         if stream_format not in STREAM_FORMATS:
             raise ConfigValidationError(f"dectris connection: parameter 'stream_format' must be one of "
                                         f"{STREAM_FORMATS} (stream V1, V2), got {stream_format!r}")
@@ -156,8 +172,10 @@ class DectrisDetectorConnection:
                                         f"of {frame_stack_size} frames of {bytes_per_frame} bytes; at least 2 needed")
         self._receiver_args: dict[str, Any] = dict(frame_stack_size=frame_stack_size, slots=slots,
                                                    bytes_per_frame=bytes_per_frame, timeout=float(timeout),
-                                                   rcvhwm=rcvhwm, stream_format=stream_format)
+                                                   rcvhwm=rcvhwm, stream_format=stream_format,
+                                                   on_dropped=on_dropped, channel=channel)
         self._receiver: DectrisReceiver | None = None
+        self._sig_shape: tuple[int, ...] | None = None  # of the last acquisition_geometry
         self.connect()
 
     @property
@@ -168,19 +186,8 @@ class DectrisDetectorConnection:
     def timeout(self) -> float:
         return float(self._receiver_args["timeout"])
 
-    def connect(self) -> DectrisReceiver:
-        if self._receiver is None or not self._receiver.running:
-            if self._receiver is not None:
-                self._receiver.close()
-            self._receiver = DectrisReceiver(f"tcp://{self._data_host}:{self._data_port}", **self._receiver_args)
-            self._receiver.start()
-        return self._receiver
-
-    @property
-    def receiver(self) -> DectrisReceiver:
-        if self._receiver is None:
-            raise DataSetException("dectris connection: closed; open a new one or call connect()")
-        return self._receiver
+    def _new_receiver(self) -> DectrisReceiver:
+        return DectrisReceiver(f"tcp://{self._data_host}:{self._data_port}", **self._receiver_args)
 
     def get_api_client(self) -> SimplonClient:
         return SimplonClient(self._api_host, self._api_port)
@@ -218,19 +225,25 @@ class DectrisDetectorConnection:
         if bits not in (8, 16, 32):
             raise DataSetException(f"DECTRIS {self._api_host}:{self._api_port}: bit_depth_image {bits}; "
                                    f"expected 8, 16 or 32")
-        return (int(config["y_pixels_in_detector"]), int(config["x_pixels_in_detector"])), np.dtype(f"uint{bits}")
+        self._sig_shape = (int(config["y_pixels_in_detector"]), int(config["x_pixels_in_detector"]))
+        return self._sig_shape, np.dtype(f"uint{bits}")
 
     def acquisition_frames(self, pending: DectrisPendingAcquisition | None, controller: Any,
                            nav_shape: tuple[int, ...], ready: Callable[[], None], count: int | None,
-                           dtype: np.dtype) -> Iterator[np.ndarray]:
-        """The series' frame stacks. Active mode (no ``pending``): apply the controller's settings,
-        arm, call ``ready`` (``Hooks.on_ready_for_data``: trigger there), wait for the armed series."""
+                           dtype: np.dtype) -> AcquisitionFrames:
+        """The series' frame stacks (and its :class:`~raytile.live.receiver.AcquisitionStats`). Active
+        mode (no ``pending``): apply the controller's settings, arm, call ``ready``
+        (``Hooks.on_ready_for_data``: trigger there), wait for the armed series."""
+        return AcquisitionFrames(lambda af: self._frames(pending, controller, nav_shape, ready, count, dtype, af),
+                                 partition_batches(nav_shape, self._sig_shape, dtype))
+
+    def _frames(self, pending: DectrisPendingAcquisition | None, controller: Any, nav_shape: tuple[int, ...],
+                ready: Callable[[], None], count: int | None, dtype: np.dtype,
+                af: AcquisitionFrames) -> Iterator[np.ndarray]:
         receiver = self.connect()
-        if count is None:
-            raise ConfigValidationError("dectris: a series has a finite image count; scans=0 is not supported")
         if pending is None:
             ctl = controller if controller is not None else self.get_active_controller()
-            ctl.apply_scan_settings(nav_shape)
+            ctl.apply_scan_settings(nav_shape, count)
             ctl.apply_misc_settings()
             ec = self.get_api_client()
             ec.set_stream_config("mode", "enabled")
@@ -244,22 +257,10 @@ class DectrisDetectorConnection:
                 raise AcquisitionError(f"DECTRIS {receiver.uri}: no header of series {series} within "
                                        f"{self.timeout:g} s of arming")
             nimages = DectrisPendingAcquisition(found[1], found[0]).nimages
-            if nimages and nimages < count:
+            if nimages and count is not None and nimages < count:
                 raise AcquisitionError(f"DECTRIS {receiver.uri}: series {series} has {nimages} images, "
                                        f"nav_shape needs {count}")
-        yield from receiver.frames(count, dtype)
-
-    def close(self) -> None:
-        if self._receiver is not None:
-            self._receiver.close()
-            self._receiver = None
-
-    def __enter__(self) -> "DectrisDetectorConnection":
-        self.connect()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+        yield from receiver.frames(count, dtype, batch=af.batch, stats=af.stats)
 
 
 class DectrisConnectionBuilder:

@@ -13,12 +13,18 @@ at once, with ``ints``/``inte`` after a ``trigger`` command (one a frame for
 ``inte``). A series has ``ntrigger`` images (``exte``/``inte``) or
 ``nimages * ntrigger``, the replayed frames in a cycle.
 
-``stream_format`` ``cbor`` (or the REST stream ``format``) sends stream V2 (CBOR) messages.
+``stream_format`` ``cbor`` (or the REST stream ``format``) sends stream V2 (CBOR) messages, with
+``channels`` threshold channels (``threshold_k`` holds the frames divided by ``k``).
+
+``auto_arm`` (passive mode for the receiver): the simulator arms itself
+that many times, one series after the other, as if a scan engine armed the
+detector; by default it waits for ``arm`` over REST.
 
 Faults for tests: ``stale_images`` images of another series are sent
 before each header and in the middle of each series (the tail of a stale
 series); ``silent_after`` images into a series the sender stops sending
-but stays connected (ZeroMQ shows no disconnect).
+but stays connected (ZeroMQ shows no disconnect); ``skip_images`` image
+numbers of every series are never sent (frames the detector lost).
 
 >>> with DectrisSimulator(frames) as sim:                               # doctest: +SKIP
 ...     conn = LiveContext().make_connection("dectris").open(api_port=sim.api_port, data_port=sim.data_port)
@@ -56,7 +62,8 @@ class DectrisSimulator:
     def __init__(self, frames: np.ndarray, host: str = "127.0.0.1", api_port: int = 0, data_port: int = 0,
                  frame_rate: float | None = None, compression: str = "bslz4", trigger_mode: str = "exts",
                  first_series: int = 1, stale_images: int = 0, silent_after: int | None = None,
-                 sndhwm: int = 1000, stream_format: str = "legacy"):
+                 sndhwm: int = 1000, stream_format: str = "legacy", auto_arm: int = 0,
+                 skip_images: tuple[int, ...] = (), channels: int = 1):
         stack = np.asarray(frames)
         if stack.ndim < 3 or stack.dtype not in (np.uint8, np.uint16, np.uint32):
             raise ConfigValidationError(f"DectrisSimulator: parameter 'frames' must be (n, h, w) uint8/16/32, got "
@@ -77,6 +84,11 @@ class DectrisSimulator:
         self.stream_config: dict[str, Any] = {"mode": "enabled", "format": stream_format, "header_detail": "basic"}
         self._encoded: dict[str, list[tuple[bytes, str]]] = {}
         self._frame_rate, self._stale, self._silent_after = frame_rate, stale_images, silent_after
+        self._auto_arm, self._skip = int(auto_arm), frozenset(int(i) for i in skip_images)
+        if not isinstance(channels, int) or channels < 1:
+            raise ConfigValidationError(f"DectrisSimulator: parameter 'channels' must be a positive int, got "
+                                        f"{channels!r}")
+        self._channels = channels
         self._series = first_series - 1
         self._lock = threading.Lock()
         self._arms: queue.Queue[tuple[int, dict]] = queue.Queue()
@@ -136,10 +148,15 @@ class DectrisSimulator:
         self._triggers.release()
 
     # -- data side ----------------------------------------------------------------------
-    def _images(self, compression: str) -> list[tuple[bytes, str]]:
-        if compression not in self._encoded:
-            self._encoded[compression] = [encode_image(f, compression) for f in self._frames]
-        return self._encoded[compression]
+    def channel_frames(self, channel: int) -> np.ndarray:
+        """The frames of stream V2 channel ``threshold_<channel>`` (1-based): the frames divided by ``channel``."""
+        return self._frames if channel == 1 else self._frames // channel
+
+    def _images(self, compression: str, channel: int = 1) -> list[tuple[bytes, str]]:
+        key = f"{compression}-{channel}"
+        if key not in self._encoded:
+            self._encoded[key] = [encode_image(f, compression) for f in self.channel_frames(channel)]
+        return self._encoded[key]
 
     def _v2(self) -> bool:
         return self.stream_config.get("format") == "cbor"
@@ -148,11 +165,18 @@ class DectrisSimulator:
         images = self._images(compression)
         data, enc = images[i % len(images)]
         if self._v2():
-            if compression == "lz4":  # V2's lz4 is in the HDF5 LZ4 filter's framing: one block of the whole image
-                data = struct.pack(">QI", len(self._frames[0].tobytes()), len(self._frames[0].tobytes())) \
-                    + struct.pack(">I", len(data)) + data
-            return [stream_v2.image_message(series, i, self._frames[i % len(self._frames)], compression, data)]
+            n = len(self._frames)
+            more = [(self.channel_frames(c)[i % n], self._v2_payload(self._images(compression, c)[i % n][0], compression))
+                    for c in range(2, self._channels + 1)]
+            return [stream_v2.image_message(series, i, self._frames[i % n], compression,
+                                            self._v2_payload(data, compression), more)]
         return image_message(series, i, data, enc, self._sig, self._frames.dtype, time.monotonic_ns())
+
+    def _v2_payload(self, data: bytes, compression: str) -> bytes:
+        if compression == "lz4":  # V2's lz4 is in the HDF5 LZ4 filter's framing: one block of the whole image
+            nbytes = self._frames[0].nbytes
+            return struct.pack(">QI", nbytes, nbytes) + struct.pack(">I", len(data)) + data
+        return data
 
     def _send(self, parts: list[bytes]) -> bool:
         import zmq
@@ -165,6 +189,9 @@ class DectrisSimulator:
 
     def _send_loop(self) -> None:
         while not self._stop.is_set():
+            if self._auto_arm > 0 and self._arms.empty():
+                self._auto_arm -= 1
+                self.arm()
             try:
                 series, config = self._arms.get(timeout=0.05)
             except queue.Empty:
@@ -181,8 +208,11 @@ class DectrisSimulator:
         total = images_in_series(config)
         per_trigger = 1 if config["trigger_mode"] == "inte" else int(config["nimages"])
         wait_trigger = config["trigger_mode"] in ("ints", "inte")
-        header = [stream_v2.start_message(series, {**config, "number_of_images": total})] if self._v2() \
+        header = [stream_v2.start_message(series, {**config, "number_of_images": total}, self._channels)] \
+            if self._v2() \
             else header_message(series, config)
+        for channel in range(1, self._channels + 1):  # encode first: no pause between the header and image 0
+            self._images(config["compression"], channel)
         if not self._send_stale(series, self._stale) or not self._send(header):
             return
         self.series_sent.append(series)
@@ -197,6 +227,8 @@ class DectrisSimulator:
                 return  # silent: no more messages, the socket stays open
             if self._stale and i == total // 2 and not self._send_stale(series, self._stale):
                 return
+            if i in self._skip:
+                continue  # lost by the detector: never sent
             if not self._send(self._image(series, i, config["compression"])):
                 return
             self.frames_sent += 1

@@ -21,7 +21,7 @@ decodes a whole stack at once, as for stream V1.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -53,10 +53,11 @@ def _hook(*args: Any) -> Any:
     return _Raw(tag.tag, tag.value)
 
 
-def parse_message(message: Any, what: str) -> tuple[str, int, int, Any]:
+def parse_message(message: Any, what: str, channel: str | None = None) -> tuple[str, int, int, Any]:
     """``(type, series_id, image_id, payload)``: for ``start`` the payload is the message as a V1-style
-    detector config (``nimages``, ``x_pixels_in_detector``, ...), for ``image`` ``(ImageInfo, bytes)`` of
-    its first channel, for ``end`` None; image_id is -1 where there is none."""
+    detector config (``nimages``, ``x_pixels_in_detector``, ..., and ``channels``), for ``image``
+    ``(ImageInfo, bytes)`` of ``channel`` (a threshold's name, e.g. ``"threshold_2"``; None: the
+    first), for ``end`` None; image_id is -1 where there is none."""
     import cbor2
 
     try:
@@ -71,12 +72,21 @@ def parse_message(message: Any, what: str) -> tuple[str, int, int, Any]:
         for src, dst in (("image_size_x", "x_pixels_in_detector"), ("image_size_y", "y_pixels_in_detector")):
             if src in msg:
                 config[dst] = int(msg[src])
+        if isinstance(msg.get("channels"), list):
+            config["channels"] = [str(c) for c in msg["channels"]]
         return kind, series, -1, config
     if kind == "image":
         data = msg.get("data")
         if not isinstance(data, dict) or not data:
             raise AcquisitionError(f"{what}: image {msg.get('image_id')} of series {series} has no channel data")
-        return kind, series, int(msg.get("image_id", -1)), _channel(next(iter(data.values())), what)
+        if channel is None:
+            array = next(iter(data.values()))
+        elif channel in data:
+            array = data[channel]
+        else:
+            raise AcquisitionError(f"{what}: image {msg.get('image_id')} of series {series} has no channel "
+                                   f"{channel!r}; it has {sorted(map(str, data))}")
+        return kind, series, int(msg.get("image_id", -1)), _channel(array, what)
     return kind, series, -1, None
 
 
@@ -100,18 +110,31 @@ def _channel(array: Any, what: str) -> tuple[ImageInfo, bytes]:
 
 # -- writing (the simulator) -----------------------------------------------------------------------
 
-def start_message(series: int, config: dict) -> bytes:
+def start_message(series: int, config: dict, channels: int = 1) -> bytes:
     import cbor2
 
     return cbor2.dumps({"type": "start", "series_id": series, "series_unique_id": f"raytile-sim-{series}",
                         "number_of_images": int(config.get("number_of_images", config.get("nimages", 0))),
                         "image_size_x": int(config["x_pixels_in_detector"]),
-                        "image_size_y": int(config["y_pixels_in_detector"]), "channels": ["threshold_1"]})
+                        "image_size_y": int(config["y_pixels_in_detector"]),
+                        "channels": [f"threshold_{k + 1}" for k in range(channels)]})
 
 
-def image_message(series: int, image_id: int, frame: np.ndarray, compression: str, encoded: bytes | None = None) -> bytes:
+def image_message(series: int, image_id: int, frame: np.ndarray, compression: str, encoded: bytes | None = None,
+                  more_channels: Sequence[tuple[np.ndarray, bytes | None]] = ()) -> bytes:
     """One image message; ``encoded``: the frame already compressed in the HDF5 framing (as
-    :func:`~raytile.live.detectors.dectris.stream_v1.encode_image` gives for bslz4)."""
+    :func:`~raytile.live.detectors.dectris.stream_v1.encode_image` gives for bslz4). ``frame`` is
+    channel ``threshold_1``; ``more_channels`` ``(frame, encoded)`` are ``threshold_2``, ..."""
+    import cbor2
+
+    data = {f"threshold_{k + 1}": _array(f, compression, e)
+            for k, (f, e) in enumerate([(frame, encoded), *more_channels])}
+    return cbor2.dumps({"type": "image", "series_id": series, "series_unique_id": f"raytile-sim-{series}",
+                        "image_id": image_id, "data": data})
+
+
+def _array(frame: np.ndarray, compression: str, encoded: bytes | None) -> Any:
+    """One channel's MultiDimArray (tag 40) of ``frame``."""
     import cbor2
 
     frame = np.ascontiguousarray(frame)
@@ -125,9 +148,7 @@ def image_message(series: int, image_id: int, frame: np.ndarray, compression: st
                                                  encoded])
     else:
         raise AcquisitionError(f"stream v2: compression {compression!r} is not one of bslz4, lz4, none")
-    array = cbor2.CBORTag(40, [list(frame.shape), cbor2.CBORTag(_TAG_OF[np.dtype(dtype)], content)])
-    return cbor2.dumps({"type": "image", "series_id": series, "series_unique_id": f"raytile-sim-{series}",
-                        "image_id": image_id, "data": {"threshold_1": array}})
+    return cbor2.CBORTag(40, [list(frame.shape), cbor2.CBORTag(_TAG_OF[np.dtype(dtype)], content)])
 
 
 def end_message(series: int) -> bytes:

@@ -16,6 +16,8 @@ from raytile.common.errors import AcquisitionError, ConfigValidationError, DataS
 from raytile.live.detectors.merlin.control import MerlinControl
 from raytile.live.detectors.merlin.mpx import AcquisitionHeader
 from raytile.live.detectors.merlin.receiver import MerlinReceiver
+from raytile.live.connection import ReceiverConnection
+from raytile.live.receiver import AcquisitionFrames, partition_batches
 
 __all__ = ["MerlinConnectionBuilder", "MerlinDetectorConnection", "MerlinPendingAcquisition",
            "MerlinActiveController", "RECOVERY_STRATEGIES"]
@@ -52,7 +54,7 @@ class MerlinActiveController:
         return None
 
 
-class MerlinDetectorConnection:
+class MerlinDetectorConnection(ReceiverConnection[MerlinReceiver]):
     """A data connection to the Merlin software, kept open; control connections on demand.
 
     Parameters as LiberTEM-live's: ``api_host``/``api_port`` (control, 6341),
@@ -61,6 +63,8 @@ class MerlinDetectorConnection:
     slot), ``slots`` (the receive slab's size: its memory bound) and
     ``timeout`` (seconds of silence mid-acquisition before it fails).
     """
+
+    detector = "merlin"
 
     def __init__(self, *, api_host: str = "127.0.0.1", api_port: int = 6341, data_host: str = "127.0.0.1",
                  data_port: int = 6342, drain: bool = False, recovery_strategy: str = "immediate_reconnect",
@@ -80,22 +84,11 @@ class MerlinDetectorConnection:
         self._drain, self._recovery_strategy, self._huge_pages = drain, recovery_strategy, huge_pages
         self._receiver_args = dict(frame_stack_size=frame_stack_size, slots=slots, timeout=timeout)
         self._receiver: MerlinReceiver | None = None
+        self._sig_shape: tuple[int, ...] | None = None  # of the last acquisition_geometry
         self.connect()
 
-    def connect(self) -> MerlinReceiver:
-        if self._receiver is None or not self._receiver.running:
-            if self._receiver is not None:
-                self._receiver.close()
-            self._receiver = MerlinReceiver(self._data_host, self._data_port, **self._receiver_args)  # type: ignore[arg-type]
-            self._receiver.start()
-        return self._receiver
-
-    @property
-    def receiver(self) -> MerlinReceiver:
-        """The data connection's receiver (its failures stay visible: it is not replaced here)."""
-        if self._receiver is None:
-            raise DataSetException("merlin connection: closed; open a new one or call connect()")
-        return self._receiver
+    def _new_receiver(self) -> MerlinReceiver:
+        return MerlinReceiver(self._data_host, self._data_port, **self._receiver_args)  # type: ignore[arg-type]
 
     def wait_for_acquisition(self, timeout: float | None = None) -> MerlinPendingAcquisition | None:
         """Wait up to ``timeout`` s (None: forever) for the next acquisition's header; None on timeout."""
@@ -128,13 +121,20 @@ class MerlinDetectorConnection:
     # -- the common live-connection protocol (raytile.live.connection) ---------------------
     def acquisition_geometry(self, pending: MerlinPendingAcquisition | None) -> tuple[tuple[int, ...], np.dtype]:
         """Signal shape and dtype, from the control port."""
-        return self.read_sig_shape(), self.read_dtype()
+        self._sig_shape = self.read_sig_shape()
+        return self._sig_shape, self.read_dtype()
 
     def acquisition_frames(self, pending: MerlinPendingAcquisition | None, controller: Any,
                            nav_shape: tuple[int, ...], ready: Callable[[], None], count: int | None,
-                           dtype: np.dtype) -> Iterator[np.ndarray]:
-        """The acquisition's frame stacks; in active mode it first calls ``ready`` (the hook) and waits
-        for the header. Runs when the run starts reading (the stream's feeder thread)."""
+                           dtype: np.dtype) -> AcquisitionFrames:
+        """The acquisition's frame stacks (and its :class:`~raytile.live.receiver.AcquisitionStats`); in
+        active mode it first calls ``ready`` (the hook) and waits for the header. Runs when the run starts
+        reading (the stream's feeder thread)."""
+        return AcquisitionFrames(lambda af: self._frames(pending, ready, count, dtype, af),
+                                 partition_batches(nav_shape, self._sig_shape, dtype))
+
+    def _frames(self, pending: MerlinPendingAcquisition | None, ready: Callable[[], None], count: int | None,
+                dtype: np.dtype, af: AcquisitionFrames) -> Iterator[np.ndarray]:
         if pending is None:
             receiver = self.connect()
             ready()
@@ -146,19 +146,7 @@ class MerlinDetectorConnection:
             if count is not None and header.nimages and header.nimages < count:
                 raise AcquisitionError(f"Merlin {receiver.address}: the acquisition has {header.nimages} images, "
                                        f"nav_shape needs {count}")
-        yield from self.receiver.frames(count, dtype)
-
-    def close(self) -> None:
-        if self._receiver is not None:
-            self._receiver.close()
-            self._receiver = None
-
-    def __enter__(self) -> "MerlinDetectorConnection":
-        self.connect()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+        yield from self.receiver.frames(count, dtype, batch=af.batch, stats=af.stats)
 
 
 class MerlinConnectionBuilder:
