@@ -93,3 +93,34 @@ def test_fresh_memory_datasets_leave_object_store_and_workers_flat(ray_context):
     assert mib1 <= mib0 + 2 and objects1 <= objects0 + 8, ((mib0, objects0), (mib1, objects1))
     growth = max(b - a for a, b in zip(rss0, rss1))
     assert growth < 8, f"a worker's own memory grew {growth:.1f} MiB over 240 runs ({rss0} -> {rss1})"
+
+
+def test_tasks_of_a_retired_worker_are_lost_at_once(ray_context):
+    """Issue 24, run after a node loss: a task in flight on a worker the pool retired (its node left the
+    cluster) comes back as lost as soon as the pool retires it, so the run retries it elsewhere; before,
+    the run waited until Ray itself failed the task, which for a lost node is its health-check period
+    (benchmarks/probe_node_loss.py: the next run took 11.6-31 s, 1.2 s after)."""
+    import ray
+
+    from raytile.actors.executor import _RayHandle
+    from raytile.actors.pool import Slot, SlotState
+    from raytile.runtime.executor import WorkerLost
+
+    @ray.remote(num_cpus=0)
+    class Unanswering:  # stands for an actor on a node that is gone: its calls never return
+        def hang(self):
+            time.sleep(120)
+
+    ex = ray_context.executor
+    actor = Unanswering.remote()
+    try:
+        slot = Slot("cpu", "on-lost-node", actor, "a-node-that-left", time.monotonic(), state=SlotState.READY)
+        handle = _RayHandle(None, -1, actor.hang.remote(), slot, actor, "run-x", None, expected={3})
+        assert ex._collect([handle], "run-x") == []  # a live worker's task runs on
+        slot.state = SlotState.RETIRED  # what WorkerPool.refresh does when the node leaves
+        assert ex._collect([handle], "run-x") == [handle]
+        assert not handle.future.done()  # Ray has not failed it: the executor did not wait for that
+        with pytest.raises(WorkerLost, match="retired"):
+            ex.result(handle)
+    finally:
+        ray.kill(actor)

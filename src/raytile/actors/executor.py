@@ -337,7 +337,8 @@ class RayExecutor(Executor):
                     handle.slot.in_flight = max(0, handle.slot.in_flight - 1)
 
     def wait(self, run_id: str, handles: Sequence[TaskHandle], timeout: float) -> list[TaskHandle]:
-        """The finished handles; blocks on the run's wakeup event (no polling of Ray) if there are none.
+        """The finished handles, and those whose worker the pool retired (their tasks are lost); blocks on
+        the run's wakeup event (no polling of Ray) if there are none.
 
         Task futures and progress polls set the event from Ray's callback
         thread, the coordinator sets it on a patch or a cancel. Only the
@@ -367,7 +368,7 @@ class RayExecutor(Executor):
             poll = self._progress_polls.get(run_id)
         if poll is not None and poll.future.done():
             self._deliver_progress(run_id, poll)
-        return [h for h in cast(Sequence[_RayHandle], handles) if h.future.done()]
+        return [h for h in cast(Sequence[_RayHandle], handles) if h.future.done() or h.slot.dead]
 
     def _deliver_progress(self, run_id: str, poll: _ProgressPoll) -> None:
         """Hand a finished poll's frames to the run's sink and start the next poll.
@@ -409,6 +410,12 @@ class RayExecutor(Executor):
     def result(self, handle: TaskHandle) -> list[PartitionResult]:
         assert isinstance(handle, _RayHandle)
         self._settle(handle)
+        if handle.slot.dead and not handle.future.done():
+            # The pool retired its worker (its node left the cluster, or it died): the task is lost now.
+            # Ray fails it only once it declares the node dead (its health checks: ~30 s by default, and a
+            # run after a node loss waited that long for tasks it had sent to the lost node's workers).
+            raise WorkerLost(f"worker {handle.slot.name} was retired while running {handle.describe()}",
+                             held=self._held_by(handle, clear=True))
         try:
             reply: Reply = handle.future.result()
         except _LOST as e:
