@@ -20,11 +20,13 @@ import time
 from concurrent import futures
 from typing import Any, Callable, Sequence, cast
 
+import numpy as np
 import ray
 from ray import exceptions as rex
 
 from raytile.actors import resources
 from raytile.actors.cache import pack
+from raytile.actors.frame_slab import FrameSlab, SlabFrames
 from raytile.actors.shared_frames import SharedFrames
 from raytile.actors.progress import ProgressActor
 from raytile.actors.ray_start import start_ray
@@ -120,6 +122,7 @@ class RayExecutor(Executor):
         self._progress_actor = _RemoteProgress.remote()
         self._progress_polls: dict[str, _ProgressPoll] = {}  # run_id -> its pending poll
         self.shared = SharedFrames(ray.put, node=_this_node())
+        self.slab = FrameSlab()  # a stream's partitions, for the workers of this node
         self.pool.refresh()
         self.pool.wait_ready(start_timeout)
         try:
@@ -236,9 +239,23 @@ class RayExecutor(Executor):
                     log.debug("forget_values on %s: %s", slot.name, e)
 
     def share_frames(self, frames: Any) -> Any:
-        """A stream partition's frames in the object store (one ``ray.put``; its task passes the ref as
-        an argument, which the worker reads zero-copy and does not cache)."""
-        return ray.put(frames)
+        """A stream partition's frames as its task carries them: copied into a reused shared-memory
+        slot of this node (:mod:`raytile.actors.frame_slab`), or when none is free, put into the object
+        store (one ``ray.put``). Either way the worker reads them zero-copy and does not cache them."""
+        handle = self.slab.share(frames) if self.shared.node is not None else None
+        return handle if handle is not None else ray.put(frames)
+
+    def stream_buffer(self, shape: tuple, dtype: Any) -> np.ndarray:
+        """An array in a free slot of this node's slab (see :meth:`share_frames`), else a new one."""
+        buf = self.slab.allocate(shape, dtype) if self.shared.node is not None else None
+        return buf if buf is not None else np.empty(shape, dtype=dtype)
+
+    def _frames_for(self, frames: Any, slot: Slot) -> Any:
+        """A stream partition's frames as ``slot``'s worker can read them: a slab slot only on this
+        node; for a worker elsewhere they go into the object store."""
+        if isinstance(frames, SlabFrames) and slot.node_id != self.shared.node:
+            return ray.put(self.slab.array(frames))
+        return frames
 
     def _strip(self, task: PartitionTask):
         """The task to send and the ref of its frames (SHARED in-memory frames), else None."""
@@ -265,8 +282,9 @@ class RayExecutor(Executor):
         if progress is not None:
             progress_actor = self._progress(params_handle.run_id, progress)
         with self._lock:
+            local = data_ref is not None or isinstance(frames, SlabFrames)  # best read on this node
             slot = self.pool.pick(task.device_class, params_handle.run_id, task.idx,
-                                  node=None if data_ref is None else self.shared.node)
+                                  node=self.shared.node if local else None)
             if slot is None:
                 raise NoWorkerReady(f"no {task.device_class} worker is ready for {task.describe()}")
             slot.in_flight += 1
@@ -276,7 +294,7 @@ class RayExecutor(Executor):
                 shipped["params"] = params_handle.payload
             if data_key is not None and slot.ledgers["data"].ship(data_key):
                 shipped["data"] = data_ref
-        ref = actor.run_task.remote(message, shipped or None, progress_actor, frames)
+        ref = actor.run_task.remote(message, shipped or None, progress_actor, self._frames_for(frames, slot))
         handle = _RayHandle(task, version, ref, slot, actor, params_handle.run_id, progress)
         self._ring_when_done(handle.future, params_handle.run_id)
         return handle
@@ -319,7 +337,8 @@ class RayExecutor(Executor):
                     handle.slot.in_flight = max(0, handle.slot.in_flight - 1)
 
     def wait(self, run_id: str, handles: Sequence[TaskHandle], timeout: float) -> list[TaskHandle]:
-        """The finished handles; blocks on the run's wakeup event (no polling of Ray) if there are none.
+        """The finished handles, and those whose worker the pool retired (their tasks are lost); blocks on
+        the run's wakeup event (no polling of Ray) if there are none.
 
         Task futures and progress polls set the event from Ray's callback
         thread, the coordinator sets it on a patch or a cancel. Only the
@@ -349,7 +368,7 @@ class RayExecutor(Executor):
             poll = self._progress_polls.get(run_id)
         if poll is not None and poll.future.done():
             self._deliver_progress(run_id, poll)
-        return [h for h in cast(Sequence[_RayHandle], handles) if h.future.done()]
+        return [h for h in cast(Sequence[_RayHandle], handles) if h.future.done() or h.slot.dead]
 
     def _deliver_progress(self, run_id: str, poll: _ProgressPoll) -> None:
         """Hand a finished poll's frames to the run's sink and start the next poll.
@@ -391,6 +410,12 @@ class RayExecutor(Executor):
     def result(self, handle: TaskHandle) -> list[PartitionResult]:
         assert isinstance(handle, _RayHandle)
         self._settle(handle)
+        if handle.slot.dead and not handle.future.done():
+            # The pool retired its worker (its node left the cluster, or it died): the task is lost now.
+            # Ray fails it only once it declares the node dead (its health checks: ~30 s by default, and a
+            # run after a node loss waited that long for tasks it had sent to the lost node's workers).
+            raise WorkerLost(f"worker {handle.slot.name} was retired while running {handle.describe()}",
+                             held=self._held_by(handle, clear=True))
         try:
             reply: Reply = handle.future.result()
         except _LOST as e:
@@ -500,6 +525,7 @@ class RayExecutor(Executor):
                     pass
                 self._progress_actor = None
             self.shared.clear()
+            self.slab.close()
             self._progress_polls.clear()
             self._wakeups.clear()
             self._held.clear()

@@ -34,6 +34,7 @@ from typing import Any
 import ray
 
 from raytile.actors.cache import CacheMiss, ValueCache, unpack
+from raytile.actors.frame_slab import SlabFrames, SlabReader
 from raytile.actors.progress import TileReporter
 from raytile.actors.reply import Reply
 from raytile.actors.worker_tracing import WorkerTracing
@@ -93,6 +94,7 @@ class WorkerActor:
 
         self._params = ValueCache("params", PARAMS_CACHE, _fetch_params)
         self._data = ValueCache("data", DATA_CACHE, ray.get)
+        self._slabs = SlabReader()  # the driver's shared-memory slots a stream's partitions come in
         self._cancelled_runs: "OrderedDict[str, None]" = OrderedDict()
         self._mergers: "OrderedDict[str, Any]" = OrderedDict()  # run_id -> SegmentMerger of held results
         self._last_sent: "OrderedDict[str, float]" = OrderedDict()  # run_id -> when results were last sent
@@ -118,7 +120,8 @@ class WorkerActor:
         object ref if they are large) and the object ref of an in-memory
         partition's frames. If it holds neither for a key, the task does not
         run and returns a MISSING reply naming ``(kind, key)``. ``frames``: a stream partition's frames
-        (Ray resolves the object ref it was passed as into a zero-copy view, released with the task).
+        (Ray resolves the object ref it was passed as into a zero-copy view, released with the task), or
+        a :class:`~raytile.actors.frame_slab.SlabFrames` slot of the driver's node, read as a view too.
         """
         try:
             task, params_key, data_key = unpack(message) if isinstance(message, bytes) else message
@@ -138,6 +141,11 @@ class WorkerActor:
             return Reply.cancelled()
         if data is not None:
             task.partition.data = data
+        elif isinstance(frames, SlabFrames):
+            try:
+                task.partition.data = self._slabs.view(frames)
+            except OSError as e:
+                return Reply.error(ExecutorError(f"{task.describe()}: cannot map its frames ({frames!r}): {e}"))
         elif frames is not None:
             task.partition.data = frames
         reporter = TileReporter(progress, params.run_id) if progress is not None else None

@@ -207,7 +207,8 @@ class Coordinator:
         if self.inlet is not None and self._plan.dataset is not None:  # the stream's source is here: read it
             inlet = self.inlet
             StreamFeeder(self._plan.dataset, inlet.put, lambda e: inlet.fail(e) if e else inlet.end(),
-                         ex.share_frames, name=f"raytile-stream-{self.run_id[:8]}").start()
+                         ex.share_frames, name=f"raytile-stream-{self.run_id[:8]}",
+                         allocate=ex.stream_buffer).start()
 
     def _end(self) -> None:
         try:

@@ -12,6 +12,8 @@ import threading
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
+
 from raytile.runtime.params import PartitionResult, PartitionTask
 
 __all__ = ["Executor", "TaskHandle", "WorkerLost", "TaskNotRun", "NoWorkerReady", "ProgressSink"]
@@ -97,6 +99,11 @@ class Executor(ABC):
         """The finished task's results: its partition's, or merged segments of several partitions
         (``PartitionResult.covers``); empty if its worker holds the result merged, to be sent later
         (see :meth:`flush`). Raises its UDFException, WorkerLost to retry, TaskNotRun to resubmit."""
+
+    def stream_buffer(self, shape: tuple, dtype: Any) -> Any:
+        """A new array to assemble a stream partition in, from the feeder thread; an executor that
+        shares frames by copying may lend memory that :meth:`share_frames` then passes on without a copy."""
+        return np.empty(shape, dtype=dtype)
 
     def share_frames(self, frames: Any) -> Any:
         """A stream partition's frames as tasks carry them (``PartitionTask.frames``): the array

@@ -3,8 +3,12 @@
 The feeder reads a :class:`~raytile.io.formats.stream.StreamDataSet` in a
 thread of its own (the source may block, sleep or be slow: the coordinator's
 loop never waits on it), hands each partition's frames to ``share`` (the
-executor's: ``ray.put`` on Ray, nothing inline) and delivers ``(index,
-handle)`` with ``deliver``. In the driver's coordinator ``deliver`` is
+executor's: on Ray a copy into a shared-memory slot of the driver's node or
+``ray.put``, nothing inline) and delivers ``(index, handle)`` with
+``deliver``. A partition assembled from several batches is built in
+memory the executor lends (on Ray a shared-memory slot: no copy at
+``share``), or else in an array of a :class:`BufferRecycler`, reused
+for a later partition once ``share`` copied it. In the driver's coordinator ``deliver`` is
 :meth:`PartitionInlet.put`; with the coordinator on the cluster it is a call
 of the coordinator actor that puts into the actor's inlet (see
 actors/actor_host.py), so the same inlet bounds both.
@@ -20,12 +24,15 @@ exception the feeder put (:meth:`PartitionInlet.fail`).
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import deque
 from typing import Any, Callable
 
+import numpy as np
+
 from raytile.common.errors import DataSetException, RaytileError
 
-__all__ = ["PartitionInlet", "StreamFeeder", "InletClosed", "NO_RECOMPUTE"]
+__all__ = ["PartitionInlet", "StreamFeeder", "BufferRecycler", "InletClosed", "NO_RECOMPUTE"]
 
 #: Why a stream run refuses ``update_parameters(..., recompute=True)``.
 NO_RECOMPUTE = ("update_parameters(recompute=True) is not possible on a stream: its frames are gone once "
@@ -130,21 +137,64 @@ class PartitionInlet:
             self._on_change()
 
 
+class BufferRecycler:
+    """Arrays a stream's partitions are assembled in, reused once their frames were copied on.
+
+    A fresh array for every partition costs a page fault per 4 KiB on first touch (measured as much
+    time as the copy into it); a reused one is warm. ``take`` gives back an array it made and was
+    given back, if one of that shape and dtype is idle; ``give`` ignores arrays it did not make (the
+    source's own batches, handed on as they are).
+
+    >>> buffers = BufferRecycler()
+    >>> a = buffers.take((128, 256, 256), np.dtype("uint16"))
+    >>> buffers.give(a)                      # copied on: the next take returns it
+    """
+
+    def __init__(self, keep: int = 2):
+        self.keep = keep
+        self._made: "weakref.WeakValueDictionary[int, np.ndarray]" = weakref.WeakValueDictionary()
+        self._idle: list[np.ndarray] = []
+        #: Arrays made, and takes served by a reused one.
+        self.made = 0
+        self.reused = 0
+
+    def take(self, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        for i, a in enumerate(self._idle):
+            if a.shape == tuple(shape) and a.dtype == dtype:
+                self.reused += 1
+                return self._idle.pop(i)
+        a = np.empty(shape, dtype=dtype)
+        self._made[id(a)] = a
+        self.made += 1
+        return a
+
+    def give(self, a: np.ndarray) -> None:
+        if self._made.get(id(a)) is not a or any(b is a for b in self._idle):
+            return
+        if len(self._idle) < self.keep:
+            self._idle.append(a)
+
+
 class StreamFeeder:
     """Reads a stream data set in a daemon thread and delivers its partitions.
 
     ``deliver(idx, handle)`` may block (backpressure) and raises
     :class:`InletClosed` when the run is over; ``finish(None)`` is called
-    when the stream ended, ``finish(error)`` when it failed.
+    when the stream ended, ``finish(error)`` when it failed. A partition
+    assembled from several batches is built in ``allocate(shape, dtype)``
+    (the executor's :meth:`~raytile.runtime.executor.Executor.stream_buffer`,
+    memory ``share`` may pass on without a copy), else in a
+    :class:`BufferRecycler`'s arrays, reused once ``share`` copied them.
     """
 
     def __init__(self, dataset: Any, deliver: Callable[[int, Any], None],
                  finish: Callable[[BaseException | None], None], share: Callable[[Any], Any] = lambda a: a,
-                 name: str = "raytile-stream"):
+                 name: str = "raytile-stream", allocate: Callable[[tuple, np.dtype], np.ndarray] | None = None):
         self._dataset = dataset
         self._deliver = deliver
         self._finish = finish
         self._share = share
+        self._allocate = allocate
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
 
     def start(self) -> None:
@@ -155,11 +205,16 @@ class StreamFeeder:
 
     def _main(self) -> None:
         error: BaseException | None = None
+        buffers = BufferRecycler() if self._allocate is None else None
         try:
-            parts = self._dataset.partitions()
+            parts = self._dataset.partitions(allocate=self._allocate or buffers.take)  # type: ignore[union-attr]
             try:
                 for idx, frames in parts:
-                    self._deliver(idx, self._share(frames))
+                    shared = self._share(frames)
+                    if buffers is not None and shared is not frames:  # copied on: reuse the array
+                        buffers.give(frames)
+                    del frames
+                    self._deliver(idx, shared)
             finally:
                 parts.close()
         except InletClosed:

@@ -33,7 +33,7 @@ import asyncio
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterator, Protocol, runtime_checkable
+from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -43,7 +43,7 @@ from raytile.common.slice import Slice
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
 
 __all__ = ["StreamDataSet", "StreamPartition", "StreamSpec", "FrameTransform", "default_frames_per_partition",
-           "iterate_batches", "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN"]
+           "iterate_batches", "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN", "Allocate"]
 
 #: Default partition size of a stream, in bytes of raw frames: small, so partial results flow, and large
 #: enough that one ``ray.put`` per partition is fast (measured, 2 CPUs: 3.2 GB/s for 4 MiB objects,
@@ -51,6 +51,9 @@ __all__ = ["StreamDataSet", "StreamPartition", "StreamSpec", "FrameTransform", "
 PARTITION_BYTES = 16 * 1024 * 1024
 #: By default a scan is cut into at least this many partitions (when it has that many frames).
 MIN_PARTITIONS_PER_SCAN = 8
+
+#: Where a partition that batches do not fill exactly is assembled: ``allocate(shape, dtype)``.
+Allocate = Callable[[tuple, np.dtype], np.ndarray]
 
 
 def default_frames_per_partition(scan_frames: int, frame_bytes: int) -> int:
@@ -268,27 +271,30 @@ class StreamDataSet(DataSet):
         return self._claimed
 
     # -- reading -------------------------------------------------------------------
-    def partitions(self) -> Iterator[tuple[int, np.ndarray]]:
+    def partitions(self, allocate: Allocate = np.empty) -> Iterator[tuple[int, np.ndarray]]:
         """``(index, frames)`` of each partition in arrival order, index ``scan * partitions_per_scan
         + partition``; raises DataSetException for bad batches, a short stream or a failing source.
 
-        Claims the stream: a second call raises. Closing the generator closes the source.
+        A partition that batches do not fill exactly is assembled in an array from
+        ``allocate(shape, dtype)`` (the reader may hand back arrays it has done with, see
+        runtime/stream_feed.py). Claims the stream: a second call raises. Closing the generator
+        closes the source.
         """
         with self._claim:
             if self._claimed:
                 raise DataSetException("this stream was read by a run already; load a new stream for the next run")
             self._claimed = True
-        return self._cut(iterate_batches(self._frames))
+        return self._cut(iterate_batches(self._frames), allocate)
 
-    def _cut(self, batches: Iterator[Any]) -> Iterator[tuple[int, np.ndarray]]:
+    def _cut(self, batches: Iterator[Any], allocate: Allocate) -> Iterator[tuple[int, np.ndarray]]:
         try:
-            yield from self._cut_open(batches)
+            yield from self._cut_open(batches, allocate)
         finally:
             close = getattr(batches, "close", None)
             if close is not None:
                 close()
 
-    def _cut_open(self, batches: Iterator[Any]) -> Iterator[tuple[int, np.ndarray]]:
+    def _cut_open(self, batches: Iterator[Any], allocate: Allocate) -> Iterator[tuple[int, np.ndarray]]:
         slices = self.get_slices()
         per_scan, scan_frames = len(slices), self.scan_frames
         total = None if self._scans == 0 else self._scans * scan_frames
@@ -316,7 +322,7 @@ class StreamDataSet(DataSet):
                     yield scan * per_scan + p, whole
                     continue
                 if part is None:
-                    part = np.empty((size,) + sig, dtype=dtype)
+                    part = allocate((size,) + sig, dtype)
                 part[filled:filled + take] = batch[pos:pos + take]
                 filled += take
                 frame += take
