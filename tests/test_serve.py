@@ -20,6 +20,7 @@ from raytile.serve.encoding import decode_npy  # noqa: E402
 from raytile.serve.roi import encode_bitmap  # noqa: E402
 from raytile.udf import ApplyMasksUDF, SumSigUDF, SumUDF, masks  # noqa: E402
 
+from _browser import canvas_gray, chromium_page  # noqa: E402
 from _wait import wait_until  # noqa: E402
 
 pytestmark = pytest.mark.ray
@@ -487,76 +488,50 @@ def test_viewer_page_is_self_contained(server, client):
     assert files["scan.npy"]["shape"] == list(NAV + SIG)  # the viewer reads frame sizes from the listing
 
 
-def _canvas_gray(page) -> np.ndarray:
-    px = page.evaluate("""() => { const c = document.getElementById('result');
-        return [c.height, c.width, Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data)]; }""")
-    h, w, data = px
-    return np.array(data, dtype=np.uint8).reshape(h, w, 4)[..., 0]
-
-
 def _expected_gray(scan, ri, ro) -> np.ndarray:
     v = np.einsum("yxab,ab->yx", scan.astype(np.float64), masks.ring(15.5, 15.5, ri, ro, SIG))
     return np.round(255 * (v - v.min()) / (v.max() - v.min()))
 
 
 def test_viewer_in_headless_chromium(server, data, tmp_path_factory):
-    import shutil
-
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium; .ci/run does)")
-    sync_api = pytest.importorskip("playwright.sync_api")
     shots = os.environ.get("RAYTILE_ARTIFACTS") or str(tmp_path_factory.mktemp("viewer"))
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
-        try:
-            page = browser.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(f"{server}/?token={TOKEN}")
-            page.wait_for_function("document.getElementById('dataset').options.length > 0")
-            page.select_option("#dataset", label="scan.npy")
-            page.select_option("#analysis", "ring")
-            page.fill("#partitions", "4")
-            page.click("#start")
-            page.wait_for_function("""() => { const s = window.raytileViewer;
-                return s.last && s.last.final && document.getElementById('result').width > 1; }""", timeout=60_000)
-            first_run = page.evaluate("window.raytileViewer.runId")
-            ri, ro = float(page.input_value("#ri")), float(page.input_value("#ro"))
-            before = _canvas_gray(page)
-            assert not errors, errors
-            np.testing.assert_allclose(before, _expected_gray(data["scan"], ri, ro), atol=1)
-            page.screenshot(path=os.path.join(shots, "viewer-before.png"), full_page=True)
-            # drag on the detector from the inner radius inwards: the ring's inner radius follows the mouse
-            box = page.locator("#detector").bounding_box()
-            scale = box["width"] / SIG[1]
-            cx, cy = box["x"] + 15.5 * scale, box["y"] + 15.5 * scale
-            page.mouse.move(cx + ri * scale, cy)
-            page.mouse.down()
-            for r in np.linspace(ri, 2, 6):
-                page.mouse.move(cx + r * scale, cy)
-            page.mouse.up()
-            page.wait_for_function(f"""() => {{ const s = window.raytileViewer;
-                return s.runId !== {json.dumps(first_run)} && !s.patchTimer && !s.starting && !s.restart
-                       && s.last && s.last.run_id === s.runId && s.last.final; }}""",
-                                   timeout=60_000)
-            ri2, ro2 = float(page.input_value("#ri")), float(page.input_value("#ro"))
-            assert ri2 < ri and ro2 == ro
-            after = _canvas_gray(page)
-            np.testing.assert_allclose(after, _expected_gray(data["scan"], ri2, ro2), atol=1)
-            assert (after != before).any()
-            assert page.evaluate("document.getElementById('progress').value") == 1
-            assert page.evaluate("window.raytileViewer.last.partitions_total") == 4
-            page.screenshot(path=os.path.join(shots, "viewer-after.png"), full_page=True)
-        finally:
-            browser.close()
+    with chromium_page() as (page, errors):
+        page.goto(f"{server}/?token={TOKEN}")
+        page.wait_for_function("document.getElementById('dataset').options.length > 0")
+        page.select_option("#dataset", label="scan.npy")
+        page.select_option("#analysis", "ring")
+        page.fill("#partitions", "4")
+        page.click("#start")
+        page.wait_for_function("""() => { const s = window.raytileViewer;
+            return s.last && s.last.final && document.getElementById('result').width > 1; }""", timeout=60_000)
+        first_run = page.evaluate("window.raytileViewer.runId")
+        ri, ro = float(page.input_value("#ri")), float(page.input_value("#ro"))
+        before = canvas_gray(page, "result")
+        assert not errors, errors
+        np.testing.assert_allclose(before, _expected_gray(data["scan"], ri, ro), atol=1)
+        page.screenshot(path=os.path.join(shots, "viewer-before.png"), full_page=True)
+        # drag on the detector from the inner radius inwards: the ring's inner radius follows the mouse
+        box = page.locator("#detector").bounding_box()
+        scale = box["width"] / SIG[1]
+        cx, cy = box["x"] + 15.5 * scale, box["y"] + 15.5 * scale
+        page.mouse.move(cx + ri * scale, cy)
+        page.mouse.down()
+        for r in np.linspace(ri, 2, 6):
+            page.mouse.move(cx + r * scale, cy)
+        page.mouse.up()
+        page.wait_for_function(f"""() => {{ const s = window.raytileViewer;
+            return s.runId !== {json.dumps(first_run)} && !s.patchTimer && !s.starting && !s.restart
+                   && s.last && s.last.run_id === s.runId && s.last.final; }}""",
+                               timeout=60_000)
+        ri2, ro2 = float(page.input_value("#ri")), float(page.input_value("#ro"))
+        assert ri2 < ri and ro2 == ro
+        after = canvas_gray(page, "result")
+        np.testing.assert_allclose(after, _expected_gray(data["scan"], ri2, ro2), atol=1)
+        assert (after != before).any()
+        assert page.evaluate("document.getElementById('progress').value") == 1
+        assert page.evaluate("window.raytileViewer.last.partitions_total") == 4
+        page.screenshot(path=os.path.join(shots, "viewer-after.png"), full_page=True)
     assert os.path.getsize(os.path.join(shots, "viewer-after.png")) > 1000
-
-
-def _canvas_gray_of(page, canvas_id) -> np.ndarray:
-    h, w, px = page.evaluate(f"""() => {{ const c = document.getElementById({json.dumps(canvas_id)});
-        return [c.height, c.width, Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data)]; }}""")
-    return np.array(px, dtype=np.uint8).reshape(h, w, 4)[..., 0]
 
 
 def _linear_gray(img) -> np.ndarray:
@@ -574,68 +549,53 @@ def _off_rings(shape, ri, ro, margin=2.0) -> np.ndarray:
 def test_viewer_detector_panel_aspect_colour_bar_log_scale_and_picked_frame(server, data, tmp_path_factory):
     # issue 20: a 4x16 scan keeps its aspect, the detector panel shows the sum frame (then a clicked position's
     # frame) under the ring, colour bars give their range, the log scale changes the pixels, radii fit the frame
-    import shutil
-
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium; .ci/run does)")
-    sync_api = pytest.importorskip("playwright.sync_api")
     shots = os.environ.get("RAYTILE_ARTIFACTS") or str(tmp_path_factory.mktemp("viewer2"))
     frames = data["raw"].reshape(64, *SIG).astype(np.float64)  # the raw file read as a 4x16 scan
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, headless=True,
-                                    args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                                          "--disable-component-update", "--no-first-run"])
-        try:
-            page = browser.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(f"{server}/?token={TOKEN}")
-            page.wait_for_function("document.getElementById('dataset').options.length > 0")
-            page.select_option("#dataset", label="sub/scan.raw")
-            page.fill("#nav_shape", "4,16")
-            page.fill("#sig_shape", "32,32")
-            page.dispatch_event("#sig_shape", "change")
-            ri, ro = float(page.input_value("#ri")), float(page.input_value("#ro"))
-            assert (ri, ro) == (4.0, 12.0)  # a quarter and three quarters of half the 32-pixel frame
-            page.select_option("#analysis", "ring")
-            page.click("#start")
-            page.wait_for_function("""() => { const s = window.raytileViewer;
-                return s.last && s.last.final && s.sum !== null; }""", timeout=60_000)
-            assert not errors, errors
-            # the scan image: its aspect kept, its colour bar's range the values' range
-            box = page.locator("#result").bounding_box()
-            assert box["width"] / box["height"] == pytest.approx(16 / 4, rel=0.03)
-            ring = np.einsum("nab,ab->n", frames, masks.ring(15.5, 15.5, ri, ro, SIG)).reshape(4, 16)
-            rng = page.evaluate("Object.assign({}, document.getElementById('result_range').dataset)")
-            assert float(rng["lo"]) == pytest.approx(ring.min(), rel=1e-6)
-            assert float(rng["hi"]) == pytest.approx(ring.max(), rel=1e-6) and rng["scale"] == "linear"
-            np.testing.assert_allclose(_canvas_gray_of(page, "result"), _linear_gray(ring), atol=1)
-            # the detector panel: the sum frame under the rings, not a black square
-            det = _canvas_gray_of(page, "detector")
-            off = _off_rings(SIG, ri, ro)
-            assert det.std() > 10
-            np.testing.assert_allclose(det[off], _linear_gray(frames.sum(axis=0))[off], atol=1)
-            drng = page.evaluate("Object.assign({}, document.getElementById('detector_range').dataset)")
-            assert float(drng["hi"]) == pytest.approx(frames.sum(axis=0).max(), rel=1e-6)
-            page.screenshot(path=os.path.join(shots, "viewer-sum-frame.png"), full_page=True)
-            # the log scale changes what is shown, in both panels
-            page.check("#log")
-            assert (_canvas_gray_of(page, "detector") != det).sum() > det.size // 4
-            assert page.evaluate("document.getElementById('detector_range').dataset.scale") == "log"
-            assert (_canvas_gray_of(page, "result") != _linear_gray(ring)).any()
-            page.uncheck("#log")
-            # a click on the scan image at (y 2, x 11): that position's frame in the detector panel
-            page.mouse.click(box["x"] + (11 + 0.5) * box["width"] / 16, box["y"] + (2 + 0.5) * box["height"] / 4)
-            page.wait_for_function("window.raytileViewer.picks === 1", timeout=60_000)
-            assert page.evaluate("window.raytileViewer.frame.pos") == [2, 11]
-            picked = _canvas_gray_of(page, "detector")
-            np.testing.assert_allclose(picked[off], _linear_gray(frames[2 * 16 + 11])[off], atol=1)
-            assert "y 2, x 11" in page.inner_text("#detector_title")
-            page.screenshot(path=os.path.join(shots, "viewer-picked-frame.png"), full_page=True)
-            assert not errors, errors
-        finally:
-            browser.close()
+    with chromium_page() as (page, errors):
+        page.goto(f"{server}/?token={TOKEN}")
+        page.wait_for_function("document.getElementById('dataset').options.length > 0")
+        page.select_option("#dataset", label="sub/scan.raw")
+        page.fill("#nav_shape", "4,16")
+        page.fill("#sig_shape", "32,32")
+        page.dispatch_event("#sig_shape", "change")
+        ri, ro = float(page.input_value("#ri")), float(page.input_value("#ro"))
+        assert (ri, ro) == (4.0, 12.0)  # a quarter and three quarters of half the 32-pixel frame
+        page.select_option("#analysis", "ring")
+        page.click("#start")
+        page.wait_for_function("""() => { const s = window.raytileViewer;
+            return s.last && s.last.final && s.sum !== null; }""", timeout=60_000)
+        assert not errors, errors
+        # the scan image: its aspect kept, its colour bar's range the values' range
+        box = page.locator("#result").bounding_box()
+        assert box["width"] / box["height"] == pytest.approx(16 / 4, rel=0.03)
+        ring = np.einsum("nab,ab->n", frames, masks.ring(15.5, 15.5, ri, ro, SIG)).reshape(4, 16)
+        rng = page.evaluate("Object.assign({}, document.getElementById('result_range').dataset)")
+        assert float(rng["lo"]) == pytest.approx(ring.min(), rel=1e-6)
+        assert float(rng["hi"]) == pytest.approx(ring.max(), rel=1e-6) and rng["scale"] == "linear"
+        np.testing.assert_allclose(canvas_gray(page, "result"), _linear_gray(ring), atol=1)
+        # the detector panel: the sum frame under the rings, not a black square
+        det = canvas_gray(page, "detector")
+        off = _off_rings(SIG, ri, ro)
+        assert det.std() > 10
+        np.testing.assert_allclose(det[off], _linear_gray(frames.sum(axis=0))[off], atol=1)
+        drng = page.evaluate("Object.assign({}, document.getElementById('detector_range').dataset)")
+        assert float(drng["hi"]) == pytest.approx(frames.sum(axis=0).max(), rel=1e-6)
+        page.screenshot(path=os.path.join(shots, "viewer-sum-frame.png"), full_page=True)
+        # the log scale changes what is shown, in both panels
+        page.check("#log")
+        assert (canvas_gray(page, "detector") != det).sum() > det.size // 4
+        assert page.evaluate("document.getElementById('detector_range').dataset.scale") == "log"
+        assert (canvas_gray(page, "result") != _linear_gray(ring)).any()
+        page.uncheck("#log")
+        # a click on the scan image at (y 2, x 11): that position's frame in the detector panel
+        page.mouse.click(box["x"] + (11 + 0.5) * box["width"] / 16, box["y"] + (2 + 0.5) * box["height"] / 4)
+        page.wait_for_function("window.raytileViewer.picks === 1", timeout=60_000)
+        assert page.evaluate("window.raytileViewer.frame.pos") == [2, 11]
+        picked = canvas_gray(page, "detector")
+        np.testing.assert_allclose(picked[off], _linear_gray(frames[2 * 16 + 11])[off], atol=1)
+        assert "y 2, x 11" in page.inner_text("#detector_title")
+        page.screenshot(path=os.path.join(shots, "viewer-picked-frame.png"), full_page=True)
+        assert not errors, errors
 
 
 def test_post_with_stream_is_one_request(client, data):

@@ -24,6 +24,7 @@ from raytile.live.sources import LiveSource  # noqa: E402
 from raytile.serve.encoding import decode_npy  # noqa: E402
 from raytile.udf import SumSigUDF, SumUDF  # noqa: E402
 
+from _browser import canvas_gray, chromium_page  # noqa: E402
 from _wait import wait_until  # noqa: E402
 
 NAV, SIG = (8, 8), (32, 32)
@@ -227,41 +228,25 @@ def test_attach_viewer_sees_a_live_run_grow(ray_context):
 
 
 def test_viewer_shows_a_live_run_growing_in_headless_chromium(server, viewer_sim):
-    import shutil
-
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium; .ci/run does)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
-        try:
-            page = browser.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(server + "/")
-            page.wait_for_function("""Array.from(document.getElementById('live_source').options)
-                                      .some((o) => o.value === 'viewer')""")
-            page.select_option("#live_source", "viewer")
-            page.select_option("#analysis", "sumsig")
-            page.click("#start_live")
-            progress = []
-            page.expose_function("noteProgress", lambda v: progress.append(v))
-            page.evaluate("""() => new MutationObserver(() => noteProgress(document.getElementById('status').textContent))
-                .observe(document.getElementById('status'), {childList: true, characterData: true, subtree: true})""")
-            page.wait_for_function("() => { const s = window.raytileViewer; return s.last && s.last.final; }",
-                                   timeout=60_000)
-            px = page.evaluate("""() => { const c = document.getElementById('result');
-                return [c.height, c.width, Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data)]; }""")
-            draws = page.evaluate("window.raytileViewer.draws")
-            sig = page.evaluate("window.raytileViewer.sig")
-        finally:
-            browser.close()
+    with chromium_page() as (page, errors):
+        page.goto(server + "/")
+        page.wait_for_function("""Array.from(document.getElementById('live_source').options)
+                                  .some((o) => o.value === 'viewer')""")
+        page.select_option("#live_source", "viewer")
+        page.select_option("#analysis", "sumsig")
+        page.click("#start_live")
+        progress = []
+        page.expose_function("noteProgress", lambda v: progress.append(v))
+        page.evaluate("""() => new MutationObserver(() => noteProgress(document.getElementById('status').textContent))
+            .observe(document.getElementById('status'), {childList: true, characterData: true, subtree: true})""")
+        page.wait_for_function("() => { const s = window.raytileViewer; return s.last && s.last.final; }",
+                               timeout=60_000)
+        gray = canvas_gray(page, "result")
+        draws = page.evaluate("window.raytileViewer.draws")
+        sig = page.evaluate("window.raytileViewer.sig")
     assert not errors, errors
     merged = [int(m) for t in progress for m in re.findall(r"merged (\d+)%", t)]
     assert draws >= 2 and any(0 < m < 100 for m in merged) and merged[-1] == 100, progress  # seen growing
     assert sig == list(SIG)  # learnt from the live run's sum frame
-    h, w, data = px
-    gray = np.array(data, dtype=np.uint8).reshape(h, w, 4)[..., 0]
     v = viewer_sim.frames.sum(axis=(1, 2)).reshape(NAV).astype(np.float64)
     np.testing.assert_allclose(gray, np.round(255 * (v - v.min()) / (v.max() - v.min())), atol=1)
