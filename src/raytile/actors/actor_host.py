@@ -311,7 +311,8 @@ class RemoteRun:
             pass
 
     def patch(self, patches: list[dict], recompute: bool) -> None:
-        ray.get(self._actor.patch.remote(self._run_id, patches, recompute))
+        reply: Reply = ray.get(self._actor.patch.remote(self._run_id, patches, recompute))
+        reply.unwrap(f"patch run {self._run_id[:8]}")
 
     def cancel(self) -> None:
         try:

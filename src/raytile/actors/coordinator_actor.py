@@ -288,10 +288,15 @@ class CoordinatorActor:
         return [{"run_id": rid, "udfs": [type(u).__name__ for u in r.udfs], "detached": r.detached,
                  "over": r.over, "viewers": r.viewers} for rid, r in self._runs.items()]
 
-    async def patch(self, run_id: str, patches: list[dict], recompute: bool) -> None:
+    async def patch(self, run_id: str, patches: list[dict], recompute: bool) -> Reply:
+        """A live patch: an OK reply, or an ERROR reply of why it was refused (a bad patch)."""
         run = self._runs.get(run_id)
-        if run is not None:
-            run.coordinator.patch(patches, recompute)
+        try:
+            if run is not None:
+                run.coordinator.patch(patches, recompute)
+        except Exception as e:  # noqa: BLE001  (raised again in the driver as it is)
+            return Reply.error(e)
+        return Reply.ok(None)
 
     async def cancel(self, run_id: str) -> None:
         run = self._runs.get(run_id)

@@ -28,17 +28,18 @@ import time
 from dataclasses import replace
 from typing import Any, Sequence
 
-from raytile.common.errors import ConfigValidationError, ExecutorError, UDFRunCancelled
+from raytile.common.errors import ExecutorError, UDFRunCancelled
 from raytile.runtime import tracing
 from raytile.runtime.executor import Executor, NoWorkerReady, TaskHandle, TaskNotRun, WorkerLost
 from raytile.runtime.outbox import FINISHED, Outbox, should_publish
+from raytile.runtime.param_versions import ParamVersions
 from raytile.runtime.params import PartitionResult, RunParams
 from raytile.runtime.plan import RunPlan
 from raytile.runtime.progress import ProgressReporter
 from raytile.runtime.results import ResultAccumulator
 from raytile.runtime.run_state import MAX_RETRIES, Outcome, RunState, starved_too_long
 from raytile.runtime.scans import ScanResults
-from raytile.runtime.stream_feed import NO_RECOMPUTE, PartitionInlet, StreamFeeder
+from raytile.runtime.stream_feed import PartitionInlet, StreamFeeder
 
 __all__ = ["Coordinator", "POLL_S", "FINISHED"]
 
@@ -66,8 +67,9 @@ class Coordinator:
         self._wakeup = threading.Event()
         self.outbox = Outbox(on_take=self._wakeup.set)
         self._final_only = final_only
-        self._patches: list[tuple[list[dict], bool]] = []
         self._stream = plan.stream
+        #: The run's parameters, one version per live patch (checked and applied there, see param_versions.py).
+        self.versions = ParamVersions(plan.params, stream=plan.stream is not None)
         self._state = RunState(plan.tasks if self._stream is None else [])
         #: A stream's partitions as they arrive (fed here or, coordinated on the cluster, by the driver).
         self.inlet: PartitionInlet | None = None
@@ -108,8 +110,8 @@ class Coordinator:
         self._thread.join(timeout)
 
     def patch(self, patches: list[dict], recompute: bool) -> None:
-        with self._lock:
-            self._patches.append((patches, recompute))
+        """A live patch (see :meth:`ParamVersions.patch`: a bad one raises here, in the caller)."""
+        self.versions.patch(patches, recompute)
         self._wakeup.set()
 
     def cancel(self) -> None:
@@ -226,15 +228,14 @@ class Coordinator:
             raise UDFRunCancelled(f"run {self.run_id[:8]} was cancelled")
 
     def _apply_patches(self) -> None:
-        with self._lock:
-            patches, self._patches = self._patches, []
-        for patch_list, recompute in patches:
-            if recompute and self._stream is not None:
-                raise ConfigValidationError(NO_RECOMPUTE)
-            self._params = self._patched_params(patch_list)
+        """Take the parameter versions made since the last turn: tasks from now on run with the newest."""
+        for version in self.versions.take_new():
+            assert self._acc is not None
+            self._params = replace(version.params, trace_context=self._params.trace_context,
+                                   merge_interval_s=self._params.merge_interval_s)
             self._params_handle = self._executor.put_params(self._params)
-            if recompute:
-                assert self._acc is not None
+            self._acc.adopt(version)
+            if version.recompute:
                 self._acc.reset()
                 self._state.recompute_all(self._params.version)
 
@@ -333,18 +334,6 @@ class Coordinator:
         self._frames_merged += self._state.frames_of(result.partitions)
         if self._progress is not None:
             self._progress.partition_done(self.run_id, self._acc.done)
-
-    def _patched_params(self, patch_list: Sequence[dict]) -> RunParams:
-        params = self._params
-        udfs = []
-        for udf, patch in zip(params.udfs, patch_list):
-            new = udf.copy_for_partition(0, params.dataset_shape.nav.size, None)
-            if patch:
-                new.update_parameters(patch)
-            udfs.append(new)
-        assert self._acc is not None
-        self._acc.update_udf_params(patch_list)
-        return replace(params, udfs=udfs, version=params.version + 1)
 
     def _stop_in_flight(self) -> None:
         if self._state.in_flight:
