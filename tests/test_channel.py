@@ -1,5 +1,5 @@
 """`SnapshotChannel` (one run's results for several viewers) and the coordinator actor's drop policy,
-without Ray: a real Coordinator on the inline executor feeds the channel."""
+without Ray: a real run (`LiveRun`) on the inline executor feeds the channel."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from types import SimpleNamespace
 import numpy as np
 
 import raytile as rt
-from raytile.runtime.channel import SnapshotChannel, is_terminal
-from raytile.runtime.coordinator import Coordinator
-from raytile.runtime.outbox import FINISHED, Outbox
+from raytile.runtime.channel import FINISHED, SnapshotChannel, is_terminal
+from raytile.runtime.live_run import LiveRun
 from raytile.runtime.plan import make_plan
 from raytile.runtime.results import UDFResults
 
@@ -38,11 +37,11 @@ def test_every_viewer_gets_the_final_result_and_a_slow_one_skips(inline_ctx):
     data = np.random.default_rng(3).integers(0, 100, size=(8, 8, 6, 6)).astype(np.uint16)
     ds = inline_ctx.load("memory", data=data, num_partitions=8)
     plan = make_plan(ds, ScaledSumUDF(scale=2.0, delay=0.02))
-    coordinator = Coordinator(inline_ctx.executor, plan)
-    coordinator.start()
+    live = LiveRun(inline_ctx.executor, plan)
     changes = []
-    channel = SnapshotChannel(coordinator.outbox, lambda: not coordinator.running,
-                              on_change=lambda: changes.append(1))
+    channel = live.channel
+    channel.on_change(lambda: changes.append(1))
+    live.start()
     fast, slow = [], []
     threads = [threading.Thread(target=_viewer, args=(channel, 0.0, fast)),
                threading.Thread(target=_viewer, args=(channel, 0.1, slow))]
@@ -63,21 +62,22 @@ def test_every_viewer_gets_the_final_result_and_a_slow_one_skips(inline_ctx):
 def test_no_viewer_still_drains_the_run_and_keeps_one_snapshot(inline_ctx):
     data = np.ones((4, 4, 5, 5), dtype=np.float32)
     ds = inline_ctx.load("memory", data=data, num_partitions=4)
-    coordinator = Coordinator(inline_ctx.executor, make_plan(ds, rt.SumUDF()))
-    coordinator.start()
-    channel = SnapshotChannel(coordinator.outbox, lambda: not coordinator.running)
+    live = LiveRun(inline_ctx.executor, make_plan(ds, rt.SumUDF())).start()
+    channel = live.channel
     wait_until(lambda: channel.terminal is not None, timeout=10, what="the channel's terminal")
     assert channel.terminal is FINISHED
     assert channel.latest.finished
     np.testing.assert_allclose(channel.latest.buffers[0]["intensity"].data, data.sum(axis=(0, 1)))
-    assert coordinator.outbox.empty  # nothing left behind: the channel holds the newest snapshot alone
+    # nothing left behind: the channel holds the newest snapshot alone, and one reader sees it, then the end
+    reader = channel.reader()
+    assert reader.take(timeout=1) is channel.latest and reader.empty
+    assert reader.take(timeout=1) is FINISHED
 
 
 def test_the_run_s_exception_reaches_the_viewers():
-    box = Outbox()
-    channel = SnapshotChannel(box, lambda: True)
+    channel = SnapshotChannel()
     error = RuntimeError("boom")
-    box.put_terminal(error)
+    channel.end(error)
     wait_until(lambda: channel.peek(0) is not None, timeout=5, interval=0.01, what="the run's exception")
     assert channel.peek(0) == (1, error)
 

@@ -19,7 +19,7 @@ import anyio.to_thread
 
 from raytile.common.errors import UDFRunCancelled
 from raytile.runtime.host import RunSource
-from raytile.runtime.outbox import FINISHED
+from raytile.runtime.channel import FINISHED
 from raytile.runtime.results import UDFResults
 
 __all__ = ["UDFRun"]
