@@ -8,6 +8,7 @@ import time
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 import raytile as rt
 from raytile.runtime.channel import FINISHED, SnapshotChannel, is_terminal
@@ -99,3 +100,41 @@ def test_drop_policy_of_the_coordinator_actor():
     assert sorted(runs_to_drop(runs, now=100.0, keep_s=10.0)) == ["detached-old", "unviewed"]
     many = {f"d{i}": run(True, float(i), detached=True) for i in range(5)}
     assert sorted(runs_to_drop(many, now=5.0, keep_s=100.0, max_kept=2)) == ["d0", "d1", "d2"]
+
+
+def test_channel_latest_wins_for_each_reader_and_publishes_at_the_fastest_pace():
+    """The coordinator's side: a snapshot is wanted once some reader took the newest; one not taken is
+    replaced (and counted); each reader sees the newest it has not seen, then the run's end."""
+    channel = SnapshotChannel()
+    takes = []
+    channel.on_take(lambda: takes.append(1))
+    fast, slow = channel.reader(), channel.reader()
+    assert channel.wants_snapshot and fast.take_nowait() is None and fast.empty
+    channel.publish("a")
+    assert not channel.wants_snapshot and not fast.empty
+    assert fast.take(timeout=1) == "a" and channel.wants_snapshot and takes == [1]
+    channel.publish("b")
+    channel.publish("c")  # "b" was taken by nobody: replaced
+    assert channel.replaced == 1
+    assert fast.take(timeout=1) == "c"
+    assert slow.take(timeout=1) == "c"  # the slow reader skipped "a" and "b"
+    channel.end(FINISHED)
+    channel.publish("d")  # after the end nothing is accepted
+    assert fast.take(timeout=1) is FINISHED and slow.take(timeout=1) is FINISHED
+    assert fast.take(timeout=1) is FINISHED  # the end stays the end
+    late = channel.reader()
+    assert late.take(timeout=1) == "c" and late.take(timeout=1) is FINISHED
+
+
+def test_a_dropped_snapshot_leads_readers_to_the_end_and_take_times_out():
+    channel = SnapshotChannel()
+    reader = channel.reader()
+    with pytest.raises(TimeoutError):
+        reader.take(timeout=0.05)
+    channel.publish("partial")
+    channel.drop()  # a cancelled run's results are of no use
+    assert reader.take_nowait() is None
+    error = RuntimeError("cancelled")
+    channel.end(error)
+    channel.end(FINISHED)  # the first end wins
+    assert reader.take(timeout=1) is error
