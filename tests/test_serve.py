@@ -276,6 +276,32 @@ def test_live_patch_with_recompute(client, data):
     np.testing.assert_allclose(arrays(last)[1]["intensity"], data["scan"].sum(axis=(2, 3)), rtol=1e-5)
 
 
+# -- one run id ----------------------------------------------------------------------------------
+
+def test_a_served_run_is_listed_and_attached_by_its_id(client, data):
+    """A run started over HTTP is the same run everywhere: `Context.runs()` (what `raytile runs`
+    prints) lists it under the id the server gave, and `Context.attach` views it to its end."""
+    import raytile as rt
+
+    run_id = start(client, npy_body([{"name": SLOW, "params": {"delay": 0.2}}], num_partitions=32))
+    viewer = rt.Context(coordinator="actor")  # another process's view of the cluster: no workers of its own
+    try:
+        listed = {r["run_id"]: r for r in viewer.runs()}
+        assert run_id in listed, sorted(listed)
+        assert listed[run_id]["udfs"] == ["SlowSumSigUDF"] and not listed[run_id]["over"]
+        run = viewer.attach(run_id)
+        assert run.run_id == run_id
+        parts = list(run)
+    finally:
+        viewer.close()
+    final = parts[-1]
+    assert final.finished and final.partitions_done == 32
+    expected = data["scan"].reshape(NAV + (-1,)).sum(axis=-1, dtype=np.float64)
+    np.testing.assert_allclose(final.buffers[0]["intensity"].data, expected, rtol=1e-5)
+    st = client.get(f"/v1/runs/{run_id}").json()
+    assert st["run_id"] == run_id and st["status"] == "finished"
+
+
 # -- cancel ---------------------------------------------------------------------------------------
 
 def test_cancel_by_delete(client):

@@ -3,9 +3,10 @@
 It starts the Context's :class:`~raytile.actors.coordinator_actor.CoordinatorActor`
 on the cluster, sends it loaded memory data sets' frames once and each
 run's plan (without frames), and gives :class:`~raytile.runtime.run.UDFRun`
-a :class:`RemoteRun` that long-polls the actor for the run's newest
-snapshot. Only snapshots cross from the cluster to the driver, however many
-partitions the run merges.
+a :class:`RemoteRun`: a viewer of the run (a
+:class:`~raytile.runtime.live_run.LiveRun` in the actor) that long-polls the
+actor for what is newer than the sequence number it saw. Only snapshots
+cross from the cluster to the driver, however many partitions the run merges.
 """
 
 from __future__ import annotations
@@ -280,6 +281,7 @@ class RemoteRun:
         self._seen = ProgressState()
         self._seq = 0
         self._end: Any = None  #: the run's end, when it came with the final snapshot
+        self._coalesced = 0
         self.owner = owner
         self.outbox = _RemoteQueue(self)
         weakref.finalize(self, _leave, actor, run_id, self.outbox.left).atexit = False  # see prepare_dataset
@@ -293,7 +295,9 @@ class RemoteRun:
 
     @property
     def coalesced(self) -> int:
-        return int(self._status()["coalesced"])
+        """Partitions folded into later snapshots, as of the newest snapshot this viewer received (no
+        round trip: final once the run's end came)."""
+        return self._coalesced
 
     @property
     def finished(self) -> bool:
@@ -311,7 +315,8 @@ class RemoteRun:
             pass
 
     def patch(self, patches: list[dict], recompute: bool) -> None:
-        ray.get(self._actor.patch.remote(self._run_id, patches, recompute))
+        reply: Reply = ray.get(self._actor.patch.remote(self._run_id, patches, recompute))
+        reply.unwrap(f"patch run {self._run_id[:8]}")
 
     def cancel(self) -> None:
         try:
@@ -343,6 +348,7 @@ class RemoteRun:
         if reply.status is ReplyStatus.WAIT:
             return None
         self._seq = update.seq
+        self._coalesced = update.coalesced
         return update.item
 
 

@@ -3,11 +3,13 @@
 With ``Context(coordinator="actor")`` (the default for Ray Client, ``ray://``,
 drivers) the Context starts one of these on the cluster. It owns the
 Context's :class:`~raytile.actors.executor.RayExecutor` (the worker pool and
-the shared in-memory frames) and runs each run's
-:class:`~raytile.runtime.coordinator.Coordinator` in a thread of its own, so
-partial results are merged inside the cluster and only snapshots travel to
-the viewers, through a :class:`~raytile.runtime.channel.SnapshotChannel`
-per run (latest wins for each viewer).
+the shared in-memory frames) and hosts its runs, each a
+:class:`~raytile.runtime.live_run.LiveRun` (the same run object a driver
+hosts: parameter versions, UDFs, a coordinator thread, a latest-wins
+channel), so partial results are merged inside the cluster and only
+snapshots travel to the viewers. A viewer long-polls :meth:`CoordinatorActor.next`
+for what is newer than the sequence number it saw; the call waits on the
+run's channel.
 
 It is a named, detached actor (namespace ``raytile``), so that
 
@@ -38,8 +40,7 @@ import ray
 
 from raytile.actors.reply import Reply
 from raytile.common.errors import ExecutorError
-from raytile.runtime.channel import SnapshotChannel
-from raytile.runtime.coordinator import Coordinator
+from raytile.runtime.live_run import LiveRun
 from raytile.runtime.plan import RunPlan
 from raytile.runtime.progress import ProgressState, ProgressTally
 from raytile.runtime.results import UDFResults
@@ -71,25 +72,28 @@ class RunUpdate:
     item: Any
     progress: ProgressState
     end: Any = None
+    #: partitions folded into later snapshots so far (``UDFRun.coalesced``), as the update was made
+    coalesced: int = 0
 
 
 @dataclass
 class HostedRun:
-    """One run in the actor: its coordinator, its channel to the viewers, who views it."""
+    """One run in the actor: the run, its progress, who views it."""
 
-    coordinator: Coordinator
-    channel: SnapshotChannel
+    live: LiveRun
     tally: ProgressTally
-    udfs: list
-    detached: bool
     viewers: int = 1  #: the driver that started it, plus attached viewers still iterating
     ended_at: float | None = None
-    #: asyncio futures of viewers waiting for something newer (set by the channel's pump)
+    #: asyncio futures of viewers waiting for something newer (set when the run's channel changes)
     waiters: list = field(default_factory=list)
 
     @property
     def over(self) -> bool:
-        return self.channel.terminal is not None
+        return self.live.over
+
+    @property
+    def detached(self) -> bool:
+        return self.live.detached
 
 
 def runs_to_drop(runs: dict[str, HostedRun], now: float, keep_s: float = DETACHED_KEEP_S,
@@ -174,15 +178,18 @@ class CoordinatorActor:
             _undo_worker_niceness()  # threads Ray started since
             loop = asyncio.get_running_loop()
             tally = ProgressTally()
-            coordinator = Coordinator(ex, plan, tally if progress else None, final_only=final_only)
-            run_id = coordinator.run_id
-            coordinator.start()
+            live = LiveRun(ex, plan, tally if progress else None, final_only=final_only, detached=detached)
+            run_id = live.run_id
 
-            def on_change() -> None:  # from the channel's pump thread
-                loop.call_soon_threadsafe(self._changed, run_id)
+            def on_change() -> None:  # from the run's coordinator thread
+                try:
+                    loop.call_soon_threadsafe(self._changed, run_id)
+                except RuntimeError:  # the event loop is closed: the actor is exiting
+                    pass
 
-            channel = SnapshotChannel(coordinator.outbox, lambda: not coordinator.running, on_change=on_change)
-            self._runs[run_id] = HostedRun(coordinator, channel, tally, list(plan.udfs), detached)
+            live.channel.on_change(on_change)
+            self._runs[run_id] = HostedRun(live, tally)
+            live.start()
             return Reply.ok(run_id)
         except Exception as e:  # noqa: BLE001
             return Reply.error(e)
@@ -192,7 +199,7 @@ class CoordinatorActor:
         Answers once the run's inlet took it (it waits while the inlet is full: backpressure); False
         if the run is over (the driver stops reading)."""
         run = self._runs.get(run_id)
-        inlet = run.coordinator.inlet if run is not None else None
+        inlet = run.live.inlet if run is not None else None
         if inlet is None:
             return False
         try:
@@ -204,7 +211,7 @@ class CoordinatorActor:
     async def end_stream(self, run_id: str, error: BaseException | None) -> None:
         """The driver's stream ended (``error`` None) or failed."""
         run = self._runs.get(run_id)
-        inlet = run.coordinator.inlet if run is not None else None
+        inlet = run.live.inlet if run is not None else None
         if inlet is not None:
             inlet.fail(error) if error is not None else inlet.end()
 
@@ -215,7 +222,7 @@ class CoordinatorActor:
             return
         if run.over and run.ended_at is None:
             run.ended_at = time.monotonic()
-            self.stats[run_id] = run.coordinator.stats
+            self.stats[run_id] = run.live.stats
             while len(self.stats) > 4 * MAX_KEPT:
                 self.stats.pop(next(iter(self.stats)))
         waiters, run.waiters = run.waiters, []
@@ -240,12 +247,13 @@ class CoordinatorActor:
             return Reply.error(e)
         deadline = time.monotonic() + timeout
         while True:
-            got = run.channel.peek(after)
+            got = run.live.channel.peek(after)
             if got is not None:
                 seq, item = got
                 if isinstance(item, UDFResults) and item.finished:  # the run's end follows the final snapshot
                     await self._wait_changed(run, lambda: run.over, deadline=time.monotonic() + 1.0)
-                return Reply.ok(RunUpdate(seq, item, run.tally.state, run.channel.terminal if run.over else None))
+                return Reply.ok(RunUpdate(seq, item, run.tally.state, run.live.channel.terminal if run.over else None,
+                                          run.live.coalesced))
             if not await self._wait_changed(run, lambda: False, deadline):
                 return Reply.wait(RunUpdate(after, None, run.tally.state))
 
@@ -271,7 +279,7 @@ class CoordinatorActor:
         except ExecutorError as e:
             return Reply.error(e)
         run.viewers += 1
-        return Reply.ok(run.udfs)
+        return Reply.ok(run.live.udfs)
 
     async def leave(self, run_id: str) -> None:
         """A viewer stopped iterating the run."""
@@ -285,34 +293,39 @@ class CoordinatorActor:
 
     async def runs(self) -> list[dict]:
         """The runs here: id, UDF names, whether detached, over, viewers."""
-        return [{"run_id": rid, "udfs": [type(u).__name__ for u in r.udfs], "detached": r.detached,
+        return [{"run_id": rid, "udfs": [type(u).__name__ for u in r.live.udfs], "detached": r.detached,
                  "over": r.over, "viewers": r.viewers} for rid, r in self._runs.items()]
 
-    async def patch(self, run_id: str, patches: list[dict], recompute: bool) -> None:
+    async def patch(self, run_id: str, patches: list[dict], recompute: bool) -> Reply:
+        """A live patch: an OK reply, or an ERROR reply of why it was refused (a bad patch)."""
         run = self._runs.get(run_id)
-        if run is not None:
-            run.coordinator.patch(patches, recompute)
+        try:
+            if run is not None:
+                run.live.patch(patches, recompute)
+        except Exception as e:  # noqa: BLE001  (raised again in the driver as it is)
+            return Reply.error(e)
+        return Reply.ok(None)
 
     async def cancel(self, run_id: str) -> None:
         run = self._runs.get(run_id)
         if run is not None:
-            run.coordinator.cancel()
+            run.live.cancel()
 
     async def only_final_result(self, run_id: str) -> None:
         run = self._runs.get(run_id)
         if run is not None and run.viewers <= 1:
-            run.coordinator.only_final_result()
+            run.live.only_final_result()
 
     async def join(self, run_id: str, timeout: float) -> None:
         run = self._runs.get(run_id)
         if run is not None:
-            await asyncio.to_thread(run.coordinator.join, timeout)
+            await asyncio.to_thread(run.live.join, timeout)
 
     async def status(self, run_id: str) -> dict:
         run = self._runs.get(run_id)
         if run is None:
             return {"finished": True, "coalesced": 0}
-        return {"finished": run.coordinator.finished, "coalesced": run.coordinator.coalesced}
+        return {"finished": run.live.finished, "coalesced": run.live.coalesced}
 
     async def run_stats(self, run_id: str) -> dict | None:
         """Bytes of results the run's coordinator received and its CPU seconds (once it ended)."""
@@ -328,7 +341,7 @@ class CoordinatorActor:
     async def _wind_down(self) -> None:
         for run in self._runs.values():
             if not run.detached and not run.over:
-                run.coordinator.cancel()
+                run.live.cancel()
         if any(r.detached and not r.over for r in self._runs.values()):
             return
         if self._executor is not None:
@@ -337,7 +350,7 @@ class CoordinatorActor:
         self._drop_ended()
         if not any(r.detached for r in self._runs.values()):
             for run in self._runs.values():
-                await asyncio.to_thread(run.coordinator.join, 5.0)
+                await asyncio.to_thread(run.live.join, 5.0)
             self._exit()
 
     def _exit(self) -> None:

@@ -14,6 +14,9 @@ declaration                                  what it says                       
                                              it as ``array_backend``
 ``DataSet.corrections``                      the data set's own CorrectionSet (used when    ``None``
                                              a run passes none)
+``DataSet.stream_spec()``                    whether partitions arrive while the run goes   ``None`` (a fixed
+                                             on (a stream: its ``StreamSpec``), or are the  list)
+                                             fixed list of ``get_partitions()``
 ``Partition.frame_delivery``                 how frames reach the worker:                   ``READ``
                                              :class:`FrameDelivery` READ (read where the
                                              task runs: files), SHARED (in-memory frames
@@ -48,7 +51,7 @@ import math
 import warnings
 from abc import ABC, ABCMeta, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence, TypeVar, cast, runtime_checkable
 
 import numpy as np
 
@@ -58,6 +61,9 @@ from raytile.common.slice import Slice
 from raytile.common.tiling import DataTile, TilingScheme
 from raytile.io.corrections import CorrectionSet
 from raytile.io.params import ParamSpec, show, validate_params
+
+if TYPE_CHECKING:
+    from raytile.io.formats.stream import StreamSpec
 
 __all__ = [
     "DataSet", "DataSetType", "DataSetMeta", "Partition", "FrameDelivery", "WorkerAccess", "dataset_from_json",
@@ -537,6 +543,13 @@ class DataSet(metaclass=DataSetType):
     @abstractmethod
     def get_partitions(self) -> list[Partition]:
         """All partitions, in nav order."""
+
+    def stream_spec(self) -> "StreamSpec | None":
+        """How a run gets its partitions: None (the default) for the fixed list of
+        :meth:`get_partitions`, read at planning (files, memory); a stream returns its
+        :class:`~raytile.io.formats.stream.StreamSpec` (partitions arrive while the run goes on, see
+        runtime/stream_feed.py), and raises DataSetException if a run read it already."""
+        return None
 
     def __repr__(self) -> str:
         if self._meta is None:

@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Callable, Iterator
 import anyio
 import anyio.to_thread
 
-from raytile.runtime.outbox import FINISHED, Outbox
+from raytile.runtime.channel import FINISHED, SnapshotChannel
 
 __all__ = ["StreamReader"]
 
@@ -28,7 +28,8 @@ class StreamReader:
 
     def __init__(self, stream: str, on_start: Callable[[], None], on_close: Callable[["StreamReader"], None]):
         self.stream = stream
-        self.box = Outbox()
+        self._channel = SnapshotChannel()
+        self.box = self._channel.reader()
         self.last_generation = -1
         self._on_start = on_start
         self._on_close = on_close
@@ -37,16 +38,16 @@ class StreamReader:
     @property
     def skipped(self) -> int:
         """Values replaced by a newer one before the consumer took them."""
-        return self.box.replaced
+        return self._channel.replaced
 
     def publish(self, value: Any, generation_time: int) -> None:
         """Offer a copy of the stream's value (called by the runner after each step)."""
         if generation_time > self.last_generation:
             self.last_generation = generation_time
-            self.box.put_snapshot(value.copy())
+            self._channel.publish(value.copy())
 
     def finish(self, error: BaseException | None = None) -> None:
-        self.box.put_terminal(FINISHED if error is None else error)
+        self._channel.end(FINISHED if error is None else error)
 
     def close(self) -> None:
         if not self._closed:

@@ -163,8 +163,8 @@ class Context(AnalysisMethods, NotebookMethods):
         >>> run = ctx.attach(run_id)
         >>> for part in run: show(part.buffers[0]["intensity"].data)
         """
-        source, udfs = self._host.attach(run_id)
-        return UDFRun(source, udfs, cancel_on_leave=False)
+        source, _udfs = self._host.attach(run_id)
+        return UDFRun(source, cancel_on_leave=False)
 
     def runs(self) -> list[dict]:
         """The runs on the cluster that :meth:`attach` can reach (``coordinator="actor"`` only; empty
@@ -188,7 +188,7 @@ class Context(AnalysisMethods, NotebookMethods):
             tracing.record_error(span, e)
             span.end()
             raise
-        return UDFRun(source, plan.udfs, cancel_on_leave=not detached, sync=sync, stream=plan.stream is not None)
+        return UDFRun(source, cancel_on_leave=not detached, sync=sync)
 
     def run_udf(
         self,

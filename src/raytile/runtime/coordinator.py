@@ -14,9 +14,12 @@ as its task returned, so that the inlet lets the source go on.
 and sleeps only inside the executor's ``wait``, on a wakeup event that task
 completions, patches, cancels and the consumer taking a result set. The
 event is cleared at the top of a turn, *before* the loop looks at its
-inputs, so nothing that arrives during a turn is missed. Results go to an
-:class:`~raytile.runtime.outbox.Outbox` (latest wins) that
-:class:`~raytile.runtime.run.UDFRun` reads. See docs/coordinator.md.
+inputs, so nothing that arrives during a turn is missed. Results go to the
+run's :class:`~raytile.runtime.channel.SnapshotChannel` (latest wins), which
+its viewers read; patches come as versions of
+:class:`~raytile.runtime.param_versions.ParamVersions`. Both belong to the
+run (:class:`~raytile.runtime.live_run.LiveRun`, which makes the
+coordinator). See docs/coordinator.md.
 """
 
 from __future__ import annotations
@@ -28,17 +31,18 @@ import time
 from dataclasses import replace
 from typing import Any, Sequence
 
-from raytile.common.errors import ConfigValidationError, ExecutorError, UDFRunCancelled
+from raytile.common.errors import ExecutorError, UDFRunCancelled
 from raytile.runtime import tracing
 from raytile.runtime.executor import Executor, NoWorkerReady, TaskHandle, TaskNotRun, WorkerLost
-from raytile.runtime.outbox import FINISHED, Outbox, should_publish
+from raytile.runtime.channel import FINISHED, SnapshotChannel, should_publish
+from raytile.runtime.param_versions import ParamVersions
 from raytile.runtime.params import PartitionResult, RunParams
 from raytile.runtime.plan import RunPlan
 from raytile.runtime.progress import ProgressReporter
 from raytile.runtime.results import ResultAccumulator
 from raytile.runtime.run_state import MAX_RETRIES, Outcome, RunState, starved_too_long
 from raytile.runtime.scans import ScanResults
-from raytile.runtime.stream_feed import NO_RECOMPUTE, PartitionInlet, StreamFeeder
+from raytile.runtime.stream_feed import PartitionInlet, StreamFeeder
 
 __all__ = ["Coordinator", "POLL_S", "FINISHED"]
 
@@ -51,23 +55,25 @@ NO_WORKER_TIMEOUT_S = 60.0
 
 
 class Coordinator:
-    """Drives one run: ``start()`` it, read ``outbox``; ``patch``/``cancel`` from any thread."""
+    """Drives one run: ``start()`` it; ``wake``/``cancel`` from any thread. Made by a
+    :class:`~raytile.runtime.live_run.LiveRun`, whose ``versions`` and ``channel`` it works on."""
 
-    def __init__(self, executor: Executor, plan: RunPlan, progress: ProgressReporter | None = None,
-                 span: Any = None, final_only: bool = False):
-        """``final_only``: the caller wants the final result alone (``Context.run_udf``): no partial
-        snapshots, and workers hold their merged results until the end of the run."""
+    def __init__(self, executor: Executor, plan: RunPlan, versions: ParamVersions, channel: SnapshotChannel,
+                 progress: ProgressReporter | None = None, span: Any = None, final_only: bool = False):
+        """``versions``: the run's parameter versions (live patches); ``channel``: where its snapshots
+        and its end go; ``final_only``: the caller wants the final result alone (``Context.run_udf``):
+        no partial snapshots, and workers hold their merged results until the end of the run."""
         self._executor = executor
         self._span = span  # the run's span, opened by the Context around planning (or here)
         self._plan = plan
         self._progress = progress
-        self._lock = threading.Lock()
         self._cancelled = threading.Event()
         self._wakeup = threading.Event()
-        self.outbox = Outbox(on_take=self._wakeup.set)
+        self._channel = channel
+        channel.on_take(self._wakeup.set)  # a viewer took a snapshot: the next one may be published
         self._final_only = final_only
-        self._patches: list[tuple[list[dict], bool]] = []
         self._stream = plan.stream
+        self._versions = versions
         self._state = RunState(plan.tasks if self._stream is None else [])
         #: A stream's partitions as they arrive (fed here or, coordinated on the cluster, by the driver).
         self.inlet: PartitionInlet | None = None
@@ -107,14 +113,13 @@ class Coordinator:
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
-    def patch(self, patches: list[dict], recompute: bool) -> None:
-        with self._lock:
-            self._patches.append((patches, recompute))
+    def wake(self) -> None:
+        """Look at the inputs now (a new parameter version came)."""
         self._wakeup.set()
 
     def cancel(self) -> None:
         self._cancelled.set()
-        self.outbox.drop()
+        self._channel.drop()
         self._wakeup.set()
 
     def only_final_result(self) -> None:
@@ -128,7 +133,7 @@ class Coordinator:
     @property
     def coalesced(self) -> int:
         """Merged partitions whose partial result was not delivered on its own but folded into a later one."""
-        return max(0, self._coalesced) + self.outbox.replaced
+        return max(0, self._coalesced) + self._channel.replaced
 
     @property
     def finished(self) -> bool:
@@ -176,7 +181,7 @@ class Coordinator:
             self._stop_in_flight()
             tracing.record_error(span, e)
             if isinstance(e, UDFRunCancelled):
-                self.outbox.drop()
+                self._channel.drop()
             terminal = e
         finally:
             if self.inlet is not None:
@@ -185,7 +190,7 @@ class Coordinator:
             self._end()
             self._cpu_s = time.thread_time() - cpu0
             self._wall_s = time.perf_counter() - wall0
-            self.outbox.put_terminal(terminal)  # last: the consumer sees the run's end after progress is final
+            self._channel.end(terminal)  # last: the viewers see the run's end after progress is final
 
     def _begin(self) -> None:
         ex = self._executor
@@ -227,15 +232,14 @@ class Coordinator:
             raise UDFRunCancelled(f"run {self.run_id[:8]} was cancelled")
 
     def _apply_patches(self) -> None:
-        with self._lock:
-            patches, self._patches = self._patches, []
-        for patch_list, recompute in patches:
-            if recompute and self._stream is not None:
-                raise ConfigValidationError(NO_RECOMPUTE)
-            self._params = self._patched_params(patch_list)
+        """Take the parameter versions made since the last turn: tasks from now on run with the newest."""
+        for version in self._versions.take_new():
+            assert self._acc is not None
+            self._params = replace(version.params, trace_context=self._params.trace_context,
+                                   merge_interval_s=self._params.merge_interval_s)
             self._params_handle = self._executor.put_params(self._params)
-            if recompute:
-                assert self._acc is not None
+            self._acc.adopt(version)
+            if version.recompute:
                 self._acc.reset()
                 self._state.recompute_all(self._params.version)
 
@@ -300,11 +304,11 @@ class Coordinator:
                 self._state.lost_held(set(self._state.held))
 
     def _publish(self, finished: bool = False) -> None:
-        if not should_publish(merged_since=self._state.merged_since_publish, outbox_empty=self.outbox.empty,
+        if not should_publish(merged_since=self._state.merged_since_publish, wanted=self._channel.wants_snapshot,
                               finished=finished, final_only=self._final_only):
             return
         assert self._acc is not None
-        self.outbox.put_snapshot(self._acc.snapshot(finished=finished))
+        self._channel.publish(self._acc.snapshot(finished=finished))
         self._coalesced += self._state.merged_since_publish - 1
         self._state.published()
 
@@ -334,18 +338,6 @@ class Coordinator:
         self._frames_merged += self._state.frames_of(result.partitions)
         if self._progress is not None:
             self._progress.partition_done(self.run_id, self._acc.done)
-
-    def _patched_params(self, patch_list: Sequence[dict]) -> RunParams:
-        params = self._params
-        udfs = []
-        for udf, patch in zip(params.udfs, patch_list):
-            new = udf.copy_for_partition(0, params.dataset_shape.nav.size, None)
-            if patch:
-                new.update_parameters(patch)
-            udfs.append(new)
-        assert self._acc is not None
-        self._acc.update_udf_params(patch_list)
-        return replace(params, udfs=udfs, version=params.version + 1)
 
     def _stop_in_flight(self) -> None:
         if self._state.in_flight:

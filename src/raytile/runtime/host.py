@@ -5,8 +5,9 @@ process (so bad input fails there, at once) and hands the plan to its host,
 which coordinates the run and gives back a :class:`RunSource` that
 :class:`~raytile.runtime.run.UDFRun` reads.
 
-- :class:`DriverHost` (``coordinator="driver"``): the coordinator is a thread
-  of this process; every merged result travels here.
+- :class:`DriverHost` (``coordinator="driver"``): the run
+  (:class:`~raytile.runtime.live_run.LiveRun`) and its coordinator thread are
+  in this process; every merged result travels here.
 - ``raytile.actors.coordinator_actor.ActorHost`` (``coordinator="actor"``):
   the coordinator is an async Ray actor on the cluster; results are merged
   there and only snapshots travel to the viewers, of which a run may have
@@ -21,8 +22,8 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable, Protocol, Sequence
 
 from raytile.common.errors import ConfigValidationError, ExecutorError
-from raytile.runtime.coordinator import Coordinator
 from raytile.runtime.executor import Executor
+from raytile.runtime.live_run import LiveRun
 from raytile.runtime.plan import RunPlan
 from raytile.runtime.progress import ProgressReporter
 
@@ -45,7 +46,7 @@ def choose_coordinator(coordinator: str, executor: Any, address: str | None) -> 
 
 
 class ResultQueue(Protocol):
-    """Where a viewer takes a run's next partial result, its end or its exception (see outbox.py)."""
+    """Where a viewer takes a run's next partial result, its end or its exception (see channel.py)."""
 
     def take(self, timeout: float | None = None) -> Any: ...
 
@@ -159,9 +160,7 @@ class DriverHost(RunHost):
             raise ConfigValidationError(
                 "detached=True needs the coordinator on the cluster: use "
                 "Context.connect(..., coordinator='actor') (a run coordinated in this process ends with it)")
-        coordinator = Coordinator(self.executor, plan, progress, span=span, final_only=final_only)
-        coordinator.start()
-        return coordinator
+        return LiveRun(self.executor, plan, progress, span=span, final_only=final_only).start().view()
 
     def attach(self, run_id: str) -> tuple[RunSource, Sequence[Any]]:
         raise ExecutorError(

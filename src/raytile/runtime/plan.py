@@ -11,7 +11,7 @@ import numpy as np
 from raytile.common.errors import BackendError, DataSetException, UDFException
 from raytile.io.corrections import CorrectionSet
 from raytile.io.dataset import DataSet, FrameDelivery, validate_roi
-from raytile.io.formats.stream import StreamDataSet, StreamSpec
+from raytile.io.formats.stream import StreamSpec
 from raytile.io.negotiator import Negotiator
 from raytile.runtime.execution_plan import (
     ExecutionPlan, check_backends, device_classes_for, execution_plan, plan_dtype,
@@ -169,11 +169,7 @@ def make_plan(
     usable = {dc for dc in backend_plan if ":" not in dc}
     device_class = "cpu" if usable == {"cpu"} else ("cuda" if usable == {"cuda"} else "any")
 
-    stream = None
-    if isinstance(dataset, StreamDataSet):
-        if dataset.consumed:
-            raise DataSetException("this stream was read by a run already; load a new stream for the next run")
-        stream = dataset.spec
+    stream = dataset.stream_spec()  # None: a fixed list of partitions
     partitions = dataset.get_partitions()
     if not partitions:
         raise DataSetException(f"{dataset!r} has no partitions")

@@ -29,6 +29,7 @@ import time
 import warnings
 from typing import Any, AsyncIterator, Iterator, Sequence
 
+from raytile.runtime.results import UDFResults
 from raytile.viz.live import Live2DPlot, get_plottable_2D_channels
 
 __all__ = ["check_plots", "prepare_plots", "update_plots", "PlottedRun", "default_plot_class", "run_iter_with_plots",
@@ -140,8 +141,8 @@ class PlottedRun:
             raise AttributeError(name)
         return getattr(self._run, name)
 
-    def _show(self, part: Any) -> None:
-        finished = bool(getattr(part, "finished", False))
+    def _show(self, part: UDFResults) -> None:
+        finished = part.finished
         if finished or time.monotonic() >= _next_due(self.plots):
             update_plots(self.plots, self._udfs, part, force=finished)
 

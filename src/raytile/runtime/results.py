@@ -8,6 +8,7 @@ import numpy as np
 
 from raytile.common.errors import UDFException
 from raytile.common.shape import Shape
+from raytile.runtime.param_versions import ParamVersion
 from raytile.runtime.params import PartitionResult
 from raytile.runtime.udf_calls import calling_udf
 from raytile.udf.base import UDF, ArrayWithMask, MergeAttrMapping, UDFData, check_cast
@@ -134,8 +135,10 @@ class ResultAccumulator:
         self._damage = np.zeros(n, dtype=bool)
         self.versions: dict[int, int] = {}
 
-    def update_udf_params(self, patches: Sequence[dict]) -> None:
-        for udf, patch in zip(self._templates, patches):
+    def adopt(self, version: ParamVersion) -> None:
+        """Merge and compute results with a new version of the parameters from now on (the version's
+        patches were checked and applied by :class:`~raytile.runtime.param_versions.ParamVersions`)."""
+        for udf, patch in zip(self._templates, version.patches):
             if patch:
                 udf.update_parameters(patch)
 

@@ -17,12 +17,10 @@ from typing import Any, AsyncIterator, Iterator, Sequence
 import anyio
 import anyio.to_thread
 
-from raytile.common.errors import ConfigValidationError, UDFException, UDFRunCancelled
+from raytile.common.errors import UDFRunCancelled
 from raytile.runtime.host import RunSource
-from raytile.runtime.outbox import FINISHED
+from raytile.runtime.channel import FINISHED
 from raytile.runtime.results import UDFResults
-from raytile.runtime.stream_feed import NO_RECOMPUTE
-from raytile.udf.base import UDF
 
 __all__ = ["UDFRun"]
 
@@ -33,16 +31,12 @@ JOIN_TIMEOUT_S = 5.0
 class UDFRun:
     """A run in progress. Both a sync and an async iterator of :class:`UDFResults`."""
 
-    def __init__(self, source: RunSource, udfs: Sequence[UDF], cancel_on_leave: bool = True, sync: bool = True,
-                 stream: bool = False):
+    def __init__(self, source: RunSource, cancel_on_leave: bool = True, sync: bool = True):
         """``source``: the run's coordinator (or a viewer's end of it, see runtime/host.py), started;
         ``cancel_on_leave``: leaving the loop before the end cancels the run; ``sync=False``: an async
-        iterator only (``run_udf_iter(..., sync=False)``, as LiberTEM's): a plain ``for`` raises;
-        ``stream``: it reads a stream (whose frames are gone once processed: no recompute)."""
+        iterator only (``run_udf_iter(..., sync=False)``, as LiberTEM's): a plain ``for`` raises."""
         self.sync = sync
-        self._stream = stream
         self._coordinator = source
-        self._udfs = [u.copy() for u in udfs]  # validates patches in the caller's thread
         self._cancel_on_leave = cancel_on_leave
         self._exhausted = False
         self._cancel_requested = False
@@ -78,16 +72,12 @@ class UDFRun:
         partitions done with old parameters are computed again, so the final
         result equals a fresh run with the new parameters.
 
+        A patch with a wrong number of dicts or an unknown parameter raises UDFException here (a
+        recompute of a stream ConfigValidationError), and the run goes on as it was.
+
         >>> run.update_parameters([{"radius": 5.0}])
         """
-        patch = list(patch)
-        if recompute and self._stream:
-            raise ConfigValidationError(NO_RECOMPUTE)
-        if len(patch) != len(self._udfs):
-            raise UDFException(f"update_parameters needs {len(self._udfs)} dicts (one per UDF), got {len(patch)}")
-        for udf, p in zip(self._udfs, patch):
-            udf.update_parameters(p)  # validates names now, in the caller
-        self._coordinator.patch(patch, recompute)
+        self._coordinator.patch(list(patch), recompute)  # checked there (ParamVersions); a bad patch raises
 
     def cancel(self) -> None:
         """Stop dispatching, cancel tasks in flight; the consumer gets UDFRunCancelled.

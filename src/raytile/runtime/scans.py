@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, Sequence
 
+from raytile.runtime.param_versions import ParamVersion
 from raytile.runtime.params import PartitionResult
 from raytile.runtime.results import ResultAccumulator, UDFResults
 
@@ -36,7 +37,7 @@ class ScanResults:
         self._merged: dict[int, int] = {}
         self._complete: tuple[int, ResultAccumulator] | None = None  # the newest complete scan
         self._complete_shown = False
-        self._patches: list[Sequence[dict]] = []
+        self._versions: list[ParamVersion] = []
         #: Partitions merged over all scans.
         self.done = 0
         #: Scans complete.
@@ -47,8 +48,8 @@ class ScanResults:
         acc = self._open.get(scan)
         if acc is None:
             acc = self._open[scan] = self._make()
-            for patch in self._patches:
-                acc.update_udf_params(patch)
+            for version in self._versions:
+                acc.adopt(version)
         acc.merge(replace(result, idx=local, covers=[]), where)
         self._merged[scan] = self._merged.get(scan, 0) + 1
         self.done += 1
@@ -58,11 +59,11 @@ class ScanResults:
             if self._complete is None or self._complete[0] < scan:
                 self._complete, self._complete_shown = (scan, acc), False
 
-    def update_udf_params(self, patches: Sequence[dict]) -> None:
-        """A live patch: for the scans open now and those to come."""
-        self._patches.append(list(patches))
+    def adopt(self, version: ParamVersion) -> None:
+        """A new version of the parameters: for the scans open now and those to come."""
+        self._versions.append(version)
         for acc in self._open.values():
-            acc.update_udf_params(patches)
+            acc.adopt(version)
 
     def reset(self) -> None:
         raise AssertionError("a stream run is never recomputed (its frames are gone once processed)")

@@ -1,11 +1,13 @@
 """The runs one replica serves: each a `ServedRun` around a `UDFRun`, and the `RunRegistry` of them.
 
-A served run's *pump* (a thread) consumes its ``UDFRun`` as fast as
-the coordinator publishes and keeps only the latest result: streams read
-that, at their own rate, so a slow client never makes the server queue
-snapshots (latest wins, as in the run itself). At most ``max_runs`` runs go
-on at once (429 beyond); finished runs stay for their results until
-``keep_finished`` newer ones ended.
+A served run is one viewer of the run (``async for`` over its ``UDFRun``,
+in a task of the replica's event loop) and keeps only the latest result:
+streams read that, at their own rate, so a slow client never makes the
+server queue snapshots (latest wins, as in the run itself). Its id is the
+run's id (``UDFRun.run_id``), the one ``raytile runs`` lists and
+``Context.attach`` takes. At most ``max_runs`` runs go on at once (429
+beyond); finished runs stay for their results until ``keep_finished``
+newer ones ended.
 
 >>> registry = RunRegistry(max_runs=8, keep_finished=32)
 >>> registry.reserve()            # raises TooManyRuns when full
@@ -16,11 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-import threading
 import time
 import traceback
-import uuid
 from typing import Any, Sequence
+
+import anyio.to_thread
 
 from raytile.common.errors import UDFException, UDFRunCancelled
 from raytile.runtime.results import UDFResults
@@ -56,7 +58,7 @@ class ServedRun:
 
     def __init__(self, run: UDFRun, udf_names: Sequence[str], rate_hz: float, sig_shape: tuple[int, ...] = (),
                  specs: Sequence[Any] = (), warnings: Sequence[str] = ()):
-        self.id = uuid.uuid4().hex
+        self.id = run.run_id  # the run's one id: `raytile runs` and Context.attach know it by it
         #: DataSetWarning messages of opening the run's data set, sent with every stream message
         self.warnings = list(warnings)
         self.run = run
@@ -72,37 +74,40 @@ class ServedRun:
         self.patches = 0
         self.created = time.time()
         self.ended: float | None = None
+        #: True once the run's coordinator is over and released its state (``GET /v1/runs/{id}``)
+        self.released = False
         self._changed = asyncio.Event()  # replaced (after being set) on every change
-        self._pump: threading.Thread | None = None
+        self._follower: asyncio.Task | None = None
 
     @property
     def over(self) -> bool:
         return self.status != STATUS_RUNNING
 
     def start(self) -> None:
-        """Start the pump: a thread iterating the run, handing each result to the running event loop.
+        """Follow the run: a task of the running event loop, one viewer of the run (``async for``:
+        the waits, and the join of a cancelled run's coordinator, happen in threads)."""
+        self._follower = asyncio.get_running_loop().create_task(self._follow(), name=f"raytile-serve-{self.id[:8]}")
 
-        A thread, not a task: ending a cancelled ``UDFRun`` joins its coordinator, which must
-        not block the replica's event loop.
-        """
-        loop = asyncio.get_running_loop()
-        self._pump = threading.Thread(target=self._pump_results, args=(loop,), daemon=True,
-                                      name=f"raytile-serve-pump-{self.id[:8]}")
-        self._pump.start()
-
-    def _pump_results(self, loop: asyncio.AbstractEventLoop) -> None:
+    async def _follow(self) -> None:
         status, error = STATUS_FINISHED, None
         try:
-            for part in self.run:
-                loop.call_soon_threadsafe(self._update, part, None, None)
+            async for part in self.run:
+                self._update(part, None, None)
         except UDFRunCancelled:
             status = STATUS_CANCELLED
         except Exception as e:  # the run failed: the client gets it as the final message
             status, error = STATUS_ERROR, error_info(e)
-        try:
-            loop.call_soon_threadsafe(self._update, None, status, error)
-        except RuntimeError:  # the loop is closed: the replica is gone
-            pass
+        self._update(None, status, error)
+        self.released = await anyio.to_thread.run_sync(self._wait_released)
+
+    def _wait_released(self, timeout: float = 30.0) -> bool:
+        """Whether the run's coordinator released its state within ``timeout`` (it does right after the end)."""
+        deadline = time.monotonic() + timeout
+        while not self.run.done:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
 
     def _update(self, part: UDFResults | None, status: str | None, error: dict[str, Any] | None) -> None:
         """In the event loop: take a new result or the end, wake every waiting stream."""
@@ -147,7 +152,7 @@ class ServedRun:
             "damage_fraction": part.damage.fraction if part else 0.0,
             "param_versions": {str(k): v for k, v in part.param_versions.items()} if part else {},
             "coalesced": self.run.coalesced, "patches": self.patches,
-            "released": self.run.done, "error": self.error, "cancel_reason": self.cancel_reason,
+            "released": self.released, "error": self.error, "cancel_reason": self.cancel_reason,
             "created": self.created, "ended": self.ended,
         }
 

@@ -4,7 +4,10 @@ One per replica: a :class:`~raytile.Context` joining the cluster the app
 runs on, the data roots, the UDF registry and the run registry. Runs start
 through ``Context.run_udf_iter`` (the one execution path); blocking steps
 (opening a data set, planning) run in a thread so the replica's event loop
-stays free.
+stays free. The Context coordinates on a coordinator actor
+(``coordinator="actor"``), as every run that other processes may reach: a
+served run is the same run object there as any other, with one id, so
+``raytile runs`` lists it and ``Context.attach(run_id)`` views it.
 
 >>> service = Service(ServeConfig.make(["/data"]))
 >>> served = await service.create_run({"dataset": {"format": "npy", "params": {"path": "a.npy"}},
@@ -64,7 +67,7 @@ class Service:
         self.roots = DataRoots(config.data_roots)
         self.udfs = UDFRegistry(config.udf_modules)
         self.registry = RunRegistry(config.max_runs, config.keep_finished)
-        self.ctx = ctx if ctx is not None else Context(executor="ray", cpus=config.workers)
+        self.ctx = ctx if ctx is not None else Context(executor="ray", coordinator="actor", cpus=config.workers)
         self._formats = served_formats()
         self.datasets_open = DataSetCache(size=8)
 
@@ -130,7 +133,7 @@ class Service:
         if size > self.config.max_result_bytes:
             raise PayloadTooLarge("udfs", f"the results would take {size} bytes; this server allows "
                                           f"{self.config.max_result_bytes} per run")
-        run = self.ctx.run_udf_iter(dataset=ds, udf=udfs, roi=roi)  # pumped by a thread (ServedRun), so a plain iterator
+        run = self.ctx.run_udf_iter(dataset=ds, udf=udfs, roi=roi, sync=False)  # followed by a task (ServedRun)
         return run, specs, sig_shape, ds.load_warnings
 
     def patch(self, served: ServedRun, body: Any) -> dict[str, Any]:

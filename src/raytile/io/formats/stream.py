@@ -265,6 +265,13 @@ class StreamDataSet(DataSet):
     def get_cache_key(self) -> Any:
         return ("stream", id(self))
 
+    def stream_spec(self) -> StreamSpec:
+        """This stream's :class:`StreamSpec` (the declaration :meth:`DataSet.stream_spec` asks for);
+        DataSetException once a run read it (a stream is read once)."""
+        if self.consumed:
+            raise DataSetException("this stream was read by a run already; load a new stream for the next run")
+        return self.spec
+
     @property
     def consumed(self) -> bool:
         """True once a run read (or began to read) this stream."""
