@@ -186,7 +186,7 @@ def _start(service: Service, sources: LiveSources, name: str, conn: Any, body: d
     sig_shape = tuple(ds.shape.sig)
     udfs = [service.udfs.build(ref, sig_shape, f"udfs[{i}]") for i, ref in enumerate(body["udfs"])]
     specs = [service.udfs.spec(ref["name"], f"udfs[{i}].name") for i, ref in enumerate(body["udfs"])]
-    run = service.ctx.run_udf_iter(dataset=ds, udf=udfs)  # pumped by ServedRun's thread
+    run = service.ctx.run_udf_iter(dataset=ds, udf=udfs, sync=False)  # followed by a task (ServedRun)
     return run, specs, sig_shape
 
 
