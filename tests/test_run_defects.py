@@ -10,6 +10,7 @@ import pytest
 import raytile as rt
 
 from _ray_udfs import ScaledSumUDF
+from _wait import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +90,20 @@ def test_fresh_memory_datasets_leave_object_store_and_workers_flat(ray_context):
     (mib0, objects0), rss0 = settled()
     for _ in range(240):
         one()
-    (mib1, objects1), rss1 = settled()
-    assert mib1 <= mib0 + 2 and objects1 <= objects0 + 8, ((mib0, objects0), (mib1, objects1))
+    _, rss1 = settled()
+    # Ray frees released objects asynchronously (0.5-3 s measured): flat means back to the baseline soon,
+    # a leak never gets there
+    seen: list[tuple[int, int]] = []
+
+    def flat() -> bool:
+        seen.append(_plasma())
+        return seen[-1][0] <= mib0 + 2 and seen[-1][1] <= objects0 + 8
+
+    try:
+        wait_until(flat, timeout=30, interval=0.5, what="the object store back at its baseline")
+    except AssertionError:
+        raise AssertionError(f"object store (MiB, objects): {(mib0, objects0)} after warm-up, {seen[-3:]} "
+                             f"30 s after 240 more runs") from None
     growth = max(b - a for a, b in zip(rss0, rss1))
     assert growth < 8, f"a worker's own memory grew {growth:.1f} MiB over 240 runs ({rss0} -> {rss1})"
 

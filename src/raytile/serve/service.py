@@ -67,7 +67,10 @@ class Service:
         self.roots = DataRoots(config.data_roots)
         self.udfs = UDFRegistry(config.udf_modules)
         self.registry = RunRegistry(config.max_runs, config.keep_finished)
-        self.ctx = ctx if ctx is not None else Context(executor="ray", coordinator="actor", cpus=config.workers)
+        if ctx is None:
+            ctx = Context(executor="ray", coordinator="actor", cpus=config.workers)
+            ctx.num_workers  # the coordinator actor and its workers start with the replica, not the first run
+        self.ctx = ctx
         self._formats = served_formats()
         self.datasets_open = DataSetCache(size=8)
 
