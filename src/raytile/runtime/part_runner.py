@@ -27,6 +27,7 @@ from raytile.runtime.udf_calls import udf_error
 from raytile.udf.base import UDF, UDFData
 from raytile.udf.buffers import AuxBufferWrapper
 from raytile.udf.meta import UDFMeta
+from raytile.udf.worker_cache import worker_cache_for
 
 __all__ = ["run_partition", "PartitionRun", "WorkerEnv", "plan_for_task", "TileProgress"]
 
@@ -198,6 +199,7 @@ class PartitionRun:
                 device_class=self.env.device_class,
                 threads_per_worker=self.env.threads,
                 array_backend=self.backend_of[i],
+                worker_cache=worker_cache_for(template),
             ))
             udf.set_backend(self.backend_of[i])
             with _udf_errors(udf, task, "get_result_buffers"):

@@ -15,6 +15,7 @@ from raytile.common.sparse import is_sparse, to_dense, to_sparse
 from raytile.udf._tiles import TILE_BACKENDS
 from raytile.udf.base import BACKEND_CUPY, BACKEND_NUMPY, UDF
 from raytile.udf.maskengine import ApplyMasksEngine
+from raytile.udf.worker_cache import scope_key
 
 __all__ = ["ApplyMasksUDF", "MaskFactory", "MaskStack"]
 
@@ -125,11 +126,27 @@ class ApplyMasksUDF(UDF):
                          backends=None if backends is None else tuple(backends), shifts=shifts)
 
     def _masks(self, backend: str = BACKEND_NUMPY) -> MaskContainer:
-        """The masks as a container for array backend ``backend`` (nothing computed yet)."""
+        """The masks as a container for array backend ``backend``.
+
+        On the main node nothing is computed yet. On a worker the container
+        is made and its masks computed once per params version (a patch
+        makes new ones) and shared by the partitions that follow, with the
+        signal regions it has cut (see :mod:`raytile.udf.worker_cache`).
+        """
+        cache = self.meta.worker_cache
+        if cache is None:
+            return self._new_masks(backend)
+        return cache.get_or_make(("ApplyMasksUDF.masks",) + scope_key(self.meta, backend),
+                                 lambda: self._new_masks(backend, compute=True))
+
+    def _new_masks(self, backend: str, compute: bool = False) -> MaskContainer:
         p = self.params
         stack = MaskStack(p.mask_factories, tuple(self.meta.dataset_shape.sig.to_tuple()), type(self).__name__)
-        return MaskContainer(stack, dtype=p.mask_dtype, use_sparse=p.use_sparse, count=p.mask_count,
-                             backend=backend)
+        masks = MaskContainer(stack, dtype=p.mask_dtype, use_sparse=p.use_sparse, count=p.mask_count,
+                              backend=backend)
+        if compute:
+            masks.computed_masks  # noqa: B018 (computed here, once, not by each partition that shares it)
+        return masks
 
     # -- UDF interface -------------------------------------------------------
     def get_backends(self) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ from raytile.common import coordinates
 from raytile.udf._tiles import TILE_BACKENDS
 from raytile.udf.base import BACKEND_CUPY, BACKEND_NUMPY, UDF
 from raytile.udf.maskengine import ApplyMasksEngine
+from raytile.udf.worker_cache import scope_key
 
 __all__ = [
     "CoMUDF", "CoMParams", "RegressionOptions", "RegressionOptionsT", "apply_correction", "curl_2d",
@@ -393,7 +394,15 @@ class CoMUDF(UDF):
         ri = None if self.params.ri is None else float(self.params.ri)
         factory = functools.partial(moment_masks, sig, cy, cx, float(self.params.r), ri)
         backend = BACKEND_CUPY if self.meta.array_backend in CUPY_BACKENDS else BACKEND_NUMPY
-        masks = MaskContainer(factory, dtype=np.float64, use_sparse=False, count=3, backend=backend)
+        cache = self.meta.worker_cache
+
+        def make() -> MaskContainer:
+            masks = MaskContainer(factory, dtype=np.float64, use_sparse=False, count=3, backend=backend)
+            masks.computed_masks  # noqa: B018 (once per params version on a worker, when cached)
+            return masks
+
+        masks = make() if cache is None else cache.get_or_make(
+            ("CoMUDF.moments", cy, cx, float(self.params.r), ri) + scope_key(self.meta, backend), make)
         return {"engine": ApplyMasksEngine(masks, self.meta)}
 
     def process_tile(self, tile) -> None:

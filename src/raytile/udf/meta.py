@@ -9,6 +9,7 @@ import numpy as np
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.common.tiling import TilingScheme
+from raytile.udf.worker_cache import WorkerCache
 
 __all__ = ["UDFMeta"]
 
@@ -34,6 +35,7 @@ class UDFMeta:
         threads_per_worker: int | None = None,
         array_backend: str | None = None,
         valid_nav_mask: np.ndarray | None = None,
+        worker_cache: WorkerCache | None = None,
     ):
         self._partition_slice = partition_slice
         self._dataset_shape = dataset_shape
@@ -47,6 +49,7 @@ class UDFMeta:
         self._threads_per_worker = threads_per_worker
         self._array_backend = array_backend
         self._valid_nav_mask = valid_nav_mask
+        self._worker_cache = worker_cache
         self._slice: Slice | None = None
         self._frame_coords: np.ndarray | None = None
 
@@ -124,6 +127,12 @@ class UDFMeta:
     @property
     def array_backend(self) -> str | None:
         return self._array_backend
+
+    @property
+    def worker_cache(self) -> WorkerCache | None:
+        """Task data kept on this worker for this params version (e.g. masks), or None on the main
+        node; see :mod:`raytile.udf.worker_cache`."""
+        return self._worker_cache
 
     @property
     def coordinates(self) -> np.ndarray:
