@@ -2,9 +2,17 @@
 
 A reader thread takes MPX messages off the socket. Frames (MIB header +
 pixels, undecoded) are written straight into preallocated slots of
-``frame_stack_size`` frames each (``recv_into``, no intermediate copy); the
-slab, the hand-over of slots, backpressure and the consumer's loop are
-:class:`~raytile.live.receiver.StackReceiver`'s. The consumer decodes each
+``frame_stack_size`` frames each, no intermediate copy. Every frame of an
+acquisition has the size of its first, so after that one the reader takes
+frames in blocks: one ``recvmsg_into`` per socket read scatters the
+15-byte MPX prefixes into a side array and the frames to their aligned
+places in the slot, however many messages the read holds; the prefixes
+are checked against the expected one with one numpy comparison, and the
+complete frames committed together (no Python per frame). A message that
+is not such a frame (a new acquisition header: the abort) ends the block;
+the bytes read past its start are put back for the message-by-message
+path. The slab, the hand-over of slots, backpressure and the consumer's
+loop are :class:`~raytile.live.receiver.StackReceiver`'s. The consumer decodes each
 stack with the ``mib`` format's decoders (:mod:`raytile.io.decoders_mib`)
 straight into the arrays it yields. When every slot is taken the reader
 stops reading the socket: TCP then holds the sender back (backpressure),
