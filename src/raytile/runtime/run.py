@@ -106,7 +106,9 @@ class UDFRun:
 
     def __iter__(self) -> Iterator[UDFResults]:
         try:
-            if not self.sync:
+            if not self.sync:  # refused: the run is cancelled and ended before the caller hears why
+                self.cancel()
+                self._coordinator.join(JOIN_TIMEOUT_S)
                 raise TypeError("this run was started with run_udf_iter(..., sync=False): iterate it with "
                                 "`async for`, or start it with sync=True for a plain `for` loop")
             while not self._exhausted:
