@@ -120,8 +120,7 @@ def make_acquisition_on(ctx: Context, *, conn: LiveConnection, nav_shape: tuple[
     ds = ctx.load("stream", frames=frames, nav_shape=shape, sig_shape=sig_shape, dtype=dtype,
                   frames_per_partition=frames_per_partition, scans=scans, preprocess=preprocess)
     holder["aq"] = ds
-    ds.stats = getattr(frames, "stats", None)  # type: ignore[attr-defined]  # frames delivered, and lost
-    fpp = getattr(ds, "frames_per_partition", None)
-    if fpp is not None and hasattr(frames, "batch"):  # the receiver cuts its arrays where the partitions
-        frames.batch = (fpp, math.prod(shape))             # are: the stream hands them on without a copy
+    ds.stats = frames.stats  # type: ignore[attr-defined]  # frames delivered, and lost
+    # the receiver cuts its arrays where the partitions are: the stream hands them on without a copy
+    frames.batch = (ds.frames_per_partition, math.prod(shape))  # type: ignore[attr-defined]
     return ds

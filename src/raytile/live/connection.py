@@ -8,12 +8,12 @@ connection builder in :data:`raytile.live.api.DETECTORS`.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, Iterable, Protocol, TypeVar, runtime_checkable
+from typing import Any, Callable, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
 from raytile.common.errors import DataSetException
-from raytile.live.receiver import StackReceiver
+from raytile.live.receiver import AcquisitionFrames, StackReceiver
 
 __all__ = ["LiveConnection", "PendingAcquisition", "ReceiverConnection"]
 
@@ -45,11 +45,11 @@ class LiveConnection(Protocol):
         ...
 
     def acquisition_frames(self, pending: Any, controller: Any, nav_shape: tuple[int, ...],
-                           ready: Callable[[], None], count: int | None, dtype: np.dtype) -> Iterable[np.ndarray]:
+                           ready: Callable[[], None], count: int | None, dtype: np.dtype) -> AcquisitionFrames:
         """The acquisition's frame stacks ``(k, *sig_shape)`` of ``dtype``, ``count`` frames (None: until it
-        ends). Active mode (``pending`` None): start it, calling ``ready`` once the detector is armed.
-        An iterable with a ``stats`` attribute (:class:`~raytile.live.receiver.AcquisitionFrames`) gives the
-        acquisition its ``aq.stats`` (frames delivered, frames lost)."""
+        ends), with their ``stats`` (frames delivered, frames lost: the acquisition's ``aq.stats``) and
+        ``batch`` (set by ``make_acquisition`` to cut the stacks where the partitions are). Active mode
+        (``pending`` None): start it, calling ``ready`` once the detector is armed."""
         ...
 
 
