@@ -37,6 +37,7 @@ from raytile.runtime.params import PartitionResult, RunParams
 from raytile.runtime.udf_calls import calling_udf
 from raytile.udf.base import UDF, MergeAttrMapping, UDFData
 from raytile.udf.meta import UDFMeta
+from raytile.udf.worker_cache import worker_cache_for
 
 __all__ = ["Segment", "SegmentMerger", "merges_pairwise"]
 
@@ -77,12 +78,12 @@ class SegmentMerger:
 
     def __init__(self, params: RunParams):
         self._params = params
-        meta = UDFMeta(None, params.dataset_shape, params.roi, params.dataset_dtype, params.input_dtype,
-                       params.tiling_scheme, params.corrections)
         self._udfs: list[UDF] = []
         for template in params.udfs:
             udf = template.copy()
-            udf.set_meta(meta)
+            # the template's worker cache: what get_result_buffers computes (masks) is made once per worker
+            udf.set_meta(UDFMeta(None, params.dataset_shape, params.roi, params.dataset_dtype, params.input_dtype,
+                                 params.tiling_scheme, params.corrections, worker_cache=worker_cache_for(template)))
             udf.results = UDFData(udf.get_result_buffers())  # declarations: merge looks up buffer kinds
             self._udfs.append(udf)
         self._sig = params.dataset_shape.sig.to_tuple()
