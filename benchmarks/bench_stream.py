@@ -109,6 +109,9 @@ def main(argv=None) -> int:
     print(f"stream / memory (load + run: both start from arrays in this process) = {ratio:.2f} "
           f"(target >= 0.8): {'ok' if ratio >= 0.8 else 'BELOW TARGET'}; stream / memory run alone "
           f"(its frames in the object store before the clock starts) = {ratio_run:.2f}")
+    med = statistics.median(t_load) / statistics.median(t_stream)
+    print(f"medians of the {args.repeat} runs: memory load + run {statistics.median(t_load) * 1e3:.0f} ms, stream "
+          f"{statistics.median(t_stream) * 1e3:.0f} ms, stream / memory = {med:.2f}")
     print(f"first partial result of a stream: {statistics.median(firsts) * 1e3:.1f} ms (median); "
           f"most partitions in flight: {in_flight} (bound {run.stats and run.stats.get('stream_capacity')})")
     ctx.close()

@@ -210,3 +210,21 @@ def test_udf_parameters_holding_an_object_ref(ray_context, data):
     ds = ray_context.load("memory", data=data, num_partitions=4)
     res = ray_context.run_udf(dataset=ds, udf=RefOffsetSumUDF(offset_ref=offset))
     np.testing.assert_array_equal(res["intensity"].data, data.sum(axis=(0, 1)) + 7.0 * 48)
+
+
+def test_a_ray_raytile_starts_sends_results_up_to_1_mib_inside_the_reply(ray_context):
+    """The session's Ray is started by raytile (make_local): a 900 KB reply (a partition's result
+    buffers) is not put into the object store, a 2 MiB one is (Ray's default puts anything over 100 KB)."""
+    from raytile.actors.ray_start import NEW_INSTANCE_CONFIG
+
+    assert NEW_INSTANCE_CONFIG["max_direct_call_object_size"] == 1024 * 1024
+
+    @ray.remote(num_cpus=0)
+    def frame(nbytes: int) -> np.ndarray:
+        return np.ones(nbytes, np.uint8)
+
+    refs = {n: frame.remote(n) for n in (900_000, 2 * 1024 * 1024)}
+    assert [ray.get(r).sum() for r in refs.values()] == list(refs)
+    where = ray.experimental.get_object_locations(list(refs.values()))
+    assert where[refs[900_000]]["node_ids"] == []
+    assert len(where[refs[2 * 1024 * 1024]]["node_ids"]) == 1

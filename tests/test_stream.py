@@ -277,9 +277,9 @@ def test_bad_parameters_and_reuse(inline_ctx, data):
 
 
 def test_default_partitions_are_small():
-    """A 2 MiB stream is cut into several partitions, a large one into 16 MiB ones."""
+    """A 2 MiB stream is cut into several partitions, a large one into 32 MiB ones."""
     assert default_frames_per_partition(16 * 16, 8192) == 32              # 2 MiB: 8 partitions
-    assert default_frames_per_partition(256 * 256, 256 * 256 * 2) == 128  # 128 KiB frames: 16 MiB
+    assert default_frames_per_partition(256 * 256, 256 * 256 * 2) == 256  # 128 KiB frames: 32 MiB
     assert default_frames_per_partition(3, 10) == 1
 
 

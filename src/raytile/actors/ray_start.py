@@ -86,7 +86,7 @@ def _init(address: str | None, cpus: int | None, gpus: int | None, kwargs: dict[
     if address is not None and address.startswith("ray://"):
         _enable_token_auth_for_client()
     try:
-        ray.init(**kwargs)
+        _init_ray(kwargs, new_instance_config=address is None or address == "local")
     except ModuleNotFoundError as e:
         raise ExecutorError(
             f"connecting to {address!r} needs Ray Client, which plain ray lacks ({e}); "
@@ -112,6 +112,30 @@ def _init(address: str | None, cpus: int | None, gpus: int | None, kwargs: dict[
                     "for a private local Ray use rt.Context.make_local()", info.address,
                     describe_resources(info.resources))
     return info
+
+
+#: Ray settings for an instance raytile starts (joining a cluster keeps the cluster's own). A task's
+#: reply up to this size goes back inside the reply instead of through the object store: a partition's
+#: result buffers (a 256x256 float32 frame is 256 KiB) then cost one message, not an object put, fetch
+#: and free (measured on 2 CPUs: 0.6 ms against 1.1 ms a pipelined call; bench_stream 16 MiB
+#: partitions 148-155 ms against 170-190 ms).
+NEW_INSTANCE_CONFIG = {"max_direct_call_object_size": 1024 * 1024}
+
+
+def _init_ray(kwargs: dict[str, Any], new_instance_config: bool) -> None:
+    """``ray.init(**kwargs)``, with :data:`NEW_INSTANCE_CONFIG` when it may start an instance.
+
+    With ``address=None`` Ray joins a cluster it finds (``RAY_ADDRESS``, ``ray start``) and refuses a
+    system config there: then it is called again without one."""
+    if not new_instance_config or "_system_config" in kwargs:
+        ray.init(**kwargs)
+        return
+    try:
+        ray.init(**kwargs, _system_config=dict(NEW_INSTANCE_CONFIG))
+    except ValueError as e:
+        if "_system_config" not in str(e):
+            raise
+        ray.init(**kwargs)
 
 
 def _started_here() -> bool:

@@ -46,9 +46,11 @@ __all__ = ["StreamDataSet", "StreamPartition", "StreamSpec", "FrameTransform", "
            "iterate_batches", "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN", "Allocate"]
 
 #: Default partition size of a stream, in bytes of raw frames: small, so partial results flow, and large
-#: enough that one ``ray.put`` per partition is fast (measured, 2 CPUs: 3.2 GB/s for 4 MiB objects,
-#: 6.2 GB/s for 16 MiB, 9.9 GB/s for 32 MiB).
-PARTITION_BYTES = 16 * 1024 * 1024
+#: enough that the fixed cost of a task (its call and reply, its result buffers, about 1-2 ms on 2 CPUs)
+#: stays small beside its frames (benchmarks/bench_stream.py, 2 workers: 4096 frames of 128 KiB in
+#: 16 MiB partitions 170-190 ms, in 32 MiB partitions 130-137 ms; one ``ray.put`` per partition, where
+#: it is used: 3.2 GB/s for 4 MiB objects, 6.2 GB/s for 16 MiB, 9.9 GB/s for 32 MiB).
+PARTITION_BYTES = 32 * 1024 * 1024
 #: By default a scan is cut into at least this many partitions (when it has that many frames).
 MIN_PARTITIONS_PER_SCAN = 8
 
@@ -60,8 +62,8 @@ def default_frames_per_partition(scan_frames: int, frame_bytes: int) -> int:
     """Frames per partition for a stream: about ``PARTITION_BYTES``, and at least
     ``MIN_PARTITIONS_PER_SCAN`` partitions per scan.
 
-    >>> default_frames_per_partition(64 * 64, 256 * 256 * 2)  # 128 KiB frames: 128 frames, 16 MiB
-    128
+    >>> default_frames_per_partition(64 * 64, 256 * 256 * 2)  # 128 KiB frames: 256 frames, 32 MiB
+    256
     >>> default_frames_per_partition(64, 4096)                 # 256 KiB scan: 8 partitions
     8
     """
