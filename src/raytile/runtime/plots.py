@@ -17,9 +17,10 @@ plot whose ``min_delta`` has not passed is not even handed the data.
 
 The run starts before its plots are made: finding the channels (a dry run:
 the empty result buffers from the UDFs' declarations and the data set's
-shape, nothing read) and creating the figures (~5-10 ms a matplotlib
-figure) happen while the workers read the first partitions, instead of
-before. ``plots`` is checked before the run starts, so a bad argument
+shape, nothing read) and creating the figures (0.2 ms a matplotlib
+figure whose Axes wait for its first draw on a non-interactive back-end,
+~5 ms with its Axes elsewhere: see raytile/viz/mpl.py) happen while the
+workers read the first partitions, instead of before. ``plots`` is checked before the run starts, so a bad argument
 starts nothing; a plot that fails to be made cancels the run.
 
 ``run_udf`` with plots that cannot show a partial result (matplotlib on Agg
