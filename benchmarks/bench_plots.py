@@ -1,26 +1,35 @@
 """Live plots' cost: a run with ``plots=True`` (matplotlib, rendered headless with Agg) against the same
 run without plots, in one process, alternating.
 
-Two ratios: ``run_udf`` alone (plots made, fed with partial results, final
-data set; with Agg nothing is drawn during the run: see raytile/viz/mpl.py),
-and ``run_udf`` plus one render of every figure with its final data (what
+Two ratios: ``run_udf`` alone (plots made, fed with the final data; with
+Agg nothing is drawn during the run: see raytile/viz/mpl.py), and
+``run_udf`` plus one render of every figure with its final data (what
 Jupyter's inline back-end does when the cell ends).
 
 The `raytile demo` file (``--size-gib``, 1 GiB by default, made in the cache
 folder if absent) is read once into the page cache; SumUDF and SumSigUDF
 run together (two plots: the sum frame and the nav map) on Ray with
 ``--workers`` workers (default: the CPU count), or inline with
-``--inline``. Each round runs both contenders; the best time of each
-counts, and the ratio plots / no plots is printed (target <= 1.05), with
-the ratio of the medians beside it. Both results are checked against each
-other.
+``--inline``. Each round runs both contenders, in turn first (so that
+neither always follows the other); the best time of each counts, and the
+ratio plots / no plots is printed (target <= 1.05), with the ratio of the
+medians beside it. Both results are checked against each other.
 
-Where the time goes (measured on 2 cores, both busy with the workers): the
-run starts first, and the plots' dry run (<1 ms) and two figures (~5 ms of
-CPU each, matplotlib's Axes) are made while the workers read, so they cost
-only the CPU they take from the workers; the final update (colour limits
-from the tails of the data, :func:`raytile.viz.scale.tail_quantiles`) is
-~1 ms after the last partition.
+Where the time goes (2 cores, both busy with the workers). Before: the run
+made partial results for the plots (each worker sent its merged partitions
+every 0.1 s instead of once at the end), and each plot's figure, Axes and
+image (~5 ms of CPU a figure) were made while the workers read: 1.07-1.16x.
+Now, on a non-interactive back-end (Agg, Jupyter's inline), where no plot
+can show a partial result, ``run_udf`` runs as without plots (final result
+only) and each figure is made at once (0.2 ms, listed by pyplot) with its
+Axes and image made when it is first drawn or read
+(raytile/viz/deferred_figure.py): what is left in the run is the dry run
+that finds the channels (<1 ms) and the plots' final update (~1 ms). The
+Axes' cost moved to the final render, which pays it once (second ratio).
+Measured in one session on 2 shared cores (load average 1.6-1.9), best of
+12, this script with the code before and after in turn: before 1.083x
+(medians 1.077x), after 1.022x (medians 1.018x); with the final render
+1.44x both. See docs/notebooks.md.
 
     python benchmarks/bench_plots.py [--size-gib 1] [--rounds 3] [--workers N] [--inline]
 """
@@ -80,8 +89,8 @@ def main(argv=None) -> int:
         with_render: list[float] = []
         results = {}
         drawn = 0
-        for _ in range(args.rounds):
-            for plots in (False, True):
+        for round_ in range(args.rounds):
+            for plots in ((False, True) if round_ % 2 == 0 else (True, False)):
                 t, t_render, res, n = run(plots)
                 times[plots].append(t)
                 if plots:

@@ -7,6 +7,7 @@ compared with numpy on the same data.
 from __future__ import annotations
 
 import asyncio
+import pickle
 import warnings
 
 import matplotlib
@@ -17,6 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 import raytile as rt  # noqa: E402
+from _ray_udfs import RingUDF  # noqa: E402
 from raytile.viz.live import Dummy2DPlot, color_limits  # noqa: E402
 from raytile.viz.mpl import MPLLive2DPlot  # noqa: E402
 
@@ -162,15 +164,86 @@ def test_a_plot_that_cannot_be_made_cancels_its_run(inline_ctx, monkeypatch):
 
     ds = inline_ctx.load("memory", data=DATA, num_partitions=3)
     started = []
-    run_udf_iter = inline_ctx.run_udf_iter
+    start = inline_ctx._start
 
     def spy(*args, **kwargs):
-        started.append(run_udf_iter(*args, **kwargs))
+        started.append(start(*args, **kwargs))
         return started[-1]
 
-    monkeypatch.setattr(inline_ctx, "run_udf_iter", spy)
+    monkeypatch.setattr(inline_ctx, "_start", spy)
     with pytest.raises(ValueError, match="channel nope not found"):
         inline_ctx.run_udf(dataset=ds, udf=rt.SumSigUDF(), plots=[["nope"]])
     (run,) = started  # the run started before its plots were made, and was cancelled when one failed
     with pytest.raises(UDFRunCancelled):
         list(run)
+
+
+def _pixels(fig):
+    fig.canvas.draw()
+    return np.asarray(fig.canvas.buffer_rgba()).copy()
+
+
+def test_headless_figure_made_when_drawn_renders_as_one_made_at_once(inline_ctx, monkeypatch):
+    """On Agg the plot's Axes and image wait for the first draw or read; what is drawn is what a figure
+    made at once (on an interactive back-end, whose updates go to the image at once) shows."""
+    import raytile.viz.mpl as mpl
+
+    ds = inline_ctx.load("memory", data=DATA, num_partitions=3)
+    udf = rt.SumSigUDF()
+    headless = MPLLive2DPlot(ds, udf, roi=ROI, min_delta=0)
+    headless.display()  # plot objects are displayed by their maker, as in LiberTEM
+    inline_ctx.run_udf(dataset=ds, udf=udf, roi=ROI, plots=[headless])
+    assert plt.fignum_exists(headless.fig.number)  # listed by pyplot (Jupyter shows it at the cell's end)
+    assert MPLLive2DPlot.shows_partial_results() is False
+
+    monkeypatch.setattr(mpl, "_interactive", lambda: True)  # as with Qt or ipympl: no canvas needed to test
+    assert MPLLive2DPlot.shows_partial_results() is True
+    at_once = MPLLive2DPlot(ds, udf, roi=ROI, min_delta=0)
+    at_once.display()
+    assert len(at_once.fig.axes) == 1 and at_once.im_obj.get_array().mask.all()  # made, nothing merged yet
+    res = inline_ctx.run_udf(dataset=ds, udf=udf, roi=ROI, plots=[at_once])
+    monkeypatch.undo()
+
+    for plot in (headless, at_once):
+        (axes,) = plot.fig.axes
+        assert axes is plot.axes and axes.get_title() == "SumSigUDF: intensity"
+        shown = axes.images[0].get_array()
+        assert np.array_equal(np.ma.getmaskarray(shown), ~ROI)
+        np.testing.assert_allclose(shown.compressed(), res["intensity"].data[ROI], rtol=1e-6)
+    assert headless.im_obj.get_clim() == at_once.im_obj.get_clim()
+    assert np.array_equal(_pixels(headless.fig), _pixels(at_once.fig))
+
+
+def test_headless_figure_follows_run_udf_iter_when_drawn_and_pickles(inline_ctx):
+    ds = inline_ctx.load("memory", data=DATA, num_partitions=3)
+    udf = rt.SumSigUDF()
+    plot = MPLLive2DPlot(ds, udf, min_delta=0)
+    plot.display()
+    run = inline_ctx.run_udf_iter(dataset=ds, udf=udf, plots=[plot])
+    seen = 0
+    for part in run:
+        merged = np.asarray(part.buffers[0]["intensity"].valid_mask, dtype=bool)
+        shown = plot.fig.axes[0].images[0].get_array()  # refreshed from the latest partial result when read
+        assert np.array_equal(~np.ma.getmaskarray(shown), merged)
+        np.testing.assert_allclose(shown.compressed(), DATA.sum(axis=(2, 3))[merged], rtol=1e-5)
+        seen += 1
+    assert seen >= 1 and plot.updates == seen
+    copy = pickle.loads(pickle.dumps(plot.fig))
+    assert copy.axes[0].get_title() == "SumSigUDF: intensity"
+    np.testing.assert_allclose(copy.axes[0].images[0].get_array(), DATA.sum(axis=(2, 3)), rtol=1e-5)
+
+
+def test_run_udf_makes_partial_results_only_for_plots_that_show_them(inline_ctx):
+    ds = inline_ctx.load("memory", data=DATA, num_partitions=3)
+    want = DATA.sum(axis=(2, 3))
+    udf = RingUDF(ri=-1.0, ro=100.0, delay=0.05)  # the whole frame: each partition takes 50 ms
+    live = Dummy2DPlot(ds, udf, min_delta=0)
+    inline_ctx.run_udf(dataset=ds, udf=udf, plots=[live])
+    assert live.updates >= 2  # partial results, then the final data
+    np.testing.assert_allclose(live.data, want, rtol=1e-5)
+
+    headless = MPLLive2DPlot(ds, udf, min_delta=0)  # Agg: nothing is seen before the end
+    headless.display()
+    inline_ctx.run_udf(dataset=ds, udf=udf, plots=[headless])
+    assert headless.updates == 1  # the final data alone: no partial result was made
+    np.testing.assert_allclose(headless.im_obj.get_array(), want, rtol=1e-5)

@@ -17,10 +17,18 @@ plot whose ``min_delta`` has not passed is not even handed the data.
 
 The run starts before its plots are made: finding the channels (a dry run:
 the empty result buffers from the UDFs' declarations and the data set's
-shape, nothing read) and creating the figures (~5-10 ms a matplotlib
-figure) happen while the workers read the first partitions, instead of
-before. ``plots`` is checked before the run starts, so a bad argument
+shape, nothing read) and creating the figures (0.2 ms a matplotlib
+figure whose Axes wait for its first draw on a non-interactive back-end,
+~5 ms with its Axes elsewhere: see raytile/viz/mpl.py) happen while the
+workers read the first partitions, instead of before. ``plots`` is checked before the run starts, so a bad argument
 starts nothing; a plot that fails to be made cancels the run.
+
+``run_udf`` with plots that cannot show a partial result (matplotlib on Agg
+or Jupyter's inline back-end, see
+:meth:`~raytile.viz.live.Live2DPlot.shows_partial_results`) runs as it does
+without plots: no partial results are made (each worker merges its
+partitions and sends them once, at the end), and the plots get the final
+data. ``run_udf_iter`` yields partial results whatever the plots.
 """
 
 from __future__ import annotations
@@ -32,8 +40,8 @@ from typing import Any, AsyncIterator, Iterator, Sequence
 from raytile.runtime.results import UDFResults
 from raytile.viz.live import Live2DPlot, get_plottable_2D_channels
 
-__all__ = ["check_plots", "prepare_plots", "update_plots", "PlottedRun", "default_plot_class", "run_iter_with_plots",
-           "run_with_plots"]
+__all__ = ["check_plots", "prepare_plots", "update_plots", "PlottedRun", "default_plot_class",
+           "partial_results_shown", "run_iter_with_plots", "run_with_plots"]
 
 
 def default_plot_class() -> type:
@@ -178,14 +186,30 @@ def _udf_list(udf: Any) -> list[Any]:
     return [udf] if isinstance(udf, UDF) else list(udf)
 
 
-def run_iter_with_plots(ctx: Any, plots: Any, dataset: Any, udf: Any, roi: Any = None, **kwargs: Any) -> PlottedRun:
+def partial_results_shown(plots: Any, plot_class: type | None = None) -> bool:
+    """Whether any plot a run with ``plots`` makes can show a partial result
+    (:meth:`~raytile.viz.live.Live2DPlot.shows_partial_results` of its class): False for matplotlib on
+    Agg or Jupyter's inline back-end, which draw the final data alone."""
+    if plots is True or _is_channel_lists(plots):
+        classes = [plot_class or default_plot_class()]
+    else:
+        classes = [type(p) for p in plots]
+    return any(not issubclass(c, Live2DPlot) or c.shows_partial_results() for c in classes)
+
+
+def run_iter_with_plots(ctx: Any, plots: Any, dataset: Any, udf: Any, roi: Any = None, corrections: Any = None,
+                        backends: Any = None, progress: Any = False, sync: bool = True, detached: bool = False,
+                        final_only: bool = False) -> PlottedRun:
     """``ctx.run_udf_iter(...)`` with live ``plots`` (see the module docstring).
 
-    The run starts first; its plots are made while it reads (see the module docstring).
+    The run starts first; its plots are made while it reads (see the module
+    docstring). ``final_only``: the run makes no partial results (as
+    ``run_udf`` without plots), for plots that would not show them.
     """
     udfs = _udf_list(udf)
     check_plots(udfs, plots)
-    run = ctx.run_udf_iter(dataset=dataset, udf=udf, roi=roi, **kwargs)
+    run = ctx._start(dataset, udf, roi, corrections, backends, progress, final_only=final_only, detached=detached,
+                     sync=sync)
     try:
         made = prepare_plots(udfs, dataset, roi, plots, ctx.plot_class)
     except BaseException:
@@ -196,10 +220,15 @@ def run_iter_with_plots(ctx: Any, plots: Any, dataset: Any, udf: Any, roi: Any =
 
 def run_with_plots(ctx: Any, plots: Any, dataset: Any, udf: Any, roi: Any = None, sync: bool = True,
                    **kwargs: Any) -> Any:
-    """``ctx.run_udf(...)`` with live ``plots``: the same return value, plots updated on the way."""
+    """``ctx.run_udf(...)`` with live ``plots``: the same return value, plots updated on the way.
+
+    When none of the plots can show a partial result (:func:`partial_results_shown`), the run is
+    ``run_udf``'s without plots (no partial results made) and the plots get the final data.
+    """
     from raytile.udf.base import UDF
 
-    run = run_iter_with_plots(ctx, plots, dataset, udf, roi=roi, sync=sync, **kwargs)
+    final_only = not partial_results_shown(plots, ctx.plot_class)
+    run = run_iter_with_plots(ctx, plots, dataset, udf, roi=roi, sync=sync, final_only=final_only, **kwargs)
     single = isinstance(udf, UDF)
 
     def unpack(results: Any) -> Any:

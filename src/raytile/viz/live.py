@@ -93,6 +93,13 @@ class Live2DPlot:
         self.updates = 0
         self.data, self.damage = self.extract(buffers, udfresult.damage.data)
 
+    @classmethod
+    def shows_partial_results(cls) -> bool:
+        """Whether plots of this class can show a result before the run ends (default True). Where none
+        can (matplotlib on Agg or Jupyter's inline back-end), ``run_udf(..., plots=...)`` runs as without
+        plots, with no partial results made, and the plots get the final data alone."""
+        return True
+
     def shown(self) -> None:
         """The plot was just drawn: the next redraw is due in ``min_delta`` (a short run draws only its
         final data)."""
