@@ -7,10 +7,11 @@ each compares its result with numpy on the same data:
 - a run spreads over both worker nodes;
 - SIGKILL of one worker process, then of two at once, mid-run;
 - a node added mid-run receives partitions of the run in flight;
-- a node removed mid-run, with spare CPUs elsewhere and without: the exact
-  clean result (the memory data set's copies on that node are lost, its
-  primary copy serves the retries), and the next run does not wait for the
-  lost node;
+- a node removed mid-run, with spare CPUs elsewhere and without, on Ray's
+  default health checks: the exact clean result, before Ray declares the
+  node dead (the pool saw its raylet refuse a connection, and the memory
+  data set was put again, so no retry pulls a copy from the lost node), and
+  the next run does not wait for the lost node;
 - the coordinator as an actor (``coordinator="actor"``): a run over both
   nodes and a worker SIGKILLed mid-run, exact;
 - ``Context.make_local`` in another process beside the running cluster

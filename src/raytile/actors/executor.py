@@ -117,7 +117,8 @@ class RayExecutor(Executor):
         self._held: dict[str, dict[str, set[int]]] = {}  # run_id -> worker name -> partitions held merged
         self.merge_interval_s = merge_interval_s
         self._closed = False
-        self.pool = WorkerPool(fixed, cpu_share, max_workers, on_change=self._wake_all)
+        self.pool = WorkerPool(fixed, cpu_share, max_workers, on_change=self._wake_all,
+                               on_nodes_lost=self._renew_shared_frames)
         # started with the workers: creating it lazily would cost a process start in the first run with progress
         self._progress_actor = _RemoteProgress.remote()
         self._progress_polls: dict[str, _ProgressPoll] = {}  # run_id -> its pending poll
@@ -224,6 +225,16 @@ class RayExecutor(Executor):
         frames = dense_frames(dataset)
         if frames:
             self.shared.share(dataset, frames)
+
+    def _renew_shared_frames(self, nodes: set[str]) -> None:
+        """Workers on ``nodes`` were retired, their nodes gone: in-memory data sets are put into the object
+        store again, so that no worker pulls a copy Ray still lists on a lost node (see
+        :meth:`SharedFrames.put_again`). Tasks submitted from now on carry the new refs."""
+        t0 = time.monotonic()
+        count = self.shared.put_again(ray.get)
+        if count:
+            log.warning("node(s) %s lost: %d in-memory partitions put into the object store again (%.2f s)",
+                        ", ".join(n[:12] for n in sorted(nodes)), count, time.monotonic() - t0)
 
     def _forget_released(self) -> None:
         """Tell the workers to drop their views of released data sets' frames (which pin them)."""

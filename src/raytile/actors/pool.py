@@ -10,7 +10,8 @@ Each worker actor holds one CPU slot (``num_cpus=1``) or one GPU. The pool
   be placed); an actor without a process after ``PLACEMENT_TIMEOUT_S`` (or
   not alive after ``STARTUP_TIMEOUT_S`` with one) is retired and the node
   it was meant for is not tried again for ``NODE_BACKOFF_S``;
-- retires the actors of a node that left the cluster and of an actor that
+- retires the actors of a node that left the cluster (or whose raylet
+  refuses connections: :mod:`raytile.actors.raylet_watch`) and of an actor that
   died (their tasks fail with a Ray actor error and are retried elsewhere
   by the coordinator), and starts replacements where there is room.
 
@@ -34,6 +35,7 @@ import ray
 
 from raytile.actors import resources
 from raytile.actors.cache import Ledger
+from raytile.actors.raylet_watch import RayletWatch
 from raytile.actors.worker import DATA_CACHE, PARAMS_CACHE, WorkerActor
 
 __all__ = ["WorkerPool", "Slot", "SlotState", "NodeInfo", "PoolPlan", "plan_pool", "PLACEMENT_TIMEOUT_S",
@@ -91,11 +93,13 @@ class Slot:
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """An alive node of the cluster and what it offers."""
+    """An alive node of the cluster, what it offers and where its raylet listens."""
 
     node_id: str
     cpus: int
     gpus: int
+    raylet_host: str = ""
+    raylet_port: int = 0
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,8 @@ def plan_pool(*, nodes: Sequence[NodeInfo], slots: Sequence[Slot], fixed: dict[s
 def alive_nodes() -> list[NodeInfo]:
     """The cluster's alive nodes with their CPUs and GPUs (``ray.nodes()``)."""
     return [
-        NodeInfo(n["NodeID"], int(n["Resources"].get("CPU", 0)), int(n["Resources"].get("GPU", 0)))
+        NodeInfo(n["NodeID"], int(n["Resources"].get("CPU", 0)), int(n["Resources"].get("GPU", 0)),
+                 str(n.get("NodeManagerAddress") or ""), int(n.get("NodeManagerPort") or 0))
         for n in ray.nodes() if n.get("Alive")
     ]
 
@@ -174,15 +179,20 @@ class WorkerPool:
     """The Context's worker actors. ``fixed`` counts per kind, or None to follow the cluster."""
 
     def __init__(self, fixed: dict[str, int] | None, cpu_share: float = 1.0, max_workers: int | None = None,
-                 on_change: Callable[[], None] | None = None):
+                 on_change: Callable[[], None] | None = None,
+                 on_nodes_lost: Callable[[set[str]], None] | None = None):
+        """``on_change()`` is called when the ready workers changed, ``on_nodes_lost(node_ids)`` when
+        workers were retired because their nodes are gone."""
         self._fixed = fixed
         self._cpu_share = cpu_share
         self._max_workers = max_workers
         self._on_change = on_change
+        self._on_nodes_lost = on_nodes_lost
         self._lock = threading.RLock()
         self._slots: list[Slot] = []
         self._backoff: dict[str, float] = {}
         self._counter = itertools.count()
+        self._raylets = RayletWatch()
         self.closed = False
 
     # -- views -------------------------------------------------------------------
@@ -243,15 +253,17 @@ class WorkerPool:
         if self.closed:
             return False
         changed = self._promote()
-        nodes = alive_nodes() if nodes is None else nodes
+        nodes = self._without_lost_raylets(alive_nodes()) if nodes is None else nodes
         with self._lock:
             now = time.monotonic()
             overdue = [s for s in self._slots
                        if s.state is SlotState.STARTING and now - s.started_at > PLACEMENT_TIMEOUT_S]
         placed = _with_process(overdue)
+        alive = {n.node_id for n in nodes}
         with self._lock:
             plan = plan_pool(nodes=nodes, slots=self._slots, fixed=self._fixed, max_workers=self._max_workers,
                              now=now, backoff=self._backoff, placed=placed)
+            lost_nodes = {s.node_id for s in plan.retire if s.ready and s.node_id is not None and s.node_id not in alive}
             for slot in plan.retire:
                 if slot.state is SlotState.STARTING and slot.node_id is not None:
                     self._backoff[slot.node_id] = now + NODE_BACKOFF_S
@@ -262,7 +274,19 @@ class WorkerPool:
                 self._slots.append(self._start(kind, node_id))
         if changed and self._on_change is not None:
             self._on_change()
+        if lost_nodes and self._on_nodes_lost is not None:
+            self._on_nodes_lost(lost_nodes)
         return changed
+
+    def _without_lost_raylets(self, nodes: Sequence[NodeInfo]) -> list[NodeInfo]:
+        """``nodes`` less those hosting workers of this pool whose raylet is gone (see
+        :mod:`raytile.actors.raylet_watch`): Ray still calls them alive for 10-30 s."""
+        gone = self._raylets.gone((n.node_id, n.raylet_host, n.raylet_port) for n in nodes)
+        with self._lock:
+            hosting = {s.node_id for s in self._slots if not s.dead}
+        for node_id in gone & hosting:
+            log.warning("the raylet of node %s refuses connections: its workers are retired", node_id[:12])
+        return [n for n in nodes if n.node_id not in gone]
 
     def wait_ready(self, timeout: float) -> None:
         """Block until every slot started so far is ready or retired, at most ``timeout`` seconds."""
