@@ -217,8 +217,18 @@ def test_lost_frames_reach_the_progress_reporter_and_aq_stats(live_ctx, capsys):
         expected = frames.copy()
         expected[[5, 40]] = 0
         assert np.array_equal(total["intensity"].data, expected.sum(axis=0, dtype=np.int64))
-        aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), nav_shape=NAV)
+        aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), nav_shape=NAV,
+                                       frames_per_partition=12)
+        counts = []  # each partial result counts the frames lost so far: never fewer than were merged
         for part in live_ctx.run_udf_iter(dataset=aq, udf=SumUDF(dtype="int64"), progress=True):
-            pass
-        assert aq.stats.frames_dropped == 2
+            merged = np.flatnonzero(part.damage.data.reshape(-1))
+            counts.append(part.frames_dropped)
+            assert part.frames_dropped >= sum(1 for i in (5, 40) if i in merged)
+        assert aq.stats.frames_dropped == 2 and counts[-1] == 2 and counts == sorted(counts)
     assert "dropped=2" in capsys.readouterr().err  # the tqdm bar shows the count
+
+
+def test_files_count_no_dropped_frames(ctx):
+    ds = ctx.load("memory", data=np.ones((4, 3, 8, 8), np.uint16), num_partitions=2)
+    parts = list(ctx.run_udf_iter(dataset=ds, udf=SumUDF()))
+    assert [p.frames_dropped for p in parts] == [0] * len(parts)

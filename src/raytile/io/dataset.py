@@ -28,6 +28,8 @@ declaration                                  what it says                       
 ``Partition.adjust_tileshape(shape, roi)``   the format's veto on a negotiated tile shape   unchanged
 ``Partition.get_io_size()``                  bytes one read should fetch; the negotiator's  ``None`` (the
                                              tile size when no UDF asks for one             negotiator's)
+``DataSet.frames_dropped()``                 frames the source lost so far (a live stream), ``0``
+                                             counted in each partial result
 ``DataSet.params_schema``                    constructor parameters; ``Context.load``,      base parameters
                                              JSON loading and Serve's JSON schema are
                                              built from it
@@ -550,6 +552,12 @@ class DataSet(metaclass=DataSetType):
         :class:`~raytile.io.formats.stream.StreamSpec` (partitions arrive while the run goes on, see
         runtime/stream_feed.py), and raises DataSetException if a run read it already."""
         return None
+
+    def frames_dropped(self) -> int:
+        """Frames the data set's source has lost so far (a live stream whose sender dropped frames past
+        its buffer: they read as zero frames, see raytile.live): each partial result of a run counts
+        them (``UDFResults.frames_dropped``). 0 for files and memory."""
+        return 0
 
     def __repr__(self) -> str:
         if self._meta is None:

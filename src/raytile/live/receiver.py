@@ -421,5 +421,11 @@ class AcquisitionFrames:
         self.batch = batch
         self._make = make
 
+    @property
+    def frames_dropped(self) -> int:
+        """Frames the sender lost so far (:class:`~raytile.io.formats.stream.LossReporting`: each partial
+        result of a run on the acquisition counts them)."""
+        return self.stats.frames_dropped
+
     def __iter__(self) -> Iterator[np.ndarray]:
         return self._make(self)

@@ -188,7 +188,7 @@ class Context(AnalysisMethods, NotebookMethods):
             tracing.record_error(span, e)
             span.end()
             raise
-        return UDFRun(source, cancel_on_leave=not detached, sync=sync)
+        return UDFRun(source, cancel_on_leave=not detached, sync=sync, frames_dropped=dataset.frames_dropped)
 
     def run_udf(
         self,

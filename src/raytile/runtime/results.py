@@ -76,7 +76,9 @@ class UDFResults:
     version it was computed with; ``finished``: True for the last one.
     A stream of several scans gives per-scan results: ``scan`` is the scan
     shown (0-based) and ``scans_done`` how many scans are complete (see
-    docs/streams.md); both stay 0 for other data sets.
+    docs/streams.md); both stay 0 for other data sets. ``frames_dropped``: frames the data set's source
+    had lost when the result was taken (a live stream, see ``DataSet.frames_dropped``; 0 for files),
+    None for a viewer that did not start the run (``Context.attach``).
     """
 
     def __init__(self, buffers: Sequence[dict[str, ResultBuffer]], damage: Damage,
@@ -90,6 +92,7 @@ class UDFResults:
         self.finished = finished
         self.scan = 0
         self.scans_done = 0
+        self.frames_dropped: int | None = None
 
     def __repr__(self) -> str:
         return (f"<UDFResults {self.partitions_done}/{self.partitions_total} partitions, "

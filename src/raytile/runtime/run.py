@@ -12,7 +12,7 @@ of making them pile up.
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Iterator, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 
 import anyio
 import anyio.to_thread
@@ -31,11 +31,14 @@ JOIN_TIMEOUT_S = 5.0
 class UDFRun:
     """A run in progress. Both a sync and an async iterator of :class:`UDFResults`."""
 
-    def __init__(self, source: RunSource, cancel_on_leave: bool = True, sync: bool = True):
+    def __init__(self, source: RunSource, cancel_on_leave: bool = True, sync: bool = True,
+                 frames_dropped: Callable[[], int] | None = None):
         """``source``: the run's coordinator (or a viewer's end of it, see runtime/host.py), started;
         ``cancel_on_leave``: leaving the loop before the end cancels the run; ``sync=False``: an async
-        iterator only (``run_udf_iter(..., sync=False)``, as LiberTEM's): a plain ``for`` raises."""
+        iterator only (``run_udf_iter(..., sync=False)``, as LiberTEM's): a plain ``for`` raises;
+        ``frames_dropped``: the data set's count of lost frames, put on each result taken."""
         self.sync = sync
+        self._frames_dropped = frames_dropped
         self._coordinator = source
         self._cancel_on_leave = cancel_on_leave
         self._exhausted = False
@@ -101,6 +104,8 @@ class UDFRun:
         if isinstance(item, BaseException):
             self._exhausted = True
             raise item
+        if self._frames_dropped is not None:
+            item.frames_dropped = self._frames_dropped()
         self.last = item
         return item
 

@@ -43,7 +43,7 @@ from raytile.common.slice import Slice
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
 
 __all__ = ["StreamDataSet", "StreamPartition", "StreamSpec", "FrameTransform", "default_frames_per_partition",
-           "iterate_batches", "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN", "Allocate"]
+           "iterate_batches", "LossReporting", "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN", "Allocate"]
 
 #: Default partition size of a stream, in bytes of raw frames: small, so partial results flow, and large
 #: enough that the fixed cost of a task (its call and reply, its result buffers, about 1-2 ms on 2 CPUs)
@@ -70,6 +70,15 @@ def default_frames_per_partition(scan_frames: int, frame_bytes: int) -> int:
     by_bytes = max(1, PARTITION_BYTES // max(1, frame_bytes))
     by_count = max(1, math.ceil(scan_frames / MIN_PARTITIONS_PER_SCAN))
     return max(1, min(by_bytes, by_count, scan_frames))
+
+
+@runtime_checkable
+class LossReporting(Protocol):
+    """A source that can lose frames (a live receiver) and counts them: the stream data set reports the
+    count in each partial result (:meth:`StreamDataSet.frames_dropped`)."""
+
+    @property
+    def frames_dropped(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -266,6 +275,10 @@ class StreamDataSet(DataSet):
 
     def get_cache_key(self) -> Any:
         return ("stream", id(self))
+
+    def frames_dropped(self) -> int:
+        """The source's count of lost frames, if it keeps one (:class:`LossReporting`), else 0."""
+        return int(self._frames.frames_dropped) if isinstance(self._frames, LossReporting) else 0
 
     def stream_spec(self) -> StreamSpec:
         """This stream's :class:`StreamSpec` (the declaration :meth:`DataSet.stream_spec` asks for);
