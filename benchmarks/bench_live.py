@@ -42,6 +42,12 @@ NAV = (32, 32)
 SCAN = NAV[0] * NAV[1]
 #: The issue's latency target: p99 from arrival to the partial result below this.
 P99_TARGET_S = 0.25
+#: Paced rates tried in turn (frames/s) until one is not sustained: steps of 2,000 above 10,000, so
+#: that the highest sustained rate (and its ratio to the do-nothing receiver) is known to within ~15%.
+RATES = "5000,10000,12000,14000,16000,18000,20000,24000,28000"
+#: The do-nothing receiver is measured this many times and the fastest counts (the machine is shared:
+#: the best is the least disturbed, and it makes the ratio below the conservative one).
+BASE_REPEATS = 3
 #: (name, detector, simulator arguments)
 CASES = {
     "merlin-U16": ("merlin", ["--mode", "U16"]),
@@ -132,23 +138,25 @@ def latencies(arrivals: list[tuple[int, float]], merged: list[tuple[int, float]]
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=30.0, help="seconds per paced rate (default 30)")
-    p.add_argument("--rates", default=None, help="paced rates to try in turn, frames/s "
-                   "(default 5000,7000,10000,14000,20000)")
+    p.add_argument("--rates", default=None, help="paced rates to try in turn, frames/s, until one is not "
+                   f"sustained (default {RATES})")
     p.add_argument("--cases", default=",".join(CASES), help=f"of {', '.join(CASES)}")
     p.add_argument("--executor", default="inline", choices=["inline", "ray"])
-    p.add_argument("--quick", action="store_true", help="3 s per rate (and rates 5000,10000 unless --rates)")
+    p.add_argument("--quick", action="store_true", help="3 s per rate (and rates 5000,10000,14000 unless --rates)")
     args = p.parse_args()
     if args.quick:
         args.seconds = 3.0
-    args.rates = args.rates or ("5000,10000" if args.quick else "5000,7000,10000,14000,20000")
+    args.rates = args.rates or ("5000,10000,14000" if args.quick else RATES)
     ctx = LiveContext(executor="inline") if args.executor == "inline" else LiveContext.make_local(cpus=2)
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; executor {args.executor}; "
           f"{SIG[0]}x{SIG[1]} frames, scans of {NAV[0]}x{NAV[1]}, {args.seconds:g} s per rate")
     try:
         for case in args.cases.split(","):
-            base = do_nothing(ctx, case, scans=20)
+            bases = [do_nothing(ctx, case, scans=20) for _ in range(BASE_REPEATS)]
+            base = max(bases)
             print(f"\n{case}: do-nothing receiver {base:,.0f} frames/s "
-                  f"({base * SIG[0] * SIG[1] * 2 / 1e9:.2f} GB/s decoded)", flush=True)
+                  f"({base * SIG[0] * SIG[1] * 2 / 1e9:.2f} GB/s decoded; the best of "
+                  f"{', '.join(f'{b:,.0f}' for b in bases)})", flush=True)
             best = best_fast = 0.0
             for rate in (float(r) for r in args.rates.split(",")):
                 r = with_udfs(ctx, case, rate, args.seconds)
