@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from raytile.runtime import tracing
 from raytile.runtime.executor import Executor, ProgressSink, TaskHandle
@@ -25,22 +25,39 @@ from raytile.runtime.part_runner import run_partition
 
 __all__ = ["InlineExecutor"]
 
-_blas: Any = None  # a threadpoolctl controller, made at the first task (BLAS is loaded by then)
+#: The machine's CPUs, the inline worker's ``threads_per_worker`` (read once: ``os.cpu_count()`` reads
+#: /sys at every call).
+_CPUS = os.cpu_count()
+_blas: Any = None  # the BLAS libraries' threadpoolctl controllers, found at the first task (BLAS is loaded by then)
 
 
-def _one_blas_thread() -> Any:
-    """A context limiting BLAS to one thread (a no-op without threadpoolctl)."""
+@contextlib.contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """BLAS limited to one thread while the block runs (a no-op without threadpoolctl).
+
+    Per task this reads each BLAS library's thread count and, unless it is 1 already, sets 1 and sets
+    it back afterwards: two or three foreign calls, where ``ThreadpoolController.limit`` makes a dozen
+    (each releases and takes back the GIL, which the receiver and feeder threads of a live run hold
+    often: measured about 50 us per task there)."""
     global _blas
     if _blas is None:
         try:
             from threadpoolctl import ThreadpoolController
 
-            _blas = ThreadpoolController()
+            _blas = list(ThreadpoolController().select(user_api="blas").lib_controllers)
         except Exception:  # threadpoolctl missing
-            _blas = False
-    if _blas is False:
-        return contextlib.nullcontext()
-    return _blas.limit(limits=1, user_api="blas")
+            _blas = []
+    changed = []
+    for lib in _blas:
+        threads = lib.get_num_threads()
+        if threads is not None and threads != 1:
+            lib.set_num_threads(1)
+            changed.append((lib, threads))
+    try:
+        yield
+    finally:
+        for lib, threads in changed:
+            lib.set_num_threads(threads)
 
 
 class _InlineHandle(TaskHandle):
@@ -68,8 +85,7 @@ class _InlineHandle(TaskHandle):
                 "raytile.task", {"raytile.partition": task.idx, "raytile.worker": "inline",
                                  "raytile.pid": os.getpid(), "raytile.params_version": self.params.version},
             ):
-                self.outcome = run_partition(task, self.params, on_tile=on_tile,
-                                             threads_per_worker=os.cpu_count())
+                self.outcome = run_partition(task, self.params, on_tile=on_tile, threads_per_worker=_CPUS)
         except BaseException as e:  # delivered by result()
             self.error = e
         self.done = True

