@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 from typing import Any, Iterator, Sequence
 
@@ -28,7 +29,8 @@ __all__ = ["InlineExecutor"]
 #: The machine's CPUs, the inline worker's ``threads_per_worker`` (read once: ``os.cpu_count()`` reads
 #: /sys at every call).
 _CPUS = os.cpu_count()
-_blas: Any = None  # the BLAS libraries' threadpoolctl controllers, found at the first task (BLAS is loaded by then)
+_blas: Any = None  # the BLAS libraries' threadpoolctl controllers (found again when modules were imported)
+_blas_modules = -1  # len(sys.modules) when they were found
 
 
 @contextlib.contextmanager
@@ -38,9 +40,11 @@ def _one_blas_thread() -> Iterator[None]:
     Per task this reads each BLAS library's thread count and, unless it is 1 already, sets 1 and sets
     it back afterwards: two or three foreign calls, where ``ThreadpoolController.limit`` makes a dozen
     (each releases and takes back the GIL, which the receiver and feeder threads of a live run hold
-    often: measured about 50 us per task there)."""
-    global _blas
-    if _blas is None:
+    often: measured about 50 us per task there). The libraries are looked up again when modules were
+    imported since (scipy brings a BLAS of its own beside numpy's)."""
+    global _blas, _blas_modules
+    if _blas_modules != len(sys.modules):
+        _blas_modules = len(sys.modules)
         try:
             from threadpoolctl import ThreadpoolController
 
