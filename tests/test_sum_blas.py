@@ -3,6 +3,8 @@ thread per task: results against numpy references, the thread count seen by a ta
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from threadpoolctl import ThreadpoolController
@@ -60,4 +62,49 @@ def test_inline_tasks_run_with_one_blas_thread_and_restore_the_count(inline_ctx)
     ds = inline_ctx.load("memory", data=np.zeros((4, 4, 8, 8), np.float32), num_partitions=2)
     res = inline_ctx.run_udf(dataset=ds, udf=BlasThreads())
     assert int(np.asarray(res["threads"].data).reshape(-1)[0]) == 1
+    assert [lib.get_num_threads() for lib in libs] == before
+
+
+class GatedBlasThreads(BlasThreads):
+    """Says it started, waits for its gate, then records the thread counts (``key`` names the events)."""
+
+    EVENTS: dict = {}
+
+    def __init__(self, key: str = "", **kwargs):
+        super().__init__(key=key, **kwargs)
+
+    def process_partition(self, partition):
+        started, gate = self.EVENTS[self.params.key]
+        started.set()
+        assert gate.wait(30)
+        super().process_partition(partition)
+
+
+def test_overlapping_inline_runs_keep_one_blas_thread_until_the_last_task_ends(inline_ctx):
+    """Run A's task starts, run B's starts, A's ends (B's still running), then B's reads the count."""
+    libs = ThreadpoolController().select(user_api="blas").lib_controllers
+    if not libs:
+        pytest.skip("no BLAS library found by threadpoolctl")
+    before = [lib.get_num_threads() for lib in libs]
+    events = GatedBlasThreads.EVENTS
+    out: dict = {}
+    threads = {}
+    for key in "AB":
+        events[key] = (threading.Event(), threading.Event())
+        ds = inline_ctx.load("memory", data=np.zeros((1, 2, 8, 8), np.float32), num_partitions=1)
+        threads[key] = threading.Thread(target=lambda k=key, d=ds: out.update(
+            {k: inline_ctx.run_udf(dataset=d, udf=GatedBlasThreads(key=k))}))
+    try:
+        threads["A"].start()
+        assert events["A"][0].wait(30)
+        threads["B"].start()
+        assert events["B"][0].wait(30)
+        events["A"][1].set()
+        threads["A"].join(30)
+        events["B"][1].set()
+        threads["B"].join(30)
+    finally:
+        for started, gate in events.values():
+            gate.set()
+    assert [int(np.asarray(out[k]["threads"].data).reshape(-1)[0]) for k in "AB"] == [1, 1]
     assert [lib.get_num_threads() for lib in libs] == before

@@ -29,39 +29,49 @@ __all__ = ["InlineExecutor"]
 #: The machine's CPUs, the inline worker's ``threads_per_worker`` (read once: ``os.cpu_count()`` reads
 #: /sys at every call).
 _CPUS = os.cpu_count()
-_blas: Any = None  # the BLAS libraries' threadpoolctl controllers (found again when modules were imported)
+_blas_lock = threading.Lock()
+_blas: list[Any] = []  # the BLAS libraries' threadpoolctl controllers (found again when modules were imported)
 _blas_modules = -1  # len(sys.modules) when they were found
+_blas_tasks = 0  # inline tasks running now, in any thread
+_blas_saved: dict[str, tuple[Any, int]] = {}  # library path -> (controller, its thread count before the tasks)
 
 
 @contextlib.contextmanager
 def _one_blas_thread() -> Iterator[None]:
-    """BLAS limited to one thread while the block runs (a no-op without threadpoolctl).
+    """BLAS limited to one thread while inline tasks run (a no-op without threadpoolctl).
 
-    Per task this reads each BLAS library's thread count and, unless it is 1 already, sets 1 and sets
-    it back afterwards: two or three foreign calls, where ``ThreadpoolController.limit`` makes a dozen
-    (each releases and takes back the GIL, which the receiver and feeder threads of a live run hold
-    often: measured about 50 us per task there). The libraries are looked up again when modules were
-    imported since (scipy brings a BLAS of its own beside numpy's)."""
-    global _blas, _blas_modules
-    if _blas_modules != len(sys.modules):
-        _blas_modules = len(sys.modules)
-        try:
-            from threadpoolctl import ThreadpoolController
+    The count is process-wide and inline runs may overlap in several threads: the first task to start
+    sets each BLAS library to one thread (unless it is at 1 already) and the last one to end sets the
+    counts back. Two or three foreign calls, where ``ThreadpoolController.limit`` makes a dozen per
+    task (each releases and takes back the GIL, which the receiver and feeder threads of a live run
+    hold often: measured about 50 us per task there). The libraries are looked up again when modules
+    were imported since (scipy brings a BLAS of its own beside numpy's)."""
+    global _blas, _blas_modules, _blas_tasks
+    with _blas_lock:
+        if _blas_modules != len(sys.modules):
+            _blas_modules = len(sys.modules)
+            try:
+                from threadpoolctl import ThreadpoolController
 
-            _blas = list(ThreadpoolController().select(user_api="blas").lib_controllers)
-        except Exception:  # threadpoolctl missing
-            _blas = []
-    changed = []
-    for lib in _blas:
-        threads = lib.get_num_threads()
-        if threads is not None and threads != 1:
-            lib.set_num_threads(1)
-            changed.append((lib, threads))
+                _blas = list(ThreadpoolController().select(user_api="blas").lib_controllers)
+            except Exception:  # threadpoolctl missing
+                _blas = []
+        for lib in _blas:
+            if lib.filepath not in _blas_saved:
+                threads = lib.get_num_threads()
+                if threads is not None and threads != 1:
+                    lib.set_num_threads(1)
+                    _blas_saved[lib.filepath] = (lib, threads)
+        _blas_tasks += 1
     try:
         yield
     finally:
-        for lib, threads in changed:
-            lib.set_num_threads(threads)
+        with _blas_lock:
+            _blas_tasks -= 1
+            if _blas_tasks == 0:
+                for lib, threads in _blas_saved.values():
+                    lib.set_num_threads(threads)
+                _blas_saved.clear()
 
 
 class _InlineHandle(TaskHandle):
