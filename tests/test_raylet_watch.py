@@ -52,6 +52,23 @@ def test_a_raylet_never_reached_is_not_called_gone():
     assert watch.gone([("c", "", 0)]) == set()  # no address known
 
 
+def test_a_raylet_that_never_answers_is_tried_once(monkeypatch):
+    """A connection that times out costs a pool refresh its timeout once, not at every refresh."""
+    import raytile.actors.raylet_watch as rw
+
+    tries = []
+
+    def silent(address, timeout):
+        tries.append(address)
+        raise socket.timeout("timed out")
+
+    monkeypatch.setattr(rw.socket, "create_connection", silent)
+    watch = RayletWatch()
+    for _ in range(3):
+        assert watch.gone([("d", "10.0.0.9", 4000)]) == set()
+    assert tries == [("10.0.0.9", 4000)]
+
+
 class _Ref:
     def __init__(self, n: int):
         self.n = n

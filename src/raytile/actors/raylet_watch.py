@@ -12,7 +12,8 @@ A refusal counts only for a raylet that accepted a connection before: from a
 driver that cannot reach the cluster's nodes directly (Ray Client, a
 firewall that rejects) every connection may be refused, and no node is
 called gone for that. A connection that times out (a machine that is off
-answers nothing) says nothing either: Ray's health checks decide then.
+answers nothing) says nothing either: Ray's health checks decide then, and
+that node is not tried again (a pool refresh never waits on it twice).
 
 >>> watch = RayletWatch()
 >>> watch.gone([("node-a", "10.0.0.5", 40123)])  # accepted: remembered as reachable
@@ -39,6 +40,7 @@ class RayletWatch:
         self.timeout = timeout
         self._reachable: set[str] = set()
         self._gone: set[str] = set()
+        self._silent: set[str] = set()  # connections timed out or failed otherwise: not tried again
 
     def gone(self, raylets: Iterable[tuple[str, str, int]]) -> set[str]:
         """Node ids, of ``(node_id, host, port)``, whose raylet accepted a connection before and refuses
@@ -48,8 +50,9 @@ class RayletWatch:
         named = {node_id for node_id, _, _ in raylets}
         self._reachable &= named
         self._gone &= named
+        self._silent &= named
         for node_id, host, port in raylets:
-            if node_id in self._gone or not host or not port:
+            if node_id in self._gone or node_id in self._silent or not host or not port:
                 continue
             try:
                 with socket.create_connection((host, port), timeout=self.timeout):
@@ -58,5 +61,6 @@ class RayletWatch:
                 if node_id in self._reachable:
                     self._gone.add(node_id)
             except OSError:  # timed out, unreachable: not evidence either way
-                pass
+                if node_id not in self._reachable:
+                    self._silent.add(node_id)
         return set(self._gone)
