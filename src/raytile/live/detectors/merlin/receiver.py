@@ -4,9 +4,11 @@ A reader thread takes MPX messages off the socket. Frames (MIB header +
 pixels, undecoded) are written straight into preallocated slots of
 ``frame_stack_size`` frames each, no intermediate copy. Every frame of an
 acquisition has the size of its first, so after that one the reader takes
-frames in blocks: one ``recvmsg_into`` per socket read scatters the
-15-byte MPX prefixes into a side array and the frames to their aligned
-places in the slot, however many messages the read holds; the prefixes
+frames in blocks: one ``recvmsg_into`` scatters the 15-byte MPX prefixes
+into a side array and the frames to their aligned places in the slot. It
+waits in the kernel, without the GIL, until the rest of the slot came
+(``MSG_WAITALL``) or the latency deadline passed (``SO_RCVTIMEO``), so a
+slot of 64 frames costs one or two reads, not one per packet burst; the prefixes
 are checked against the expected one with one numpy comparison, and the
 complete frames committed together (no Python per frame). A message that
 is not such a frame (a new acquisition header: the abort) ends the block;
@@ -33,6 +35,7 @@ when the sender closes the connection mid-scan, stays silent past
 from __future__ import annotations
 
 import socket
+import struct
 import time
 from typing import Any
 
@@ -45,8 +48,11 @@ from raytile.live.receiver import End, Event, Failed, Header, Slab, Stack, Stack
 
 __all__ = ["MerlinReceiver"]
 
-#: Buffers per ``recvmsg_into`` beyond the first (well under Linux's IOV_MAX of 1024): 32 frames' worth.
-_IOV_PIECES = 64
+#: Buffers per ``recvmsg_into`` beyond the first (well under Linux's IOV_MAX of 1024): 64 frames' worth.
+_IOV_PIECES = 128
+#: What a read that waited its socket's receive timeout raises (the socket blocks in the kernel, with
+#: ``SO_RCVTIMEO``: ``EAGAIN``).
+_TIMED_OUT = (TimeoutError, BlockingIOError)
 
 
 def _received(pieces: list[memoryview], nbytes: int) -> bytes:
@@ -87,7 +93,14 @@ class MerlinReceiver(StackReceiver):
             sock = socket.create_connection((self._host, self._port), timeout=self._connect_timeout)
         except OSError as e:
             raise AcquisitionError(f"Merlin data port {self.address}: cannot connect ({e})") from e
-        sock.settimeout(min(self._flush_s, 0.2))
+        # Blocking reads with a kernel receive timeout, not Python's socket timeout: Python polls before
+        # each read of a socket with a timeout, which takes and gives back the GIL twice per read, and a
+        # read with MSG_WAITALL then takes whatever is there. Here a block read waits in the kernel for
+        # all it asks (up to a slot of frames) or the latency deadline, without the GIL.
+        sock.settimeout(None)
+        wait = min(self._flush_s, 0.2)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                        struct.pack("ll", int(wait), max(1, int(round((wait % 1) * 1e6)))))
         self._sock = sock
         return sock
 
@@ -149,7 +162,7 @@ class MerlinReceiver(StackReceiver):
                 raise OSError("receiver closed")
             try:
                 k = self._sock.recv_into(view[got:], n - got)
-            except TimeoutError:
+            except _TIMED_OUT:
                 if at_boundary and got == 0 and self._open_count:
                     self._flush()  # the latency deadline: hand on a partial stack
                 self._check_silence(in_acquisition, quiet_since)
@@ -260,9 +273,10 @@ class MerlinReceiver(StackReceiver):
             part = 2 * index + (within >= PREFIX_BYTES)
             skip = within if within < PREFIX_BYTES else within - PREFIX_BYTES
             bufs = [pieces[part][skip:], *pieces[part + 1:part + 1 + _IOV_PIECES]]
+            asked = sum(map(len, bufs))
             try:
-                n = self._sock.recvmsg_into(bufs)[0]
-            except TimeoutError:
+                n = self._sock.recvmsg_into(bufs, 0, socket.MSG_WAITALL)[0]
+            except _TIMED_OUT:
                 if got == committed * msg and self._open_count:
                     self._flush()  # the latency deadline: hand on a partial stack
                     return None
@@ -292,6 +306,9 @@ class MerlinReceiver(StackReceiver):
             if whole > committed:
                 self._commit(slot, first, committed, whole, length)
                 committed = whole
+            if n < asked and got == committed * msg and self._open_count:
+                self._flush()  # the read waited out the latency deadline: hand on what came
+                return None
         return None
 
     def _commit(self, slot: int, first: int, start: int, stop: int, length: int) -> None:

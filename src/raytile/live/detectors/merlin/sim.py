@@ -161,7 +161,7 @@ class MerlinSimulator:
                 for limit in (self._abort_after, self._die_after):
                     if limit is not None:
                         stop = min(stop, start + limit - sent)
-                conn.sendall(b"".join(self._messages[start:stop]))
+                _send_all(conn, self._messages[start:stop])
                 sent += stop - start
                 self.frames_sent += stop - start
                 start = stop
@@ -220,6 +220,24 @@ class MerlinSimulator:
             reply = [method, param, "2"]
         text = ",".join(reply).encode("ascii")
         return mpx_prefix(len(text)) + text
+
+
+#: Buffers per ``sendmsg`` (well under Linux's IOV_MAX of 1024).
+_IOV_MAX = 512
+
+
+def _send_all(conn: socket.socket, messages: list[bytes]) -> None:
+    """Send ``messages`` in order with gathered writes: no joined copy of them (a joined chunk cost a
+    copy of every frame, ~13 us of the sender's CPU per 256x256 U16 frame)."""
+    views = [memoryview(m) for m in messages]
+    first = 0
+    while first < len(views):
+        sent = conn.sendmsg(views[first:first + _IOV_MAX])
+        while first < len(views) and sent >= len(views[first]):
+            sent -= len(views[first])
+            first += 1
+        if sent:
+            views[first] = views[first][sent:]
 
 
 def _listen(host: str, port: int) -> socket.socket:
