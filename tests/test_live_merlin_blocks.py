@@ -106,6 +106,21 @@ def test_partial_stack_is_flushed_on_the_deadline():
         assert max(len(a) for a in arrays) <= 3
 
 
+def test_a_trickle_of_frames_is_flushed_on_the_deadline_too():
+    """A frame every 15 ms, each gap shorter than the 50 ms deadline: a block read waits in the kernel for
+    the whole slot (MSG_WAITALL) and comes back at the deadline with what came; those frames are handed
+    on then, not when the slot of 8 is full."""
+    frames = frames_for(3, 12, "U16")
+    msgs = frame_messages(frames, "U16")
+    head = header_message(12, "U16")
+    sender = Sender(head + b"".join(msgs), (len(head),) + (len(msgs[0]),) * 12, pause=0.015)
+    for rx in receiver(sender, frame_stack_size=8, slots=3, flush_s=0.05):
+        rx.wait_for_header(5.0)
+        arrays = list(rx.frames(12, np.uint32))
+        assert np.array_equal(np.concatenate(arrays), frames)
+        assert max(len(a) for a in arrays) < 8
+
+
 @pytest.mark.parametrize("chunks", [(1 << 20,), (5, 4000)])
 def test_abort_inside_a_block_then_the_next_acquisition(chunks):
     """A new acquisition header after 5 of 10 frames, the new acquisition's 3 frames in the same reads."""
