@@ -1,4 +1,4 @@
-"""Test UDFs shared by the Ray runtime tests (shipped to workers by value, see conftest)."""
+"""Test UDFs shared by the tests (shipped to Ray workers by value, see conftest)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from raytile.udf.base import UDF
+from raytile.udf.sum import SumUDF
 
 
 class InputFlagsUDF(UDF):
@@ -242,3 +243,11 @@ class FrameSumsToFileUDF(UDF):
 class FailingPreprocessUDF(FrameSumsToFileUDF):
     def preprocess(self):
         raise OSError("cannot create the output file")
+
+
+class SlowSumUDF(SumUDF):
+    """SumUDF that sleeps 2 ms per tile: a consumer slower than a live sender (backpressure tests)."""
+
+    def process_tile(self, tile):
+        time.sleep(0.002)
+        super().process_tile(tile)

@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import pytest
+from _ray_udfs import SlowSumUDF
 
 from raytile.common.errors import AcquisitionError, ConfigValidationError
 from raytile.live import Hooks, LiveContext
@@ -150,12 +151,6 @@ def test_silent_sender_is_an_error_within_the_timeout(live_ctx):
         assert time.monotonic() - t0 < 5.0
 
 
-class SlowSum(SumUDF):
-    def process_tile(self, tile):
-        time.sleep(0.002)
-        super().process_tile(tile)
-
-
 def test_backpressure_slow_udf_nothing_lost(live_ctx):
     """A sender far faster than the UDF: the slab (1 MiB here) bounds memory, every frame is counted once."""
     nav = (16, 16)
@@ -164,7 +159,7 @@ def test_backpressure_slow_udf_nothing_lost(live_ctx):
             connect(live_ctx, sim, buffer_size=1, bytes_per_frame=65536, frame_stack_size=4, rcvhwm=4) as conn:
         conn.get_api_client().send_detector_command("arm")
         aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), frames_per_partition=8)
-        res = live_ctx.run_udf(dataset=aq, udf=[SlowSum(dtype="int64"), SumSigUDF()])
+        res = live_ctx.run_udf(dataset=aq, udf=[SlowSumUDF(dtype="int64"), SumSigUDF()])
         assert conn.receiver.slab_bytes == 1024 * 1024  # 4 slots of 4 frames of 64 KiB
         assert conn.receiver.frames_received == 256 and sim.frames_sent == 256
     check_sums(res, frames, nav)

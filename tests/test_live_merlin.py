@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from _ray_udfs import SlowSumUDF
 
 from raytile.common.errors import AcquisitionError, ConfigValidationError
 from raytile.live import Hooks, LiveContext
@@ -130,12 +131,6 @@ def test_async_iteration(live_ctx):
     assert np.array_equal(last.buffers[0]["intensity"].data, frames.sum(axis=0))
 
 
-class SlowSum(SumUDF):
-    def process_tile(self, tile):
-        time.sleep(0.002)
-        super().process_tile(tile)
-
-
 def test_backpressure_slow_udf_nothing_lost(live_ctx):
     """A sender far faster than the UDF: the receive slab bounds memory, every frame is counted once."""
     nav = (16, 16)
@@ -143,7 +138,7 @@ def test_backpressure_slow_udf_nothing_lost(live_ctx):
     with MerlinSimulator(frames, mode="U16", nav_shape=nav) as sim, \
             connect(live_ctx, sim, frame_stack_size=4, slots=2) as conn:
         aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), frames_per_partition=8)
-        res = live_ctx.run_udf(dataset=aq, udf=[SlowSum(dtype="int64"), SumSigUDF()])
+        res = live_ctx.run_udf(dataset=aq, udf=[SlowSumUDF(dtype="int64"), SumSigUDF()])
         slab = conn.receiver.slab_bytes
     check_sums(res, frames, nav)
     assert slab == 2 * 4 * (384 + SIG[0] * SIG[1] * 2)  # 2 slots of 4 frames of header + U16 pixels
