@@ -6,8 +6,6 @@ Every simulator is stopped by its context manager; every test is bounded by the 
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
 
 import numpy as np
 import pytest
