@@ -50,9 +50,6 @@ __all__ = ["MerlinReceiver"]
 
 #: Buffers per ``recvmsg_into`` beyond the first (well under Linux's IOV_MAX of 1024): 64 frames' worth.
 _IOV_PIECES = 128
-#: What a read that waited its socket's receive timeout raises (the socket blocks in the kernel, with
-#: ``SO_RCVTIMEO``: ``EAGAIN``).
-_TIMED_OUT = (TimeoutError, BlockingIOError)
 
 
 def _received(pieces: list[memoryview], nbytes: int) -> bytes:
@@ -162,7 +159,7 @@ class MerlinReceiver(StackReceiver):
                 raise OSError("receiver closed")
             try:
                 k = self._sock.recv_into(view[got:], n - got)
-            except _TIMED_OUT:
+            except BlockingIOError:  # the kernel's receive timeout (EAGAIN): see _connect
                 if at_boundary and got == 0 and self._open_count:
                     self._flush()  # the latency deadline: hand on a partial stack
                 self._check_silence(in_acquisition, quiet_since)
@@ -276,7 +273,7 @@ class MerlinReceiver(StackReceiver):
             asked = sum(map(len, bufs))
             try:
                 n = self._sock.recvmsg_into(bufs, 0, socket.MSG_WAITALL)[0]
-            except _TIMED_OUT:
+            except BlockingIOError:  # the kernel's receive timeout (EAGAIN): see _connect
                 if got == committed * msg and self._open_count:
                     self._flush()  # the latency deadline: hand on a partial stack
                     return None
