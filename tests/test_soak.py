@@ -58,7 +58,7 @@ def _os_threads() -> list[str]:
         try:
             with open(f"/proc/self/task/{tid}/comm") as f:
                 name = f.read().strip()
-        except FileNotFoundError:  # ended meanwhile
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile (ENOENT or ESRCH)
             continue
         if not name.startswith(_MEASUREMENT_THREADS):
             names.append(name)
