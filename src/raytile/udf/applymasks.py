@@ -162,9 +162,21 @@ class ApplyMasksUDF(UDF):
         return chosen
 
     def get_preferred_input_dtype(self) -> Any:
-        if self.params.preferred_dtype is None:
+        """``preferred_dtype`` if given; else the data as it is (integer detector frames are multiplied
+        in float32 or wider without a converted copy, see :meth:`_product_dtype`), float32 with
+        ``shifts``."""
+        if self.params.preferred_dtype is not None:
+            return self.params.preferred_dtype
+        if self.params.shifts is not None:
             return super().get_preferred_input_dtype()
-        return self.params.preferred_dtype
+        return self.USE_NATIVE_DTYPE
+
+    def _product_dtype(self, masks: MaskContainer) -> np.dtype:
+        """The result's dtype: LiberTEM's, which reads the data as float32 unless ``preferred_dtype`` says
+        otherwise (so integer data and masks give float32 products, float64 data float64)."""
+        if self.params.preferred_dtype is not None:
+            return np.result_type(self.meta.input_dtype, masks.dtype)
+        return np.result_type(np.float32, self.meta.input_dtype, masks.dtype)
 
     def get_method(self) -> Any:
         """Whole tiles, or frame by frame with ``shifts`` (each frame has its own shift)."""
@@ -184,7 +196,7 @@ class ApplyMasksUDF(UDF):
         masks = self._masks()
         if self.params.mask_dtype is None:  # the masks are made anyway (for their dtype)
             self._check_count(masks)
-        dtype = np.result_type(self.meta.input_dtype, masks.dtype)
+        dtype = self._product_dtype(masks)
         return {"intensity": self.buffer(kind="nav", extra_shape=(len(masks),), dtype=dtype, where="device")}
 
     def get_task_data(self) -> dict[str, Any]:
@@ -193,7 +205,8 @@ class ApplyMasksUDF(UDF):
         # with mask_count and mask_dtype both given the main node never makes the masks: the workers,
         # which make them anyway, check the count before a wrongly shaped result is filled
         self._check_count(masks)
-        return {"engine": ApplyMasksEngine(masks, self.meta, use_torch=self.params.use_torch)}
+        return {"engine": ApplyMasksEngine(masks, self.meta, use_torch=self.params.use_torch,
+                                           dtype=self._product_dtype(masks))}
 
     def process_tile(self, tile) -> None:
         out = self.results.intensity

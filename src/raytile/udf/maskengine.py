@@ -40,6 +40,7 @@ from raytile.common.numba import rmatmul
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.udf._tiles import dense, flat2d, is_scipy_like
+from raytile.udf.integer_tiles import dot_rows_into, is_integer_tile
 from raytile.udf.meta import UDFMeta
 
 __all__ = ["ApplyMasksEngine"]
@@ -66,13 +67,22 @@ class ApplyMasksEngine:
     use_torch
         Accepted for LiberTEM's signature; raytile multiplies with numpy,
         scipy or cupy (no PyTorch path).
+    dtype
+        The dtype products are computed and returned in (default:
+        ``np.result_type`` of the tile and the masks). Integer tiles are then
+        multiplied as that dtype: dense numpy ones without a converted copy
+        (:mod:`raytile.udf.integer_tiles`), others converted first.
     """
 
-    def __init__(self, masks: MaskContainer, meta: UDFMeta, use_torch: bool = False):
+    def __init__(self, masks: MaskContainer, meta: UDFMeta, use_torch: bool = False, dtype: Any = None):
         self.masks = masks
         self.meta = meta
         self.use_torch = use_torch
+        self.dtype = None if dtype is None else np.dtype(dtype)
         self._pixel_index: np.ndarray | None = None
+
+    def _product_dtype(self, tile_dtype: Any) -> np.dtype:
+        return self.dtype if self.dtype is not None else np.result_type(tile_dtype, self.masks.dtype)
 
     # -- the masks -------------------------------------------------------------------------------
     @property
@@ -114,7 +124,17 @@ class ApplyMasksEngine:
 
     def process_tile(self, tile: Any) -> Any:
         """``(frames, n)``: each frame of ``tile`` times each mask, over the tile's signal region."""
-        return self.product(flat2d(tile), self.masks_for_tile())
+        flat = flat2d(tile)
+        dtype = self._product_dtype(flat.dtype)
+        if is_integer_tile(flat, dtype) and self._sparse_format() is False:
+            rows = self.masks.get_for_sig_slice(self.meta.sig_slice, dtype=dtype, sparse_backend=False,
+                                                transpose=False)
+            out = np.zeros((flat.shape[0], rows.shape[0]), dtype=dtype)
+            dot_rows_into(flat, rows, out)
+            return out
+        if flat.dtype != dtype:
+            flat = flat.astype(dtype)
+        return self.product(flat, self.masks_for_tile())
 
     def process_frame_shifted(self, frame: Any, shifts: Sequence[int] | np.ndarray) -> Any:
         """``(n,)``: ``frame`` times each mask moved by ``shifts`` (integers, one per signal dim).
@@ -133,9 +153,11 @@ class ApplyMasksEngine:
         whole = Slice.from_shape(sig, sig_dims=len(sig))
         seen = region.intersection_with(whole.shift_by(offset))  # frame pixels whose mask pixel exists
         if seen.is_null():
-            return xp.zeros(len(self.masks), dtype=np.result_type(self.meta.input_dtype, self.masks.dtype))
+            return xp.zeros(len(self.masks), dtype=self._product_dtype(self.meta.input_dtype))
         pixels = dense(frame, xp=xp).reshape(region.shape.to_tuple())
         values = seen.shift(region).get(pixels).reshape((1, -1))
+        if values.dtype != self._product_dtype(values.dtype):
+            values = values.astype(self._product_dtype(values.dtype))
         if self._pixel_index is None:
             self._pixel_index = np.arange(prod(sig)).reshape(sig)
         rows = seen.shift_by(tuple(-o for o in offset)).get(self._pixel_index).reshape(-1)

@@ -1,0 +1,162 @@
+"""Integer detector frames summed and masked without a float copy of each tile (issue #21's bound).
+
+The kernels of :mod:`raytile.udf.integer_tiles` against numpy in float64;
+SumUDF and ApplyMasksUDF on integer data against numpy and against
+LiberTEM's own results (same values, same result dtypes as LiberTEM, which
+converts every tile to float32 first); the run reads integer tiles as they
+are when SumUDF and ApplyMasksUDF are its UDFs, and falls back where the
+kernels do not apply (sparse masks, tiles cut in the signal, shifts).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from raytile.runtime.plan import input_dtype
+from raytile.udf import UDF, ApplyMasksUDF, SumUDF
+from raytile.udf.integer_tiles import dot_rows_into, is_integer_tile, sum_frames_into
+
+INTS = ["uint8", "uint16", "int16", "uint32", "int32"]
+
+
+@pytest.mark.parametrize("dtype", INTS)
+@pytest.mark.parametrize("out_dtype", ["float32", "float64"])
+def test_kernels_match_numpy(rng, dtype, out_dtype):
+    info = np.iinfo(dtype)
+    tile = rng.integers(max(info.min, -3000), min(info.max, 3000), size=(7, 300), endpoint=True).astype(dtype)
+    rows = rng.normal(size=(3, 300)).astype(out_dtype)
+    start = rng.normal(size=300).astype(out_dtype)
+    out = start.copy()
+    sum_frames_into(tile, out)
+    ref = start.copy()
+    for row in tile:  # frame by frame, in order, in the result's dtype
+        ref += row.astype(out_dtype)
+    np.testing.assert_array_equal(out, ref)
+    prod = np.ones((7, 3), out_dtype)
+    dot_rows_into(tile, rows, prod)
+    ref = 1 + tile.astype(np.float64) @ rows.T.astype(np.float64)
+    np.testing.assert_allclose(prod, ref, rtol=2e-5 if out_dtype == "float32" else 1e-12, atol=1e-2)
+
+
+def test_kernels_refuse_what_they_do_not_do():
+    tile = np.zeros((2, 4), np.uint16)
+    with pytest.raises(ValueError, match="does not fit"):
+        sum_frames_into(tile, np.zeros(5, np.float32))
+    with pytest.raises(ValueError, match="float32 or float64"):
+        sum_frames_into(tile, np.zeros(4, np.int64))
+    with pytest.raises(ValueError, match="one float dtype"):
+        dot_rows_into(tile, np.zeros((1, 4), np.float64), np.zeros((2, 1), np.float32))
+    assert not is_integer_tile(tile.astype(np.float32), np.float32)
+    assert not is_integer_tile(tile[:, ::2], np.float32)  # not contiguous
+    assert not is_integer_tile(tile, np.int32)
+
+
+def _ring(sig):
+    y, x = np.indices(sig)
+    r = np.hypot(y - sig[0] / 2, x - sig[1] / 2)
+    return (r >= 3) & (r < 7)  # bool, as users' masks often are
+
+
+def test_sum_and_masks_read_integer_frames_as_they_are(inline_ctx):
+    class F32(UDF):
+        def get_result_buffers(self):
+            return {"n": self.buffer(kind="single", dtype="int64")}
+
+        def process_tile(self, tile):
+            self.results.n[:] += 1
+
+        def merge(self, dest, src):
+            dest.n[:] += src.n
+
+    masks = ApplyMasksUDF(mask_factories=[lambda: _ring((16, 16))])
+    assert input_dtype([SumUDF(), masks], np.uint16) == np.uint16
+    assert input_dtype([SumUDF(), masks, F32()], np.uint16) == np.float32  # a float UDF still gets float32
+    shifted = ApplyMasksUDF(mask_factories=[lambda: _ring((16, 16))], shifts=(1, 0))
+    assert input_dtype([shifted], np.uint16) == np.float32
+    assert input_dtype([ApplyMasksUDF(mask_factories=[lambda: _ring((16, 16))], preferred_dtype=np.int64)],
+                       np.uint16) == np.int64
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint8", "int32"])
+@pytest.mark.parametrize("mask_kind", ["bool", "float32", "float64", "csr"])
+def test_integer_data_equals_numpy(ctx, rng, dtype, mask_kind):
+    sig = (16, 16)
+    # values near the top of uint16: products that would overflow if multiplied in the data's dtype
+    data = rng.integers(0, 60000 if dtype == "uint16" else 200, size=(6, 5) + sig).astype(dtype)
+    ring = _ring(sig)
+    second = rng.random(sig) * (rng.random(sig) > 0.7)
+    factories = {
+        "bool": [lambda: ring],
+        "float32": [lambda: ring.astype(np.float32), lambda: second.astype(np.float32)],
+        "float64": [lambda: ring.astype(np.float64), lambda: second],
+        "csr": [lambda: sp.csr_matrix(ring.reshape(1, -1).astype(np.float32))],
+    }[mask_kind]
+    ds = ctx.load("memory", data=data, num_partitions=3)
+    sums, products = ctx.run_udf(dataset=ds, udf=[SumUDF(), ApplyMasksUDF(mask_factories=factories)])
+    flat = data.reshape(-1, 256).astype(np.float64)
+    stack = np.stack([np.asarray(f().todense() if sp.issparse(f()) else f(), np.float64).reshape(-1)
+                      for f in factories])
+    want_dtype = np.result_type(np.float32, dtype, "float64" if mask_kind == "float64" else "float32")
+    assert products["intensity"].data.dtype == want_dtype  # as LiberTEM: float32 tiles times the masks
+    assert sums["intensity"].data.dtype == np.result_type(dtype, np.float32)
+    rtol = 1e-6 if want_dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(products["intensity"].data.reshape(-1, len(factories)), flat @ stack.T, rtol=rtol)
+    np.testing.assert_allclose(sums["intensity"].data, flat.sum(axis=0).reshape(sig), rtol=rtol)
+
+
+def test_signal_tiles_and_roi_fall_back_exactly(inline_ctx, rng):
+    class SigTiles(UDF):
+        """Asks for tiles cut in the signal: the sum's result view is then not contiguous."""
+
+        def get_preferred_input_dtype(self):
+            return self.USE_NATIVE_DTYPE
+
+        def get_tiling_preferences(self):
+            return {"depth": 2, "total_size": 64}
+
+        def get_result_buffers(self):
+            return {"n": self.buffer(kind="single", dtype="int64")}
+
+        def process_tile(self, tile):
+            self.results.n[:] += 1
+
+        def merge(self, dest, src):
+            dest.n[:] += src.n
+
+    data = rng.integers(0, 4000, size=(4, 5, 16, 16)).astype(np.uint16)
+    roi = rng.random((4, 5)) > 0.4
+    ds = inline_ctx.load("memory", data=data, num_partitions=2)
+    ring = _ring((16, 16))
+    sums, products, tiles = inline_ctx.run_udf(
+        dataset=ds, udf=[SumUDF(), ApplyMasksUDF(mask_factories=[lambda: ring]), SigTiles()], roi=roi)
+    assert tiles["n"].data > roi.sum()  # several tiles a frame: the signal was cut
+    picked = data[roi].reshape(-1, 256).astype(np.float64)
+    np.testing.assert_array_equal(sums["intensity"].data, picked.sum(axis=0).reshape(16, 16))
+    np.testing.assert_allclose(products["intensity"].raw_data[:, 0], picked @ ring.reshape(-1), rtol=1e-6)
+
+
+def test_integer_results_equal_libertem(rng):
+    import libertem.api as lt
+    from libertem.udf.masks import ApplyMasksUDF as LtApplyMasksUDF
+    from libertem.udf.sum import SumUDF as LtSumUDF
+
+    import raytile as rt
+
+    data = rng.integers(0, 50000, size=(5, 6, 24, 20)).astype(np.uint16)
+    ring = _ring((24, 20))
+    lt_ctx = lt.Context.make_with("inline")
+    rt_ctx = rt.Context(executor="inline")
+    try:
+        lt_ds = lt_ctx.load("memory", data=data, num_partitions=3)
+        want_sum, want_masks = lt_ctx.run_udf(dataset=lt_ds, udf=[LtSumUDF(), LtApplyMasksUDF(mask_factories=[lambda: ring])])
+        rt_ds = rt_ctx.load("memory", data=data, num_partitions=3)
+        got_sum, got_masks = rt_ctx.run_udf(dataset=rt_ds, udf=[SumUDF(), ApplyMasksUDF(mask_factories=[lambda: ring])])
+    finally:
+        lt_ctx.close()
+        rt_ctx.close()
+    assert got_masks["intensity"].data.dtype == want_masks["intensity"].data.dtype
+    assert got_sum["intensity"].data.dtype == want_sum["intensity"].data.dtype
+    np.testing.assert_allclose(got_masks["intensity"].data, want_masks["intensity"].data, rtol=1e-6)
+    np.testing.assert_array_equal(got_sum["intensity"].data, want_sum["intensity"].data)  # integers < 2**24
