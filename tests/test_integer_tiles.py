@@ -54,6 +54,29 @@ def test_kernels_refuse_what_they_do_not_do():
     assert not is_integer_tile(tile, np.float64)
 
 
+class TileCounter(UDF):
+    """Counts the tiles it gets: in float32 (the default preference) unless ``native``; with ``small``, tiles
+    of two frames cut in the signal (the sum's result view per tile is then not contiguous)."""
+
+    def __init__(self, native: bool = False, small: bool = False):
+        super().__init__(native=native, small=small)
+
+    def get_preferred_input_dtype(self):
+        return self.USE_NATIVE_DTYPE if self.params.native else super().get_preferred_input_dtype()
+
+    def get_tiling_preferences(self):
+        return {"depth": 2, "total_size": 64} if self.params.small else super().get_tiling_preferences()
+
+    def get_result_buffers(self):
+        return {"n": self.buffer(kind="single", dtype="int64")}
+
+    def process_tile(self, tile):
+        self.results.n[:] += 1
+
+    def merge(self, dest, src):
+        dest.n[:] += src.n
+
+
 def _ring(sig):
     y, x = np.indices(sig)
     r = np.hypot(y - sig[0] / 2, x - sig[1] / 2)
@@ -61,19 +84,9 @@ def _ring(sig):
 
 
 def test_sum_and_masks_read_integer_frames_as_they_are(inline_ctx):
-    class F32(UDF):
-        def get_result_buffers(self):
-            return {"n": self.buffer(kind="single", dtype="int64")}
-
-        def process_tile(self, tile):
-            self.results.n[:] += 1
-
-        def merge(self, dest, src):
-            dest.n[:] += src.n
-
     masks = ApplyMasksUDF(mask_factories=[lambda: _ring((16, 16))])
     assert input_dtype([SumUDF(), masks], np.uint16) == np.uint16
-    assert input_dtype([SumUDF(), masks, F32()], np.uint16) == np.float32  # a float UDF still gets float32
+    assert input_dtype([SumUDF(), masks, TileCounter()], np.uint16) == np.float32  # a float UDF still gets float32
     shifted = ApplyMasksUDF(mask_factories=[lambda: _ring((16, 16))], shifts=(1, 0))
     assert input_dtype([shifted], np.uint16) == np.float32
     assert input_dtype([ApplyMasksUDF(mask_factories=[lambda: _ring((16, 16))], preferred_dtype=np.int64)],
@@ -82,7 +95,16 @@ def test_sum_and_masks_read_integer_frames_as_they_are(inline_ctx):
 
 @pytest.mark.parametrize("dtype", ["uint16", "uint8", "int32"])
 @pytest.mark.parametrize("mask_kind", ["bool", "float32", "float64", "csr"])
-def test_integer_data_equals_numpy(ctx, rng, dtype, mask_kind):
+def test_integer_data_equals_numpy(inline_ctx, rng, dtype, mask_kind):
+    check_integer_data(inline_ctx, rng, dtype, mask_kind)
+
+
+@pytest.mark.ray
+def test_integer_data_on_ray_equals_numpy(ray_context, rng):
+    check_integer_data(ray_context, rng, "uint16", "bool")
+
+
+def check_integer_data(ctx, rng, dtype, mask_kind):
     sig = (16, 16)
     # values near the top of uint16: products that would overflow if multiplied in the data's dtype
     data = rng.integers(0, 60000 if dtype == "uint16" else 200, size=(6, 5) + sig).astype(dtype)
@@ -108,30 +130,13 @@ def test_integer_data_equals_numpy(ctx, rng, dtype, mask_kind):
 
 
 def test_signal_tiles_and_roi_fall_back_exactly(inline_ctx, rng):
-    class SigTiles(UDF):
-        """Asks for tiles cut in the signal: the sum's result view is then not contiguous."""
-
-        def get_preferred_input_dtype(self):
-            return self.USE_NATIVE_DTYPE
-
-        def get_tiling_preferences(self):
-            return {"depth": 2, "total_size": 64}
-
-        def get_result_buffers(self):
-            return {"n": self.buffer(kind="single", dtype="int64")}
-
-        def process_tile(self, tile):
-            self.results.n[:] += 1
-
-        def merge(self, dest, src):
-            dest.n[:] += src.n
-
     data = rng.integers(0, 4000, size=(4, 5, 16, 16)).astype(np.uint16)
     roi = rng.random((4, 5)) > 0.4
     ds = inline_ctx.load("memory", data=data, num_partitions=2)
     ring = _ring((16, 16))
     sums, products, tiles = inline_ctx.run_udf(
-        dataset=ds, udf=[SumUDF(), ApplyMasksUDF(mask_factories=[lambda: ring]), SigTiles()], roi=roi)
+        dataset=ds, udf=[SumUDF(), ApplyMasksUDF(mask_factories=[lambda: ring]),
+                                      TileCounter(native=True, small=True)], roi=roi)
     assert tiles["n"].data > roi.sum()  # several tiles a frame: the signal was cut
     picked = data[roi].reshape(-1, 256).astype(np.float64)
     np.testing.assert_array_equal(sums["intensity"].data, picked.sum(axis=0).reshape(16, 16))
