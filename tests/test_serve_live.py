@@ -54,6 +54,15 @@ def viewer_sim():
 
 
 @pytest.fixture(scope="module")
+def follow_sim():
+    """Three acquisitions for the viewer following a source (1.6 s each)."""
+    frames = frames_for(16)
+    with MerlinSimulator(frames, mode="U16", nav_shape=NAV, frame_rate=40.0, acquisitions=3) as s:
+        s.frames = frames
+        yield s
+
+
+@pytest.fixture(scope="module")
 def dying_sim():
     """A sender that closes the connection after 20 of 64 frames."""
     with MerlinSimulator(frames_for(14), mode="U16", nav_shape=NAV, frame_rate=400.0, die_after=20) as s:
@@ -90,7 +99,7 @@ def preproc_yaml(path) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(serve_url, sim, viewer_sim, dying_sim, binned_sim, tmp_path_factory, ray_context):
+def server(serve_url, sim, viewer_sim, follow_sim, dying_sim, binned_sim, tmp_path_factory, ray_context):
     from ray import serve
 
     from raytile.serve import build_app
@@ -101,7 +110,8 @@ def server(serve_url, sim, viewer_sim, dying_sim, binned_sim, tmp_path_factory, 
                                        f"viewer=merlin://127.0.0.1:{viewer_sim.data_port}?api_port={viewer_sim.api_port}",
                                        f"dying=merlin://127.0.0.1:{dying_sim.data_port}?api_port={dying_sim.api_port}",
                                        f"binned=merlin://127.0.0.1:{binned_sim.data_port}?api_port={binned_sim.api_port}"
-                                       f"&preprocess={pipeline}"],
+                                       f"&preprocess={pipeline}",
+                                       f"follow=merlin://127.0.0.1:{follow_sim.data_port}?api_port={follow_sim.api_port}"],
                     max_rate_hz=50.0, workers=2)
     alive_before = _alive_actors()
     serve.run(app, name="raytile", route_prefix="/")
@@ -127,7 +137,8 @@ def test_live_run_over_http_grows_and_equals_numpy(server, sim):
         assert [(s["name"], s["detector"], s["busy"]) for s in listed] == [("merlin", "merlin", False),
                                                                             ("viewer", "merlin", False),
                                                                             ("dying", "merlin", False),
-                                                                            ("binned", "merlin", False)]
+                                                                            ("binned", "merlin", False),
+                                                                            ("follow", "merlin", False)]
         for first in (True, False):  # two acquisitions in a row on the server's one connection; the second
             # may be sent whole (into the receiver's slab) before its run starts: it is checked for its values
             r = client.post("/v1/live/merlin/runs", json={"udfs": [{"name": "sum"}, {"name": "sumsig"}],
@@ -252,4 +263,31 @@ def test_viewer_shows_a_live_run_growing_in_headless_chromium(server, viewer_sim
     assert draws >= 2 and any(0 < m < 100 for m in merged) and merged[-1] == 100, progress  # seen growing
     assert sig == list(SIG)  # learnt from the live run's sum frame
     v = viewer_sim.frames.sum(axis=(1, 2)).reshape(NAV).astype(np.float64)
+    np.testing.assert_allclose(gray, np.round(255 * (v - v.min()) / (v.max() - v.min())), atol=1)
+
+
+def test_viewer_follows_a_source_from_acquisition_to_acquisition(server, follow_sim):
+    """"follow" starts a run on each acquisition as the last one ends; unticked, the viewer stops after the
+    run it shows."""
+    with chromium_page() as (page, errors):
+        page.goto(server + "/")
+        page.wait_for_function("""Array.from(document.getElementById('live_source').options)
+                                  .some((o) => o.value === 'follow')""")
+        page.select_option("#live_source", "follow")
+        page.select_option("#analysis", "sumsig")
+        page.check("#live_follow")
+        page.click("#start_live")
+        page.wait_for_function("() => window.raytileViewer.liveRuns.length === 3", timeout=90_000)
+        page.uncheck("#live_follow")  # the third acquisition is the simulator's last
+        page.wait_for_function("() => { const s = window.raytileViewer; return s.last && s.last.final; }",
+                               timeout=60_000)
+        page.wait_for_timeout(500)
+        runs = page.evaluate("window.raytileViewer.liveRuns")
+        gray = canvas_gray(page, "result")
+    assert not errors, errors
+    assert len(set(runs)) == 3, runs  # one run an acquisition, and none after the follow was unticked
+    with httpx.Client(base_url=server, timeout=30) as client:
+        statuses = [client.get(f"/v1/runs/{run}").json()["status"] for run in runs]
+    assert statuses == ["finished"] * 3, statuses
+    v = follow_sim.frames.sum(axis=(1, 2)).reshape(NAV).astype(np.float64)
     np.testing.assert_allclose(gray, np.round(255 * (v - v.min()) / (v.max() - v.min())), atol=1)
