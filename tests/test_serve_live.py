@@ -279,7 +279,8 @@ def test_viewer_follows_a_source_from_acquisition_to_acquisition(server, follow_
         page.click("#start_live")
         page.wait_for_function("() => window.raytileViewer.liveRuns.length === 3", timeout=90_000)
         page.uncheck("#live_follow")  # the third acquisition is the simulator's last
-        page.wait_for_function("() => { const s = window.raytileViewer; return s.last && s.last.final; }",
+        page.wait_for_function("""() => { const s = window.raytileViewer;
+                                          return s.runId === s.liveRuns[2] && s.last && s.last.final; }""",
                                timeout=60_000)
         page.wait_for_timeout(500)
         runs = page.evaluate("window.raytileViewer.liveRuns")
