@@ -5,11 +5,13 @@ is deleted at the end of the module."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
 import sys
 import threading
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -34,47 +36,48 @@ def frames_for(seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 0x1000, size=(int(np.prod(NAV)),) + SIG).astype(np.uint32)
 
 
+@contextlib.contextmanager
+def merlin_sim(seed: int, **kwargs) -> Iterator[MerlinSimulator]:
+    """A U16 Merlin simulator of ``frames_for(seed)``, which it keeps as ``.frames`` for the checks."""
+    frames = frames_for(seed)
+    with MerlinSimulator(frames, mode="U16", nav_shape=NAV, **kwargs) as s:
+        s.frames = frames
+        yield s
+
+
 @pytest.fixture(scope="module")
 def sim():
     """Two acquisitions of 64 frames at 40 frames/s (1.6 s each: partial results have time to show, also when
     the run starts late on a busy machine)."""
-    frames = frames_for(11)
-    with MerlinSimulator(frames, mode="U16", nav_shape=NAV, frame_rate=40.0, acquisitions=2) as s:
-        s.frames = frames
+    with merlin_sim(11, frame_rate=40.0, acquisitions=2) as s:
         yield s
 
 
 @pytest.fixture(scope="module")
 def viewer_sim():
     """One slower acquisition for the viewer in chromium."""
-    frames = frames_for(13)
-    with MerlinSimulator(frames, mode="U16", nav_shape=NAV, frame_rate=80.0, acquisitions=1) as s:
-        s.frames = frames
+    with merlin_sim(13, frame_rate=80.0) as s:
         yield s
 
 
 @pytest.fixture(scope="module")
 def follow_sim():
     """Three acquisitions for the viewer following a source (1.6 s each)."""
-    frames = frames_for(16)
-    with MerlinSimulator(frames, mode="U16", nav_shape=NAV, frame_rate=40.0, acquisitions=3) as s:
-        s.frames = frames
+    with merlin_sim(16, frame_rate=40.0, acquisitions=3) as s:
         yield s
 
 
 @pytest.fixture(scope="module")
 def dying_sim():
     """A sender that closes the connection after 20 of 64 frames."""
-    with MerlinSimulator(frames_for(14), mode="U16", nav_shape=NAV, frame_rate=400.0, die_after=20) as s:
+    with merlin_sim(14, frame_rate=400.0, die_after=20) as s:
         yield s
 
 
 @pytest.fixture(scope="module")
 def binned_sim():
     """One acquisition for a source with a preprocessing pipeline (dark, gain, 2x2 binning)."""
-    frames = frames_for(15)
-    with MerlinSimulator(frames, mode="U16", nav_shape=NAV, acquisitions=1) as s:
-        s.frames = frames
+    with merlin_sim(15) as s:
         yield s
 
 
@@ -241,13 +244,24 @@ def test_attach_viewer_sees_a_live_run_grow(ray_context):
     wait_until(lambda: _alive_actors() <= alive_before, timeout=60, interval=0.2, what="the run's actors ended")
 
 
+def open_live_panel(page, server: str, source: str) -> None:
+    """The viewer, with ``source`` chosen in its live panel and the per-frame sum as the analysis."""
+    page.goto(server + "/")
+    page.wait_for_function(f"""Array.from(document.getElementById('live_source').options)
+                              .some((o) => o.value === '{source}')""")
+    page.select_option("#live_source", source)
+    page.select_option("#analysis", "sumsig")
+
+
+def assert_scan_drawn(gray: np.ndarray, frames: np.ndarray) -> None:
+    """The scan image drawn (gray, scaled to 0..255) is numpy's per-frame sum of ``frames``."""
+    v = frames.sum(axis=(1, 2)).reshape(NAV).astype(np.float64)
+    np.testing.assert_allclose(gray, np.round(255 * (v - v.min()) / (v.max() - v.min())), atol=1)
+
+
 def test_viewer_shows_a_live_run_growing_in_headless_chromium(server, viewer_sim):
     with chromium_page() as (page, errors):
-        page.goto(server + "/")
-        page.wait_for_function("""Array.from(document.getElementById('live_source').options)
-                                  .some((o) => o.value === 'viewer')""")
-        page.select_option("#live_source", "viewer")
-        page.select_option("#analysis", "sumsig")
+        open_live_panel(page, server, "viewer")
         page.click("#start_live")
         progress = []
         page.expose_function("noteProgress", lambda v: progress.append(v))
@@ -262,19 +276,14 @@ def test_viewer_shows_a_live_run_growing_in_headless_chromium(server, viewer_sim
     merged = [int(m) for t in progress for m in re.findall(r"merged (\d+)%", t)]
     assert draws >= 2 and any(0 < m < 100 for m in merged) and merged[-1] == 100, progress  # seen growing
     assert sig == list(SIG)  # learnt from the live run's sum frame
-    v = viewer_sim.frames.sum(axis=(1, 2)).reshape(NAV).astype(np.float64)
-    np.testing.assert_allclose(gray, np.round(255 * (v - v.min()) / (v.max() - v.min())), atol=1)
+    assert_scan_drawn(gray, viewer_sim.frames)
 
 
 def test_viewer_follows_a_source_from_acquisition_to_acquisition(server, follow_sim):
     """"follow" starts a run on each acquisition as the last one ends; unticked, the viewer stops after the
     run it shows."""
     with chromium_page() as (page, errors):
-        page.goto(server + "/")
-        page.wait_for_function("""Array.from(document.getElementById('live_source').options)
-                                  .some((o) => o.value === 'follow')""")
-        page.select_option("#live_source", "follow")
-        page.select_option("#analysis", "sumsig")
+        open_live_panel(page, server, "follow")
         page.check("#live_follow")
         page.click("#start_live")
         page.wait_for_function("() => window.raytileViewer.liveRuns.length === 3", timeout=90_000)
@@ -290,5 +299,4 @@ def test_viewer_follows_a_source_from_acquisition_to_acquisition(server, follow_
     with httpx.Client(base_url=server, timeout=30) as client:
         statuses = [client.get(f"/v1/runs/{run}").json()["status"] for run in runs]
     assert statuses == ["finished"] * 3, statuses
-    v = follow_sim.frames.sum(axis=(1, 2)).reshape(NAV).astype(np.float64)
-    np.testing.assert_allclose(gray, np.round(255 * (v - v.min()) / (v.max() - v.min())), atol=1)
+    assert_scan_drawn(gray, follow_sim.frames)
