@@ -156,8 +156,9 @@ class ApplyMasksEngine:
             return xp.zeros(len(self.masks), dtype=self._product_dtype(self.meta.input_dtype))
         pixels = dense(frame, xp=xp).reshape(region.shape.to_tuple())
         values = seen.shift(region).get(pixels).reshape((1, -1))
-        if values.dtype != self._product_dtype(values.dtype):
-            values = values.astype(self._product_dtype(values.dtype))
+        dtype = self._product_dtype(values.dtype)
+        if values.dtype != dtype:
+            values = values.astype(dtype)
         if self._pixel_index is None:
             self._pixel_index = np.arange(prod(sig)).reshape(sig)
         rows = seen.shift_by(tuple(-o for o in offset)).get(self._pixel_index).reshape(-1)
