@@ -16,7 +16,8 @@ import scipy.sparse as sp
 
 from raytile.runtime.plan import input_dtype
 from raytile.udf import UDF, ApplyMasksUDF, SumUDF
-from raytile.udf.integer_tiles import dot_rows_into, is_integer_tile, sum_frames_into
+from raytile.udf import integer_tiles
+from raytile.udf.integer_tiles import dot_rows_into, is_integer_tile, load_kernels, sum_frames_into
 
 SMALL_INTS = ["uint8", "int8", "uint16", "int16"]
 
@@ -35,6 +36,15 @@ def test_kernels_match_numpy(rng, dtype, frames):
     dot_rows_into(tile, rows, prod)
     ref = 1 + tile.astype(np.float64) @ rows.T.astype(np.float64)
     np.testing.assert_allclose(prod, ref, rtol=1e-5, atol=1e-3 * np.abs(ref).max())
+
+
+def test_load_kernels_readies_the_detector_dtypes_as_runs_call_them():
+    load_kernels()
+    ready = {(str(sig[0].dtype), sig[0].layout, str(sig[1].dtype), sig[1].layout)
+             for sig in integer_tiles._sum_frames.signatures}
+    assert {("uint8", "C", "float32", "C"), ("uint16", "C", "float32", "C")} <= ready
+    ready = {str(sig[0].dtype) for sig in integer_tiles._dot_rows.signatures if sig[1].layout == "C"}
+    assert {"uint8", "uint16"} <= ready
 
 
 def test_kernels_refuse_what_they_do_not_do():

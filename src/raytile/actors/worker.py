@@ -91,6 +91,9 @@ class WorkerActor:
         self.name = name
         _limit_threads(self.threads)
         from raytile.runtime import part_runner  # noqa: F401  (import cost paid once, at start)
+        from raytile.udf.integer_tiles import load_kernels
+
+        load_kernels()  # the integer tile kernels too, not in the first run
 
         self._params = ValueCache("params", PARAMS_CACHE, _fetch_params)
         self._data = ValueCache("data", DATA_CACHE, ray.get)
