@@ -14,6 +14,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -163,6 +164,28 @@ def test_backpressure_slow_udf_nothing_lost(live_ctx):
         assert conn.receiver.slab_bytes == 1024 * 1024  # 4 slots of 4 frames of 64 KiB
         assert conn.receiver.frames_received == 256 and sim.frames_sent == 256
     check_sums(res, frames, nav)
+
+
+STOP_WHILE_RECEIVER_LEFT = """
+import time, numpy as np, zmq
+from raytile.live.detectors.dectris import DectrisSimulator
+sim = DectrisSimulator(np.zeros((8, 4, 4), np.uint16), auto_arm=1)
+sim._push.poll = lambda *a, **k: zmq.POLLOUT  # the receiver left between poll and send: no peer to take it
+sim.start()
+time.sleep(0.3)
+sim.stop()
+print("alive after stop:", [t.is_alive() for t in sim._threads])
+"""
+
+
+def test_simulator_stops_cleanly_when_its_receiver_left_mid_send():
+    """A receiver that disconnects mid-series (a failed run) left a plain send blocked for good; stop then
+    closed the socket under it and libzmq aborted the whole process (CI, exit 134). In a subprocess: a
+    regression kills only it."""
+    proc = subprocess.run([sys.executable, "-c", STOP_WHILE_RECEIVER_LEFT], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "alive after stop: [False, False]" in proc.stdout
 
 
 def test_bad_input(live_ctx):

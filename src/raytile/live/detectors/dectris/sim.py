@@ -121,11 +121,15 @@ class DectrisSimulator:
         return self
 
     def stop(self) -> None:
+        """Stops both threads, then closes the socket. The data thread never blocks in ZeroMQ (it
+        sends without blocking and polls 50 ms at a time), so it ends within one frame's encoding;
+        closing a socket another thread is sending on would abort the process inside libzmq."""
         self._stop.set()
         self._triggers.release()
         self._http.shutdown()
         for t in self._threads:
-            t.join(timeout=5.0)
+            if t.ident is not None:
+                t.join()
         self._http.server_close()
         self._push.close()
         self._zmq.term()
@@ -179,13 +183,18 @@ class DectrisSimulator:
         return data
 
     def _send(self, parts: list[bytes]) -> bool:
+        """Sends one multipart message; False when stopping. Never blocks: a PUSH socket whose
+        receiver went away between ``poll`` and ``send`` would block a plain send for good."""
         import zmq
 
-        while not self._push.poll(50, zmq.POLLOUT):
-            if self._stop.is_set():
-                return False
-        self._push.send_multipart(parts)
-        return not self._stop.is_set()
+        while not self._stop.is_set():
+            if self._push.poll(50, zmq.POLLOUT):
+                try:
+                    self._push.send_multipart(parts, zmq.NOBLOCK)
+                    return True
+                except zmq.Again:
+                    continue
+        return False
 
     def _send_loop(self) -> None:
         while not self._stop.is_set():
