@@ -93,7 +93,8 @@ def add_live_parser(sub: Any) -> None:
     r.add_argument("--nav-shape", type=_shape, default=None, help="scan shape (default: from the detector)")
     r.add_argument("--scans", type=int, default=1, help="scans in this run, 0: until the acquisition ends "
                    "(default 1)")
-    r.add_argument("--stream-format", default="legacy", choices=("legacy", "cbor"), help="DECTRIS: V1 or V2")
+    r.add_argument("--stream-format", default=None, choices=("legacy", "cbor"),
+                   help="DECTRIS: V1 or V2, set over REST (default: the detector's, never set)")
     r.add_argument("--channel", default=None, help="DECTRIS stream V2: the threshold channel (default: the first)")
     r.add_argument("--data-host", default="127.0.0.1")
     r.add_argument("--data-port", type=int, default=None)

@@ -6,7 +6,7 @@ detector does (``compression`` bslz4, lz4 or none, settable over REST), at
 ``/detector/api/1.8.0/config/<name>`` (GET/PUT: ``nimages``, ``ntrigger``,
 ``trigger_mode``, ``x_pixels_in_detector``, ...), ``command/arm`` (answers
 the new series id), ``trigger``, ``disarm``, and the stream's and file
-writer's ``config`` PUTs. Each ``arm`` sends the series header (as one
+writer's ``config`` PUTs (and the stream's ``config`` GETs). Each ``arm`` sends the series header (as one
 multipart message; LiberTEM-rs' simulator sends its two parts as two
 messages) at once; with ``trigger_mode`` ``exts``/``exte`` the images follow
 at once, with ``ints``/``inte`` after a ``trigger`` command (one a frame for
@@ -278,6 +278,8 @@ def _handler(sim: DectrisSimulator) -> type[BaseHTTPRequestHandler]:
                 value = sim.config[name]
                 vtype = {bool: "bool", int: "uint", float: "float", str: "string"}[type(value)]
                 self._reply(200, {"value": value, "value_type": vtype, "access_mode": "rw"})
+            elif subsystem == "stream" and kind == "config" and name in sim.stream_config:
+                self._reply(200, {"value": sim.stream_config[name], "value_type": "string", "access_mode": "rw"})
             elif subsystem == "detector" and name == "version":
                 self._reply(200, {"value": API_VERSION, "value_type": "string"})
             else:
