@@ -106,7 +106,22 @@ def add_live_parser(sub: Any) -> None:
     r.set_defaults(func=cmd_live)
 
 
+def _require_extra(args: argparse.Namespace) -> None:
+    """DECTRIS needs the live extra (ZeroMQ and the codecs of the chosen stream): say so before starting."""
+    if args.detector != "dectris":
+        return
+    from raytile.live.extra import live_module
+
+    what = f"raytile live {args.live_command} dectris"
+    live_module("zmq", what)
+    if args.live_command == "sim":
+        live_module({"bslz4": "bitshuffle", "lz4": "lz4.block", "none": "zmq"}[args.compression], what)
+    if args.stream_format == "cbor":
+        live_module("cbor2", what)
+
+
 def cmd_live(args: argparse.Namespace) -> int:
+    _require_extra(args)
     data_port, api_port = PORTS[args.detector]
     args.data_port = data_port if args.data_port is None else args.data_port
     args.api_port = api_port if args.api_port is None else args.api_port

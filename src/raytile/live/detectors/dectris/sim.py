@@ -50,6 +50,7 @@ from raytile.live.detectors.dectris.simplon import API_VERSION
 from raytile.live.detectors.dectris.stream_v1 import (
     COMPRESSIONS, encode_image, header_message, image_message, series_end_message,
 )
+from raytile.live.extra import live_module
 
 __all__ = ["DectrisSimulator"]
 
@@ -94,8 +95,7 @@ class DectrisSimulator:
         self._arms: queue.Queue[tuple[int, dict]] = queue.Queue()
         self._triggers = threading.Semaphore(0)
         self._stop = threading.Event()
-        import zmq
-
+        zmq = live_module("zmq", "the DECTRIS simulator")
         self._zmq = zmq.Context()
         self._push = self._zmq.socket(zmq.PUSH)
         self._push.setsockopt(zmq.SNDHWM, sndhwm)
