@@ -6,12 +6,14 @@ Every simulator is stopped by its context manager; every test is bounded by the 
 from __future__ import annotations
 
 import asyncio
+import gc
+import tracemalloc
 
 import numpy as np
 import pytest
 from _ray_udfs import SlowSumUDF
 
-from raytile.common.errors import AcquisitionError, ConfigValidationError
+from raytile.common.errors import AcquisitionError, ConfigValidationError, DataSetException
 from raytile.live import Hooks, LiveContext
 from raytile.live.detectors.merlin import MerlinCommandError, MerlinControl, MerlinSimulator
 from raytile.live.detectors.merlin.mpx import AcquisitionHeader
@@ -190,6 +192,51 @@ def test_continuous_acquisition_scan_by_scan_and_many_scans_in_one_run(live_ctx)
                 scans_seen.add(part.scan)
         assert part.scans_done == 30 and len(scans_seen) > 1
         assert conn.receiver.slab_bytes == 16 * 5 * (384 + SIG[0] * SIG[1] * 2)
+
+
+def test_continuous_acquisition_each_run_on_one_acquisition_reads_the_next_scan(live_ctx):
+    """LiberTEM-live's meaning: ``run_udf`` again on the same acquisition object reads the next scan of
+    a continuous acquisition (here scans alternate between two sets of frames), 35 times, with the
+    memory the runs leave behind flat (tracemalloc after run 5 and after run 35)."""
+    frames = scan_frames(12, nav=(2,) + NAV)  # two scans' frames, sent one after the other, forever
+    n = int(np.prod(NAV))
+    with MerlinSimulator(frames, mode="U16", nav_shape=(2 * NAV[0], NAV[1]), continuous=True) as sim, \
+            connect(live_ctx, sim, frame_stack_size=5) as conn:
+        pending = conn.wait_for_acquisition(10.0)
+        aq = live_ctx.make_acquisition(conn=conn, pending_aq=pending, nav_shape=NAV, frames_per_partition=16)
+        tracemalloc.start()
+        try:
+            for k in range(35):
+                scan = frames[(k % 2) * n:(k % 2 + 1) * n]
+                check_sums(live_ctx.run_udf(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()]), scan)
+                if k == 4:
+                    gc.collect()
+                    early = tracemalloc.get_traced_memory()[0]
+            gc.collect()
+            late = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        assert conn.receiver.frames_received >= 35 * n  # (the receiver reads ahead into its slab)
+    print(f"traced memory after run 5: {early / 1e6:.2f} MB, after run 35: {late / 1e6:.2f} MB")
+    assert late < early + 256 * 1024, (early, late)  # flat: nothing kept per run
+
+
+def test_a_second_run_on_an_acquisition_being_read_is_refused(live_ctx):
+    """One run at a time on an acquisition: a second one while the first reads it fails, naming why;
+    after the first ended, the next run reads the next scan."""
+    frames = scan_frames(13)
+    with MerlinSimulator(frames, mode="U16", nav_shape=NAV, continuous=True, frame_rate=2000) as sim, \
+            connect(live_ctx, sim) as conn:
+        aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), nav_shape=NAV,
+                                       frames_per_partition=8)
+        run = iter(live_ctx.run_udf_iter(dataset=aq, udf=SumUDF(dtype="int64")))
+        next(run)
+        with pytest.raises(DataSetException, match="being read by a run"):
+            live_ctx.run_udf(dataset=aq, udf=SumUDF(dtype="int64"))
+        for part in run:
+            pass
+        assert np.array_equal(part.buffers[0]["intensity"].data, frames.sum(axis=0))
+        check_sums(live_ctx.run_udf(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()]), frames)
 
 
 def test_control_port_commands():
