@@ -298,6 +298,65 @@ def test_cli_sim_and_run(tmp_path):
     assert np.allclose(got["sumsig_intensity"], frames.sum(axis=(1, 2)).reshape(8, 12))
 
 
+def _rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def test_cli_sim_large_scan_repeats_one_stack_in_bounded_memory(tmp_path):
+    """A 64x64 scan of 128x128 frames: the simulator makes 512 frames (16 MiB, one stack) and sends them
+    in a cycle; its memory above a simulator of one frame stays within 2 stacks (it held the whole scan,
+    +380 MiB, before), and a run over the scan equals numpy on the cycled frames."""
+    import re
+    import subprocess
+    import sys
+
+    from raytile.cli import main
+
+    def start(nav):
+        proc = subprocess.Popen([sys.executable, "-m", "raytile.cli", "live", "sim", "merlin", "--mode", "U16",
+                                 "--nav-shape", nav, "--sig-shape", "128,128", "--data-port", "0", "--api-port", "0"],
+                                stdout=subprocess.PIPE, text=True)
+        return proc, proc.stdout.readline()
+
+    rest, _ = start("1,1")
+    try:
+        resting = _rss_mib(rest.pid)
+    finally:
+        rest.terminate()
+        rest.wait(10)
+    sim, line = start("64,64")
+    try:
+        assert "4096 frames (512 distinct, repeated)" in line, line
+        assert _rss_mib(sim.pid) - resting < 2 * 16, (_rss_mib(sim.pid), resting)
+        data_port, api_port = re.search(r"data 127.0.0.1:(\d+), control 127.0.0.1:(\d+)", line).groups()
+        out = tmp_path / "live.npz"
+        assert main(["live", "run", "merlin", "--udf", "sum,sumsig", "--data-port", data_port, "--api-port",
+                     api_port, "--executor", "inline", "--out", str(out)]) == 0
+        assert _rss_mib(sim.pid) - resting < 2 * 16
+    finally:
+        sim.terminate()
+        sim.wait(10)
+    stack = np.random.default_rng(0).integers(0, 0xFFF + 1, size=(512, 128, 128))  # the synthetic frames
+    frames = np.concatenate([stack] * 8)
+    got = np.load(out)
+    assert np.allclose(got["sum_intensity"], frames.sum(axis=0))
+    assert np.allclose(got["sumsig_intensity"], frames.sum(axis=(1, 2)).reshape(64, 64))
+
+
+def test_simulator_num_frames_cycles_the_given_frames(live_ctx):
+    """``num_frames`` beyond the frames given: they are sent again in a cycle, one acquisition of 40."""
+    frames = scan_frames(14, nav=(2, 7))
+    with MerlinSimulator(frames, mode="U16", nav_shape=(5, 8), num_frames=40) as sim, connect(live_ctx, sim) as conn:
+        pending = conn.wait_for_acquisition(10.0)
+        assert pending.nimages == 40
+        aq = live_ctx.make_acquisition(conn=conn, pending_aq=pending, frames_per_partition=16)
+        cycled = frames[np.arange(40) % 14]
+        check_sums(live_ctx.run_udf(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()]), cycled, nav=(5, 8))
+    with pytest.raises(ConfigValidationError, match="num_frames"):
+        MerlinSimulator(frames, num_frames=0)
+
+
 def test_frames_come_cut_on_partition_boundaries(live_ctx):
     """With ``batch`` the receiver decodes stacks (5 frames, straddling scans) straight into arrays cut where
     the stream's partitions are (40, 40, 16 per scan of 96): the stream then hands them on without a copy."""
