@@ -277,13 +277,14 @@ def test_against_libertem_live_simulator(live_ctx, tmp_path):
 
 def test_active_mode_against_libertem_live_simulator(live_ctx, tmp_path):
     """Active mode (raytile arms): the simulator, like older DCU firmware, answers 500 to the stream
-    ``format`` setting; a connection not asked for a format neither sets it nor fails on reading it."""
+    ``format`` setting; a connection not asked for a format neither sets it nor fails on reading it.
+    Each run on the one acquisition object arms the detector again (LiberTEM-live's meaning)."""
     frames = scan_frames(10)
     with libertem_live_simulator(tmp_path, frames, series=78) as (api_port, data_port), \
             live_ctx.make_connection("dectris").open(api_port=api_port, data_port=data_port, buffer_size=16,
                                                      frame_stack_size=5) as conn:
+        aq = live_ctx.make_acquisition(conn=conn, nav_shape=NAV, controller=conn.get_active_controller())
         for _ in range(2):
-            aq = live_ctx.make_acquisition(conn=conn, nav_shape=NAV, controller=conn.get_active_controller())
             check_sums(live_ctx.run_udf(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()]), frames)
 
 
