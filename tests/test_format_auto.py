@@ -34,6 +34,26 @@ def test_auto_hdf5_and_npy(inline_ctx, tmp_path, rng):
 
 
 
+def test_auto_hdf5_two_equal_datacubes_picks_the_first_as_libertem(inline_ctx, tmp_path, rng):
+    """Two datacubes of one size: auto takes the first h5py visits, the one LiberTEM's detection takes."""
+    h5py = pytest.importorskip("h5py")
+    lt_hdf5 = pytest.importorskip("libertem.io.dataset.hdf5")
+    from libertem.executor.inline import InlineJobExecutor
+
+    first, second = (rng.integers(0, 100, size=(2, 3, 4, 5)).astype(np.uint16) for _ in range(2))
+    with h5py.File(tmp_path / "two.h5", "w") as f:
+        f["a/cube"] = first
+        f["b/cube"] = second
+    path = str(tmp_path / "two.h5")
+    theirs = lt_hdf5.H5DataSet.detect_params(path, InlineJobExecutor())["parameters"]["ds_path"]
+    from raytile.io.formats.auto import detect_format
+
+    assert detect_format(path)[1]["ds_path"].strip("/") == theirs.strip("/") == "a/cube"
+    ds = inline_ctx.load("auto", path=path)
+    assert np.array_equal(inline_ctx.run_udf(dataset=ds, udf=rt.udf.SumUDF(dtype="float64"))["intensity"].data,
+                          first.sum(axis=(0, 1)))
+
+
 def test_auto_from_json_and_what_it_tried(inline_ctx, tmp_path):
     np.save(tmp_path / "j.npy", np.ones((2, 3, 4), dtype=np.float32))
     ds = dataset_from_json({"type": "auto", "path": str(tmp_path / "j.npy")}).initialize()

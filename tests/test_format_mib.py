@@ -171,6 +171,33 @@ def test_auto_detects_hdr_and_mib(inline_ctx, tmp_path, rng):
     assert inline_ctx.load("auto", path=mib, nav_shape=(16,), sync_offset=1).shape.nav.to_tuple() == (16,)
 
 
+@pytest.mark.parametrize("neighbour_mode", ["R12", "U16"])
+def test_two_acquisitions_in_one_folder(inline_ctx, tmp_path, rng, neighbour_mode):
+    """X.hdr/X.mib beside XRAW.hdr/XRAW.mib: "mib" on X.hdr (LiberTEM's glob X*.mib takes both) fails
+    saying to pass disable_glob=True, which then works; auto takes the files named after the header."""
+    frames = _frames(rng, "U16", False, 6)
+    other = _frames(rng, neighbour_mode, False, 6)
+    hdr = write_mib(tmp_path / "X", frames, mode="U16", nav_shape=(2, 3))
+    write_mib(tmp_path / "XRAW", other, mode=neighbour_mode, nav_shape=(2, 3))
+    with pytest.raises(DataSetException, match="XRAW.mib.*disable_glob=True"):
+        inline_ctx.load("mib", path=hdr)
+    for ds in (inline_ctx.load("mib", path=hdr, disable_glob=True), inline_ctx.load("auto", path=hdr)):
+        assert ds.shape.to_tuple() == (2, 3, 32, 64)
+        assert np.array_equal(_sum(inline_ctx, ds), frames.sum(axis=0))
+    ds = inline_ctx.load("auto", path=str(tmp_path / "XRAW.hdr"))  # the neighbour's own header: its file
+    assert np.array_equal(_sum(inline_ctx, ds), other.sum(axis=0))
+
+
+def test_auto_on_a_hdr_of_numbered_files_beside_another_acquisition(inline_ctx, tmp_path, rng):
+    """X1.mib..X4.mib belong to X.hdr; with XRAW.mib beside them auto says what is in the way."""
+    hdr, frames = _write(tmp_path, rng, "U16", False, n=15)
+    ds = inline_ctx.load("auto", path=hdr)
+    assert np.array_equal(_sum(inline_ctx, ds), frames.sum(axis=0))
+    write_mib(str(hdr)[:-4] + "RAW", _frames(rng, "U16", False, 3), mode="U16", nav_shape=(1, 3))
+    with pytest.raises(DataSetException, match="other acquisitions.*RAW.mib"):
+        inline_ctx.load("auto", path=hdr)
+
+
 def test_decode_frames_on_a_stream_buffer(rng):
     """The decoders on bytes of stacked frames with headers, as a live receiver holds them."""
     for mode, quad in CASES:

@@ -7,6 +7,7 @@ subprocess stopped at the end). Every simulator is stopped by its context manage
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -225,15 +226,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_against_libertem_live_simulator(live_ctx, tmp_path):
+@contextlib.contextmanager
+def libertem_live_simulator(tmp_path, frames, series):
+    """``libertem-live-dectris-sim`` replaying a capture of ``frames`` in a subprocess: yields
+    ``(api_port, data_port)``; the process group is stopped at the end."""
     pytest.importorskip("flask")
     pytest.importorskip("libertem_dectris")
     exe = shutil.which("libertem-live-dectris-sim") or os.path.join(os.path.dirname(os.sys.executable),
                                                                      "libertem-live-dectris-sim")
     if not os.path.exists(exe):
         pytest.skip("libertem-live-dectris-sim is not installed")
-    frames = scan_frames(9)
-    write_zmq_dump(tmp_path / "capture.bin", frames, series=77)
+    write_zmq_dump(tmp_path / "capture.bin", frames, series=series)
     api_port, log = free_port(), open(tmp_path / "sim.log", "wb")
     # --zmqport 0: a random port (a fixed one races with itself inside the simulator); read it from the log
     proc = subprocess.Popen([exe, str(tmp_path / "capture.bin"), "--port", str(api_port), "--zmqport", "0"],
@@ -248,14 +251,7 @@ def test_against_libertem_live_simulator(live_ctx, tmp_path):
                 break
             time.sleep(0.1)
         assert data_port is not None, (tmp_path / "sim.log").read_text(errors="replace")[-2000:]
-        with live_ctx.make_connection("dectris").open(api_port=api_port, data_port=data_port, buffer_size=16,
-                                                      frame_stack_size=7) as conn:
-            for _ in range(2):  # two series in a row on one connection
-                assert conn.get_api_client().send_detector_command("arm")["sequence id"] == 77
-                pending = conn.wait_for_acquisition(10.0)
-                assert pending is not None and pending.series == 77 and pending.nimages == 96
-                aq = live_ctx.make_acquisition(conn=conn, pending_aq=pending, nav_shape=NAV)
-                check_sums(live_ctx.run_udf(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()]), frames)
+        yield api_port, data_port
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # the simulator and its REST server process
         try:
@@ -264,6 +260,32 @@ def test_against_libertem_live_simulator(live_ctx, tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
         log.close()
+
+
+def test_against_libertem_live_simulator(live_ctx, tmp_path):
+    frames = scan_frames(9)
+    with libertem_live_simulator(tmp_path, frames, series=77) as (api_port, data_port), \
+            live_ctx.make_connection("dectris").open(api_port=api_port, data_port=data_port, buffer_size=16,
+                                                     frame_stack_size=7) as conn:
+        for _ in range(2):  # two series in a row on one connection
+            assert conn.get_api_client().send_detector_command("arm")["sequence id"] == 77
+            pending = conn.wait_for_acquisition(10.0)
+            assert pending is not None and pending.series == 77 and pending.nimages == 96
+            aq = live_ctx.make_acquisition(conn=conn, pending_aq=pending, nav_shape=NAV)
+            check_sums(live_ctx.run_udf(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()]), frames)
+
+
+def test_active_mode_against_libertem_live_simulator(live_ctx, tmp_path):
+    """Active mode (raytile arms): the simulator, like older DCU firmware, answers 500 to the stream
+    ``format`` setting; a connection not asked for a format neither sets it nor fails on reading it.
+    Each run on the one acquisition object arms the detector again (LiberTEM-live's meaning)."""
+    frames = scan_frames(10)
+    with libertem_live_simulator(tmp_path, frames, series=78) as (api_port, data_port), \
+            live_ctx.make_connection("dectris").open(api_port=api_port, data_port=data_port, buffer_size=16,
+                                                     frame_stack_size=5) as conn:
+        aq = live_ctx.make_acquisition(conn=conn, nav_shape=NAV, controller=conn.get_active_controller())
+        for _ in range(2):
+            check_sums(live_ctx.run_udf(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()]), frames)
 
 
 # -- stream V2 (CBOR) -----------------------------------------------------------------------------
@@ -279,6 +301,30 @@ def test_cbor_stream_v2_active_with_stale_series(live_ctx, compression, dtype):
             check_sums(live_ctx.run_udf(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()]), frames)
             assert conn.receiver.stale_messages == expected_stale
         assert sim.stream_config["format"] == "cbor"
+
+
+def test_stream_format_read_from_the_detector_when_not_asked(live_ctx):
+    """No ``stream_format`` given: the detector's (V2 here) is read, passively and actively, and never
+    set; the simulator's format changed over REST between runs is followed in active mode."""
+    pytest.importorskip("cbor2")
+    frames = scan_frames(11)
+    with DectrisSimulator(frames, stream_format="cbor", auto_arm=1) as sim, connect(live_ctx, sim) as conn:
+        pending = conn.wait_for_acquisition(10.0)
+        assert pending is not None and conn.receiver.stream_format == "cbor"
+        aq = live_ctx.make_acquisition(conn=conn, pending_aq=pending, nav_shape=NAV)
+        check_sums(live_ctx.run_udf(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()]), frames)
+        puts = []
+        real_put = SimplonClient.set_stream_config
+        try:
+            SimplonClient.set_stream_config = lambda self, name, value: puts.append(name) or real_put(self, name, value)
+            for fmt in ("legacy", "cbor"):
+                sim.stream_config["format"] = fmt  # changed on the detector, not by raytile
+                aq = live_ctx.make_acquisition(conn=conn, nav_shape=NAV)
+                check_sums(live_ctx.run_udf(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()]), frames)
+                assert conn.receiver.stream_format == fmt
+        finally:
+            SimplonClient.set_stream_config = real_put
+        assert "format" not in puts and "mode" in puts
 
 
 def test_cbor_message_layout_follows_the_documentation():

@@ -6,12 +6,14 @@ Every simulator is stopped by its context manager; every test is bounded by the 
 from __future__ import annotations
 
 import asyncio
+import gc
+import tracemalloc
 
 import numpy as np
 import pytest
 from _ray_udfs import SlowSumUDF
 
-from raytile.common.errors import AcquisitionError, ConfigValidationError
+from raytile.common.errors import AcquisitionError, ConfigValidationError, DataSetException
 from raytile.live import Hooks, LiveContext
 from raytile.live.detectors.merlin import MerlinCommandError, MerlinControl, MerlinSimulator
 from raytile.live.detectors.merlin.mpx import AcquisitionHeader
@@ -192,6 +194,51 @@ def test_continuous_acquisition_scan_by_scan_and_many_scans_in_one_run(live_ctx)
         assert conn.receiver.slab_bytes == 16 * 5 * (384 + SIG[0] * SIG[1] * 2)
 
 
+def test_continuous_acquisition_each_run_on_one_acquisition_reads_the_next_scan(live_ctx):
+    """LiberTEM-live's meaning: ``run_udf`` again on the same acquisition object reads the next scan of
+    a continuous acquisition (here scans alternate between two sets of frames), 35 times, with the
+    memory the runs leave behind flat (tracemalloc after run 5 and after run 35)."""
+    frames = scan_frames(12, nav=(2,) + NAV)  # two scans' frames, sent one after the other, forever
+    n = int(np.prod(NAV))
+    with MerlinSimulator(frames, mode="U16", nav_shape=(2 * NAV[0], NAV[1]), continuous=True) as sim, \
+            connect(live_ctx, sim, frame_stack_size=5) as conn:
+        pending = conn.wait_for_acquisition(10.0)
+        aq = live_ctx.make_acquisition(conn=conn, pending_aq=pending, nav_shape=NAV, frames_per_partition=16)
+        tracemalloc.start()
+        try:
+            for k in range(35):
+                scan = frames[(k % 2) * n:(k % 2 + 1) * n]
+                check_sums(live_ctx.run_udf(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()]), scan)
+                if k == 4:
+                    gc.collect()
+                    early = tracemalloc.get_traced_memory()[0]
+            gc.collect()
+            late = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        assert conn.receiver.frames_received >= 35 * n  # (the receiver reads ahead into its slab)
+    print(f"traced memory after run 5: {early / 1e6:.2f} MB, after run 35: {late / 1e6:.2f} MB")
+    assert late < early + 256 * 1024, (early, late)  # flat: nothing kept per run
+
+
+def test_a_second_run_on_an_acquisition_being_read_is_refused(live_ctx):
+    """One run at a time on an acquisition: a second one while the first reads it fails, naming why;
+    after the first ended, the next run reads the next scan."""
+    frames = scan_frames(13)
+    with MerlinSimulator(frames, mode="U16", nav_shape=NAV, continuous=True, frame_rate=2000) as sim, \
+            connect(live_ctx, sim) as conn:
+        aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), nav_shape=NAV,
+                                       frames_per_partition=8)
+        run = iter(live_ctx.run_udf_iter(dataset=aq, udf=SumUDF(dtype="int64")))
+        next(run)
+        with pytest.raises(DataSetException, match="being read by a run"):
+            live_ctx.run_udf(dataset=aq, udf=SumUDF(dtype="int64"))
+        for part in run:
+            pass
+        assert np.array_equal(part.buffers[0]["intensity"].data, frames.sum(axis=0))
+        check_sums(live_ctx.run_udf(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()]), frames)
+
+
 def test_control_port_commands():
     frames = scan_frames(11)
     with MerlinSimulator(frames, mode="R6", nav_shape=NAV) as sim, MerlinControl("127.0.0.1", sim.api_port) as c:
@@ -249,6 +296,65 @@ def test_cli_sim_and_run(tmp_path):
     got = np.load(out)
     assert np.allclose(got["sum_intensity"], frames.sum(axis=0))
     assert np.allclose(got["sumsig_intensity"], frames.sum(axis=(1, 2)).reshape(8, 12))
+
+
+def _rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def test_cli_sim_large_scan_repeats_one_stack_in_bounded_memory(tmp_path):
+    """A 64x64 scan of 128x128 frames: the simulator makes 512 frames (16 MiB, one stack) and sends them
+    in a cycle; its memory above a simulator of one frame stays within 2 stacks (it held the whole scan,
+    +380 MiB, before), and a run over the scan equals numpy on the cycled frames."""
+    import re
+    import subprocess
+    import sys
+
+    from raytile.cli import main
+
+    def start(nav):
+        proc = subprocess.Popen([sys.executable, "-m", "raytile.cli", "live", "sim", "merlin", "--mode", "U16",
+                                 "--nav-shape", nav, "--sig-shape", "128,128", "--data-port", "0", "--api-port", "0"],
+                                stdout=subprocess.PIPE, text=True)
+        return proc, proc.stdout.readline()
+
+    rest, _ = start("1,1")
+    try:
+        resting = _rss_mib(rest.pid)
+    finally:
+        rest.terminate()
+        rest.wait(10)
+    sim, line = start("64,64")
+    try:
+        assert "4096 frames (512 distinct, repeated)" in line, line
+        assert _rss_mib(sim.pid) - resting < 2 * 16, (_rss_mib(sim.pid), resting)
+        data_port, api_port = re.search(r"data 127.0.0.1:(\d+), control 127.0.0.1:(\d+)", line).groups()
+        out = tmp_path / "live.npz"
+        assert main(["live", "run", "merlin", "--udf", "sum,sumsig", "--data-port", data_port, "--api-port",
+                     api_port, "--executor", "inline", "--out", str(out)]) == 0
+        assert _rss_mib(sim.pid) - resting < 2 * 16
+    finally:
+        sim.terminate()
+        sim.wait(10)
+    stack = np.random.default_rng(0).integers(0, 0xFFF + 1, size=(512, 128, 128))  # the synthetic frames
+    frames = np.concatenate([stack] * 8)
+    got = np.load(out)
+    assert np.allclose(got["sum_intensity"], frames.sum(axis=0))
+    assert np.allclose(got["sumsig_intensity"], frames.sum(axis=(1, 2)).reshape(64, 64))
+
+
+def test_simulator_num_frames_cycles_the_given_frames(live_ctx):
+    """``num_frames`` beyond the frames given: they are sent again in a cycle, one acquisition of 40."""
+    frames = scan_frames(14, nav=(2, 7))
+    with MerlinSimulator(frames, mode="U16", nav_shape=(5, 8), num_frames=40) as sim, connect(live_ctx, sim) as conn:
+        pending = conn.wait_for_acquisition(10.0)
+        assert pending.nimages == 40
+        aq = live_ctx.make_acquisition(conn=conn, pending_aq=pending, frames_per_partition=16)
+        cycled = frames[np.arange(40) % 14]
+        check_sums(live_ctx.run_udf(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()]), cycled, nav=(5, 8))
+    with pytest.raises(ConfigValidationError, match="num_frames"):
+        MerlinSimulator(frames, num_frames=0)
 
 
 def test_frames_come_cut_on_partition_boundaries(live_ctx):

@@ -232,3 +232,33 @@ def test_files_count_no_dropped_frames(ctx):
     ds = ctx.load("memory", data=np.ones((4, 3, 8, 8), np.uint16), num_partitions=2)
     parts = list(ctx.run_udf_iter(dataset=ds, udf=SumUDF()))
     assert [p.frames_dropped for p in parts] == [0] * len(parts)
+
+
+BLOCK_ZMQ = ("import sys; sys.modules['zmq'] = None  # as if pyzmq were not installed\n"
+             "from raytile.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+@pytest.mark.parametrize("argv", [["live", "sim", "dectris", "--data-port", "0", "--api-port", "0"],
+                                  ["live", "run", "dectris", "--timeout", "1", "--executor", "inline"]])
+def test_without_the_live_extra_the_error_names_it(argv):
+    """Without pyzmq, ``raytile live ... dectris`` says which extra to install (no traceback)."""
+    proc = subprocess.run([sys.executable, "-c", BLOCK_ZMQ, *argv], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "needs the live extra (pip install -e '.[live]')" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_without_the_live_extra_the_python_api_names_it():
+    """The same from Python: the simulator and the connection raise ConfigValidationError naming the extra."""
+    code = ("import sys; sys.modules['zmq'] = None\n"
+            "import numpy as np\n"
+            "from raytile.common.errors import ConfigValidationError\n"
+            "from raytile.live.detectors.dectris import DectrisSimulator, DectrisReceiver\n"
+            "for make in (lambda: DectrisSimulator(np.zeros((2, 4, 4), np.uint16)),\n"
+            "             lambda: DectrisReceiver('tcp://127.0.0.1:1').start()):\n"
+            "    try:\n"
+            "        make()\n"
+            "    except ConfigValidationError as e:\n"
+            "        print('OK', e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.count("OK") == 2 and proc.stdout.count("live extra") == 2, proc.stdout + proc.stderr[-2000:]

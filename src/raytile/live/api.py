@@ -72,7 +72,8 @@ class LiveContext(Context):
         and reads it. ``scans`` (raytile's): scans of ``nav_shape`` frames this
         one run reads from a continuous acquisition (0: until it ends), with
         per-scan results; by default one run reads one scan, and the next run
-        on a new acquisition object reads the next one. ``preprocess``
+        (on this acquisition object, one run at a time, or on a new one) reads
+        the next one, as in LiberTEM-live. ``preprocess``
         (raytile's): a frame transform, e.g. a
         :class:`~raytile.pipeline.frame_stacks.FrameStackPipeline` (dark, gain,
         binning), applied on the workers to each stack of frames before the

@@ -79,6 +79,9 @@ def add_live_parser(sub: Any) -> None:
     s.add_argument("--triggered", action="store_true",
                    help="wait for the start: Merlin CMD,STARTACQUISITION; DECTRIS an arm over REST "
                         "(default: acquisitions start by themselves)")
+    s.add_argument("--sndhwm", type=int, default=128,
+                   help="DECTRIS: ZeroMQ send high-water mark in messages, what the sender queues for a slow "
+                        "receiver (default 128, about one stack of synthetic frames)")
     s.add_argument("--skip-images", type=_indices, default=(), metavar="I,J,...",
                    help="DECTRIS: image numbers never sent in each series (frames lost, for tests)")
     s.add_argument("--host", default="127.0.0.1")
@@ -93,7 +96,8 @@ def add_live_parser(sub: Any) -> None:
     r.add_argument("--nav-shape", type=_shape, default=None, help="scan shape (default: from the detector)")
     r.add_argument("--scans", type=int, default=1, help="scans in this run, 0: until the acquisition ends "
                    "(default 1)")
-    r.add_argument("--stream-format", default="legacy", choices=("legacy", "cbor"), help="DECTRIS: V1 or V2")
+    r.add_argument("--stream-format", default=None, choices=("legacy", "cbor"),
+                   help="DECTRIS: V1 or V2, set over REST (default: the detector's, never set)")
     r.add_argument("--channel", default=None, help="DECTRIS stream V2: the threshold channel (default: the first)")
     r.add_argument("--data-host", default="127.0.0.1")
     r.add_argument("--data-port", type=int, default=None)
@@ -105,23 +109,65 @@ def add_live_parser(sub: Any) -> None:
     r.set_defaults(func=cmd_live)
 
 
+def _require_extra(args: argparse.Namespace) -> None:
+    """DECTRIS needs the live extra (ZeroMQ and the codecs of the chosen stream): say so before starting."""
+    if args.detector != "dectris":
+        return
+    from raytile.live.extra import live_module
+
+    what = f"raytile live {args.live_command} dectris"
+    live_module("zmq", what)
+    if args.live_command == "sim":
+        live_module({"bslz4": "bitshuffle", "lz4": "lz4.block", "none": "zmq"}[args.compression], what)
+    if args.stream_format == "cbor":
+        live_module("cbor2", what)
+
+
 def cmd_live(args: argparse.Namespace) -> int:
+    _require_extra(args)
     data_port, api_port = PORTS[args.detector]
     args.data_port = data_port if args.data_port is None else args.data_port
     args.api_port = api_port if args.api_port is None else args.api_port
     return _sim(args) if args.live_command == "sim" else _run(args)
 
 
-def _frames(args: argparse.Namespace) -> tuple[np.ndarray, tuple[int, ...]]:
-    """The frames to replay ``(n, h, w)`` and their scan shape: the data set's, or synthetic ones (seed 0)."""
+#: Bytes of synthetic frames a simulator makes (one stack): a larger scan repeats them in a cycle, so
+#: memory and start-up time do not grow with the scan (a 256x256 scan of 256x256 frames: 128 frames).
+SYNTHETIC_STACK_BYTES = 16 * 1024 * 1024
+
+
+def _synthetic_dtype(args: argparse.Namespace) -> np.dtype:
+    if args.detector == "dectris":
+        return np.dtype(args.dtype)
+    return np.dtype(np.uint8 if args.mode in ("U08", "R1", "R6") else np.uint32 if args.mode in ("U32", "R24")
+                    else np.uint16)
+
+
+def _synthetic(args: argparse.Namespace, n: int) -> np.ndarray:
+    """The first frames of the synthetic scan (seed 0), at most :data:`SYNTHETIC_STACK_BYTES` of them:
+    the simulator sends them in a cycle. Made 16 frames at a time (the same values as in one call)."""
+    sig = tuple(args.sig_shape)
+    dtype = _synthetic_dtype(args)
+    count = max(1, min(n, SYNTHETIC_STACK_BYTES // max(1, int(np.prod(sig)) * dtype.itemsize)))
+    rng = np.random.default_rng(0)
+    out = np.empty((count,) + sig, dtype)
+    top = {"U08": 0xFF, "U16": 0xFFF, "U32": 0xFFFFFF, "R1": 1, "R6": 0x3F, "R12": 0xFFF}.get(args.mode, 0xFFF)
+    for start in range(0, count, 16):
+        k = min(16, count - start)
+        if args.detector == "dectris":  # sparse counts, as a counting detector sends (and compressible)
+            out[start:start + k] = rng.poisson(1.0, size=(k,) + sig)
+        else:
+            out[start:start + k] = rng.integers(0, top + 1, size=(k,) + sig)
+    return out
+
+
+def _frames(args: argparse.Namespace) -> tuple[np.ndarray, tuple[int, ...], int]:
+    """The frames to replay ``(k, h, w)``, the scan shape and its frame count ``n``: the data set's
+    (``k == n``), or the first ``k`` of a synthetic scan (seed 0), which the simulator repeats to fill
+    ``n``."""
     if args.dataset is None:
         n = int(np.prod(args.nav_shape))
-        rng = np.random.default_rng(0)
-        if args.detector == "dectris":  # sparse counts, as a counting detector sends (and compressible)
-            return rng.poisson(1.0, size=(n,) + tuple(args.sig_shape)).astype(args.dtype), tuple(args.nav_shape)
-        top = {"U08": 0xFF, "U16": 0xFFF, "U32": 0xFFFFFF, "R1": 1, "R6": 0x3F, "R12": 0xFFF}.get(args.mode, 0xFFF)
-        frames = rng.integers(0, top + 1, size=(n,) + tuple(args.sig_shape))
-        return frames.astype(np.uint32), tuple(args.nav_shape)
+        return _synthetic(args, n), tuple(args.nav_shape), n
     from raytile.runtime.context import Context
     from raytile.udf import AutoUDF
 
@@ -134,18 +180,18 @@ def _frames(args: argparse.Namespace) -> tuple[np.ndarray, tuple[int, ...]]:
             raise ConfigValidationError(f"--dataset {args.dataset}: values outside uint32 cannot be sent by a "
                                         f"DECTRIS detector (dtype {frames.dtype})")
         frames = frames.astype(np.uint32)
-    return frames, ds.shape.nav.to_tuple()
+    return frames, ds.shape.nav.to_tuple(), len(frames)
 
 
 def _sim(args: argparse.Namespace) -> int:
-    frames, nav = _frames(args)
+    frames, nav, n = _frames(args)
     sim: Any
     if args.detector == "merlin":
         from raytile.live.detectors.merlin.sim import MerlinSimulator
 
         sim = MerlinSimulator(frames, mode=args.mode, nav_shape=nav, host=args.host, data_port=args.data_port,
                               api_port=args.api_port, frame_rate=args.frame_rate, acquisitions=args.acquisitions,
-                              continuous=args.continuous, triggered=args.triggered)
+                              continuous=args.continuous, triggered=args.triggered, num_frames=n)
         kind, api = "Merlin", "control"
         detail = f"{args.mode}"
     else:
@@ -157,20 +203,24 @@ def _sim(args: argparse.Namespace) -> int:
                                frame_rate=args.frame_rate, compression=args.compression,
                                trigger_mode=args.trigger_mode, stream_format=args.stream_format,
                                auto_arm=0 if args.triggered else args.acquisitions, skip_images=args.skip_images,
-                               channels=args.channels)
-        per_series = len(frames) * args.scans
+                               channels=args.channels, sndhwm=args.sndhwm)
+        per_series = n * args.scans
         if args.trigger_mode in ("exte", "inte"):  # one image per trigger
             sim.config.update(nimages=1, ntrigger=per_series)
         else:
             sim.config.update(nimages=per_series, ntrigger=1)
         kind, api = "DECTRIS", "REST"
         detail = f"{frames.dtype} {args.compression} stream {args.stream_format}"
+    shape, distinct = frames.shape[1:], len(frames)
+    if args.detector == "merlin":
+        del frames  # encoded into the simulator's messages: only those stay
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     with sim:
+        cycle = f" ({distinct} distinct, repeated)" if distinct < n else ""
         print(f"{kind} simulator: data {args.host}:{sim.data_port}, {api} {args.host}:{sim.api_port}, "
-              f"{len(frames)} frames of {frames.shape[1]}x{frames.shape[2]} {detail}, nav {nav}", flush=True)
+              f"{n} frames{cycle} of {shape[0]}x{shape[1]} {detail}, nav {nav}", flush=True)
         while not stop.wait(1.0):
             pass
         done = sim.acquisitions_sent if args.detector == "merlin" else len(sim.series_sent)

@@ -412,7 +412,12 @@ class AcquisitionFrames:
     """An acquisition's frame arrays (an iterable for the ``stream`` data set) with its
     :class:`AcquisitionStats`; iterating calls ``make(self)``, a generator of the arrays that reads
     :attr:`stats` and :attr:`batch`. ``LiveContext.make_acquisition`` sets ``batch`` to the data set's
-    partitioning, so arrays come cut where its partitions are (no copy in the stream)."""
+    partitioning, so arrays come cut where its partitions are (no copy in the stream). Each iteration
+    reads the next frames from the connection (:class:`~raytile.io.formats.stream.RepeatableSource`):
+    one run after another on the same acquisition reads scan after scan, as in LiberTEM-live."""
+
+    #: One run after another may read it, each the next scan(s).
+    repeatable = True
 
     def __init__(self, make: Callable[["AcquisitionFrames"], Iterator[np.ndarray]],
                  batch: tuple[int, int] | None = None):

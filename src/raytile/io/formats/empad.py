@@ -4,12 +4,16 @@ The ``.raw`` file holds little-endian float32 frames of 130 x 128 pixels:
 the 128 x 128 detector image followed by two rows (1024 bytes) of
 per-frame metadata, which are skipped as a frame footer. The ``.xml``
 names the ``.raw`` file (``<raw_file filename=...>``, looked up next to the
-``.xml``) and the scan: ``<scan_parameters mode="acquire">`` with
+``.xml``) and the scan: ``<pix_x>``/``<pix_y>`` (EMPAD software 0.51: the
+scan actually recorded, nav shape ``(pix_y, pix_x)``, which hyperspy and
+rosettasciio read first), ``<scan_parameters mode="acquire">`` with
 ``scan_resolution_x``/``scan_resolution_y`` (nav shape ``(y, x)``), or
-``<type>series</type>`` with ``<count>`` (nav shape ``(count,)``). As in
-LiberTEM 0.16, when the raw file's size does not match the "acquire" scan,
-the "search" scan's size is tried (some acquisition software writes the
-search scan's frames).
+``<type>series</type>`` with ``<count>`` (nav shape ``(count,)``). The
+first of these whose frame count fits the raw file's size is the nav shape;
+as in LiberTEM 0.16, the "search" scan's size is tried last (some
+acquisition software writes the search scan's frames). ``auto`` places an
+``.xml`` that names a raw file; one whose raw file is missing or does not
+fit is refused with the reason.
 
 Example::
 
@@ -63,8 +67,23 @@ def _scan_shape(root: ET.Element, path: str, mode: str) -> tuple[int, ...] | Non
     return None
 
 
-def read_empad_xml(path: str) -> tuple[str, tuple[int, ...], tuple[int, ...] | None]:
-    """``(raw path, nav shape of the "acquire" scan or series, nav shape of the "search" scan or None)``."""
+def _pix_shape(root: ET.Element, path: str) -> tuple[int, ...] | None:
+    """``(pix_y, pix_x)`` of a scan's XML (EMPAD 0.51 writes the recorded scan size there), else None."""
+    x, y = root.findtext("pix_x"), root.findtext("pix_y")
+    if x is None or y is None:
+        return None
+    try:
+        shape = (int(y.strip()), int(x.strip()))
+    except ValueError:
+        raise DataSetException(f"{path}: <pix_x>/<pix_y> are not integers: {x!r}, {y!r}") from None
+    if min(shape) < 1:
+        raise DataSetException(f"{path}: scan size <pix_y> x <pix_x> {shape} is not positive")
+    return shape
+
+
+def read_empad_xml(path: str) -> tuple[str, list[tuple[str, tuple[int, ...]]]]:
+    """``(raw path, candidate nav shapes)``: ``(what, shape)`` in the order they are tried: the series
+    count, or ``<pix_y>``/``<pix_x>``, the "acquire" scan and the "search" scan."""
     try:
         root = ET.parse(path).getroot()
     except (ET.ParseError, OSError, UnicodeDecodeError) as e:
@@ -74,10 +93,21 @@ def read_empad_xml(path: str) -> tuple[str, tuple[int, ...], tuple[int, ...] | N
         raise DataSetException(f"{path}: not an EMPAD .xml file: no <raw_file filename=...> element")
     raw_path = os.path.join(os.path.dirname(path), os.path.basename(raw.attrib["filename"]))
     acquire = _scan_shape(root, path, "acquire")
-    if acquire is None:
-        raise DataSetException(f"{path}: EMPAD .xml has no <scan_parameters mode=\"acquire\"> nor a series count")
-    search = _scan_shape(root, path, "search") if len(acquire) == 2 else None
-    return raw_path, acquire, search
+    candidates: list[tuple[str, tuple[int, ...]]] = []
+    if acquire is not None and len(acquire) == 1:  # a series
+        return raw_path, [("series count", acquire)]
+    pix = _pix_shape(root, path)
+    if pix is not None:
+        candidates.append(("<pix_y>/<pix_x>", pix))
+    if acquire is not None:
+        candidates.append(("acquire scan", acquire))
+    search = _scan_shape(root, path, "search")
+    if search is not None:
+        candidates.append(("search scan", search))
+    if not candidates:
+        raise DataSetException(f"{path}: EMPAD .xml has no <pix_x>/<pix_y>, no <scan_parameters "
+                               f"mode=\"acquire\"> nor a series count")
+    return raw_path, candidates
 
 
 class EMPADDataSet(FrameFileDataSet):
@@ -94,19 +124,16 @@ class EMPADDataSet(FrameFileDataSet):
         low = path.lower()
         nav: tuple[int, ...] | None = self._nav_shape
         if low.endswith(".xml"):
-            raw_path, acquire, search = read_empad_xml(path)
+            raw_path, candidates = read_empad_xml(path)
             size = self._check_path(raw_path)
-            nav = acquire
-            if size != math.prod(acquire) * _FRAME_STRIDE and search is not None \
-                    and size == math.prod(search) * _FRAME_STRIDE:
-                nav = search
-            elif size != math.prod(acquire) * _FRAME_STRIDE:
-                alt = "" if search is None else f" (or {math.prod(search) * _FRAME_STRIDE} for the search scan {search})"
+            fits = [shape for _, shape in candidates if size == math.prod(shape) * _FRAME_STRIDE]
+            if not fits:
+                tried = ", ".join(f"{what} {shape}: {math.prod(shape) * _FRAME_STRIDE}" for what, shape in candidates)
                 raise DataSetException(
-                    f"{raw_path}: EMPAD raw file of {size} bytes does not match the scan {acquire} of {path}: "
-                    f"{math.prod(acquire)} frames of {_FRAME_STRIDE} bytes need {math.prod(acquire) * _FRAME_STRIDE}"
-                    f"{alt}; truncated file or wrong .xml?"
+                    f"{raw_path}: EMPAD raw file of {size} bytes fits no scan size of {path} (frames of "
+                    f"{_FRAME_STRIDE} bytes; bytes needed by {tried}); truncated file or wrong .xml?"
                 )
+            nav = fits[0]
             count = math.prod(nav)
         elif low.endswith(".raw"):
             raw_path = path
@@ -127,8 +154,14 @@ class EMPADDataSet(FrameFileDataSet):
 
     @classmethod
     def detect_params(cls, path: str) -> dict[str, Any] | None:
-        """``{"path", "nav_shape", "sig_shape"}`` for an EMPAD ``.xml`` whose raw file fits its scan, else None."""
-        probe = cls._probe(path, (".xml",))
-        if probe is None:
+        """``{"path", "nav_shape", "sig_shape"}`` for an EMPAD ``.xml`` whose raw file fits its scan; None
+        for other files; DataSetException (the reason) for an EMPAD ``.xml`` whose raw file is missing or
+        does not fit."""
+        if not str(path).lower().endswith(".xml"):
             return None
-        return {"path": path, "nav_shape": probe[1].nav_shape, "sig_shape": EMPAD_SIG_SHAPE}
+        try:
+            read_empad_xml(path)
+        except DataSetException:
+            return None  # not an EMPAD description
+        layout = cls(path=path)._read_layout()
+        return {"path": path, "nav_shape": layout.nav_shape, "sig_shape": EMPAD_SIG_SHAPE}

@@ -278,7 +278,8 @@ class H5DataSet(DataSet):
 
     @classmethod
     def detect_params(cls, path: str) -> dict | None:
-        """``path`` and ``ds_path`` of the largest numeric dataset of 3 or more dimensions in an HDF5 file."""
+        """``path`` and ``ds_path`` of the largest numeric dataset of 3 or more dimensions in an HDF5 file;
+        of several of the largest size, the first h5py visits (LiberTEM's choice)."""
         try:
             with open(path, "rb") as fh:
                 if fh.read(8) != b"\x89HDF\r\n\x1a\n":
@@ -299,7 +300,8 @@ class H5DataSet(DataSet):
             raise DataSetException(f"{path}: an HDF5 file h5py cannot open: {e}") from None
         if not found:
             raise DataSetException(f"{path}: an HDF5 file without a dataset of 3 or more dimensions")
-        return {"path": path, "ds_path": max(found)[1]}
+        largest = max(size for size, _ in found)
+        return {"path": path, "ds_path": next(name for size, name in found if size == largest)}
 
     def _do_initialize(self) -> DataSetMeta:
         if not os.path.isfile(self._path):

@@ -7,7 +7,10 @@ parameters: ``path``, ``nav_shape``, ``sig_shape``, ``sync_offset``,
 ``scan_size``/``tileshape``). The files of an acquisition are found as
 LiberTEM does (``scan.hdr`` -> ``scan*.mib``; ``scan12.mib`` -> ``scan*.mib``
 unless ``disable_glob``) and placed by the sequence number in their first
-frame header, so ``scan10.mib`` follows ``scan9.mib``.
+frame header, so ``scan10.mib`` follows ``scan9.mib``. Where that glob
+catches another acquisition's files (``X.hdr`` and ``XRAW.mib`` beside
+``X.mib``) the error says to pass ``disable_glob=True``; ``auto`` opens a
+``.hdr`` with the files named after it (``X.mib``, ``X1.mib``, ...) only.
 
 Every frame has its own ASCII header (:mod:`raytile.io.decoders_mib`).
 ``U08``/``U16``/``U32`` frames are big-endian integers read by numpy alone
@@ -43,7 +46,7 @@ from raytile.io.decoders import Decoder, NativeDecoder
 from raytile.io.decoders_mib import MIB_MAGIC, MIBFrameHeader, MIBRawFrameDecoder, parse_frame_header
 from raytile.io.fileset import File, FileDataSet, FilePartition, FileSet, check_sync_offset
 
-__all__ = ["MIBDataSet", "MIBPartition", "read_hdr", "nav_shape_from_hdr", "mib_filenames"]
+__all__ = ["MIBDataSet", "MIBPartition", "read_hdr", "nav_shape_from_hdr", "mib_filenames", "files_of_header"]
 
 #: Bytes read to find a frame header (the largest Merlin header, a quad's, is 768 bytes).
 _HEAD_READ = 4096
@@ -105,6 +108,14 @@ def mib_filenames(path: str, disable_glob: bool = False) -> list[str]:
     if not names:
         raise DataSetException(f"{path}: no .mib files match {_pattern(path)}")
     return names
+
+
+def files_of_header(hdr_path: str, names: list[str]) -> list[str]:
+    """The ``names`` that belong to the acquisition of ``hdr_path``: its stem plus an optional number
+    (``X.mib``, ``X1.mib``, ``X12.mib``; not ``XRAW.mib``, another acquisition's)."""
+    stem = os.path.basename(os.path.splitext(hdr_path)[0])
+    own = re.compile(re.escape(stem) + r"[0-9]*\.mib", re.IGNORECASE)
+    return [n for n in names if own.fullmatch(os.path.basename(n))]
 
 
 def _read_at(path: str, offset: int, size: int) -> bytes:
@@ -254,8 +265,21 @@ class MIBDataSet(FileDataSet):
             except OSError:
                 return None
             nav = nav_shape_from_hdr(read_hdr(path), path)
-            first = _file_header(sorted(mib_filenames(path))[0])
-            return {"path": path, "nav_shape": nav, "sig_shape": first.sig_shape}
+            names = sorted(mib_filenames(path))
+            own = files_of_header(path, names)
+            params: dict[str, Any] = {"path": path, "nav_shape": nav}
+            if own != names:  # the glob catches a neighbouring acquisition's files
+                single = os.path.splitext(path)[0] + ".mib"
+                if [os.path.basename(n) for n in own] != [os.path.basename(single)]:
+                    raise DataSetException(
+                        f"{path}: {_pattern(path)} matches files of other acquisitions "
+                        f"({', '.join(os.path.basename(n) for n in names if n not in own)}) besides its own "
+                        f"({', '.join(os.path.basename(n) for n in own) or 'none'}); move them apart or open "
+                        f"one .mib with ctx.load('mib', path=..., nav_shape=..., disable_glob=True)")
+                params["disable_glob"] = True
+                names = own
+            first = _file_header(names[0])
+            return {**params, "sig_shape": first.sig_shape}
         if ext != ".mib":
             return None
         try:
@@ -270,10 +294,25 @@ class MIBDataSet(FileDataSet):
         return {"path": path, "nav_shape": nav, "sig_shape": header.sig_shape}
 
     def _scan(self) -> tuple[MIBFrameHeader, list[File]]:
-        """The first header and the files in frame order, every file's first and last frame checked."""
+        """The first header and the files in frame order, every file's first and last frame checked;
+        files that do not fit together, found by the glob, end in an error that says what to do."""
+        names = mib_filenames(self._path, self._disable_glob)
+        try:
+            return self._scan_files(names)
+        except DataSetException as e:
+            if len(names) < 2 or self._disable_glob:
+                raise
+            raise DataSetException(
+                f"{e}. {_pattern(self._path)} found {len(names)} files "
+                f"({', '.join(os.path.basename(n) for n in sorted(names))}): another acquisition's files beside "
+                f"this one? Open this one's file alone with disable_glob=True (ctx.load('mib', path=..., "
+                f"disable_glob=True)), or load its .hdr with 'auto', which takes only the files named after it"
+            ) from None
+
+    def _scan_files(self, names: list[str]) -> tuple[MIBFrameHeader, list[File]]:
         found: list[tuple[str, MIBFrameHeader]] = []
         first: MIBFrameHeader | None = None
-        for p in mib_filenames(self._path, self._disable_glob):
+        for p in names:
             h = _file_header(p)
             if first is not None and (h.header_bytes, h.pixel_depth, h.counter_depth, h.header_x, h.header_y,
                                       h.num_chips, h.layout) != (

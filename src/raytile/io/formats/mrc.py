@@ -1,4 +1,4 @@
-"""The ``mrc`` format: MRC/MRC2014 image stacks (``.mrc``, ``.mrcs``).
+"""The ``mrc`` format: MRC/MRC2014 image stacks (``.mrc``, ``.mrcs``) and volumes (EMDB ``.map``).
 
 A 1024-byte header of 4-byte words, an extended header of ``NSYMBT``
 bytes, then ``NZ`` sections of ``NY`` rows of ``NX`` pixels (x fastest).
@@ -8,7 +8,12 @@ little-endian, ``0x11 0x11`` big-endian; files without a stamp are read in
 the byte order that gives a valid header). Modes: 0 int8, 1 int16,
 2 float32, 6 uint16, 12 float16; complex and packed 4-bit modes are refused.
 Each section is one frame of ``(NY, NX)``; the nav shape defaults to
-``(NZ,)`` as in LiberTEM 0.16.
+``(NZ,)`` as in LiberTEM 0.16. ``auto`` places ``.mrc``/``.mrcs`` files
+with a valid header and ``.map`` files that also carry the MRC2014 "MAP "
+mark (``.map`` is JEOL's extension too; a volume: nav ``(NZ,)``); it gives a square nav shape when
+``NZ`` is a square number above 1 (LiberTEM's ``make_2D_square``), and a
+single section ``(1,)``, as ``"mrc"`` does (LiberTEM's ``auto`` says
+``(1, 1)`` there and its ``"mrc"`` ``(1,)``; raytile's two agree).
 
 Example::
 
@@ -64,7 +69,7 @@ def read_mrc_header(path: str) -> dict[str, Any]:
     if nsymbt < 0:
         raise DataSetException(f"{path}: MRC extended header size NSYMBT={nsymbt} is negative (corrupt header)")
     return {"shape": (nz, ny, nx), "dtype": np.dtype(order + MRC_MODES[mode]),
-            "data_offset": _HEADER_BYTES + nsymbt, "mode": mode}
+            "data_offset": _HEADER_BYTES + nsymbt, "mode": mode, "map_mark": head[208:212] == b"MAP "}
 
 
 class MRCDataSet(FrameFileDataSet):
@@ -88,15 +93,21 @@ class MRCDataSet(FrameFileDataSet):
 
     @classmethod
     def detect_params(cls, path: str) -> dict[str, Any] | None:
-        """``{"path", "nav_shape", "sig_shape"}`` of a ``.mrc``/``.mrcs`` file with a valid header, else None.
+        """``{"path", "nav_shape", "sig_shape"}`` of a ``.mrc``/``.mrcs`` file with a valid header, or of a
+        ``.map`` file with one and the "MAP " mark; else None.
 
-        The nav shape is square when the section count is a square number, as LiberTEM detects it.
+        The nav shape is square when the section count is a square number above 1, as LiberTEM detects
+        it; one section is ``(1,)``, as the ``"mrc"`` format's default.
         """
-        if not str(path).lower().endswith((".mrc", ".mrcs")):
+        name = str(path).lower()
+        if not name.endswith((".mrc", ".mrcs", ".map")):
             return None
         try:
             h = read_mrc_header(path)
         except DataSetException:
             return None
+        if name.endswith(".map") and not h["map_mark"]:
+            return None  # another format's .map (JEOL's)
         nz, ny, nx = h["shape"]
-        return {"path": path, "nav_shape": square_nav(nz), "sig_shape": (ny, nx)}
+        volume = name.endswith(".map")  # an EMDB volume: its sections, never a scan
+        return {"path": path, "nav_shape": square_nav(nz) if nz > 1 and not volume else (nz,), "sig_shape": (ny, nx)}

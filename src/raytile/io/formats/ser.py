@@ -18,7 +18,12 @@ interleaved, or data only); frames are read as a fixed-stride file set in
 runs of equal stride (any gaps allowed). 2D frames are flipped to top-row
 first, as ncempy and LiberTEM 0.16 return them: tiles are read as whole
 frames and flipped (views, no copy) before they are cut to the run's
-tiling. The nav shape defaults to the reversed ``DimensionSize`` list.
+tiling. The nav shape defaults to the reversed ``DimensionSize`` list; a
+series stopped before its end (``ValidNumberElements`` below the product
+of the dimension sizes, as TIA writes a stopped or preview series) opens
+its valid frames: ``(valid,)``, or ``(valid // inner, *inner)`` when the
+valid frames fill whole rows of a multi-dimensional series. ``auto``
+places series of 2D images and of 1D spectra, as LiberTEM's does.
 
 Example::
 
@@ -80,8 +85,23 @@ def read_ser_header(path: str) -> dict[str, Any]:
         raise DataSetException(f"{path}: the SER file holds no valid elements (no data)")
     raw = read_exact(path, offset_array, valid * struct.calcsize(off_fmt), "SER data offset array")
     offsets = np.frombuffer(raw, dtype=off_fmt[0] + ("i8" if wide else "i4")).astype(np.int64)
+    full = tuple(reversed(dims)) or (valid,)
     return {"version": version, "data_type_id": data_type_id, "tag_type_id": tag_type_id, "total": total,
-            "valid": valid, "nav_shape": tuple(reversed(dims)) or (valid,), "offsets": offsets}
+            "valid": valid, "nav_shape": _valid_nav(full, valid), "dims_nav_shape": full, "offsets": offsets}
+
+
+def _valid_nav(full: tuple[int, ...], valid: int) -> tuple[int, ...]:
+    """The nav shape of the ``valid`` frames of a series of ``full`` dimensions (all when it is complete).
+
+    >>> _valid_nav((200,), 5), _valid_nav((4, 8), 16), _valid_nav((4, 8), 13), _valid_nav((4, 8), 32)
+    ((5,), (2, 8), (13,), (4, 8))
+    """
+    if valid >= int(np.prod(full)):
+        return full
+    inner = int(np.prod(full[1:]))
+    if len(full) > 1 and valid % inner == 0:
+        return (valid // inner,) + full[1:]
+    return (valid,)
 
 
 def _element(path: str, h: dict[str, Any], offset: int) -> tuple[np.dtype, tuple[int, ...]]:
@@ -172,6 +192,7 @@ class SERDataSet(FrameFileDataSet):
         self._native_sig = shape
         return FrameLayout(files=files, sig_shape=shape, dtype=dtype, nav_shape=h["nav_shape"], frame_header=gap,
                            info={"SER version": hex(h["version"]), "elements": f"{h['valid']} of {h['total']}",
+                                 "dimensions": str(h["dims_nav_shape"]),
                                  "runs of equal stride": str(len(files))})
 
     def _make_partition(self, sl: Slice, idx: int) -> Partition:
@@ -182,13 +203,11 @@ class SERDataSet(FrameFileDataSet):
 
     @classmethod
     def detect_params(cls, path: str) -> dict[str, Any] | None:
-        """``{"path", "nav_shape", "sig_shape"}`` of a ``.ser`` file of 2D images, else None."""
+        """``{"path", "nav_shape", "sig_shape"}`` of a ``.ser`` file of 2D images or 1D spectra, else None."""
         if not str(path).lower().endswith(".ser"):
             return None
         try:
             h = read_ser_header(path)
-            if h["data_type_id"] != 0x4122:
-                return None
             _, shape = _element(path, h, int(h["offsets"][0]))
         except DataSetException:
             return None

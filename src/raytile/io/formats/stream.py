@@ -43,7 +43,7 @@ from raytile.common.slice import Slice
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
 
 __all__ = ["StreamDataSet", "StreamPartition", "StreamSpec", "FrameTransform", "default_frames_per_partition",
-           "iterate_batches", "LossReporting", "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN", "Allocate"]
+           "iterate_batches", "LossReporting", "RepeatableSource", "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN", "Allocate"]
 
 #: Default partition size of a stream, in bytes of raw frames: small, so partial results flow, and large
 #: enough that the fixed cost of a task (its call and reply, its result buffers, about 1-2 ms on 2 CPUs)
@@ -79,6 +79,16 @@ class LossReporting(Protocol):
 
     @property
     def frames_dropped(self) -> int: ...
+
+
+@runtime_checkable
+class RepeatableSource(Protocol):
+    """A source each iteration of which yields the next frames (a live acquisition: each iteration reads
+    the next scan from the detector's connection): a stream over it may be read by one run after
+    another, each run reading the next scans (LiberTEM-live's meaning of ``run_udf`` on one acquisition)."""
+
+    @property
+    def repeatable(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -182,7 +192,8 @@ class StreamDataSet(DataSet):
     (default: twice the workers plus two): the source is not read further
     (backpressure) until one is done.
 
-    A stream is read once, by the first run over it. Batches are handed on
+    A stream is read once, by the first run over it; a :class:`RepeatableSource` (a live acquisition)
+    is read by one run after another, each reading the next scans. Batches are handed on
     as they are when they fill a partition exactly (else copied into one):
     yield a new array per batch, never refill one already yielded.
 
@@ -282,15 +293,28 @@ class StreamDataSet(DataSet):
 
     def stream_spec(self) -> StreamSpec:
         """This stream's :class:`StreamSpec` (the declaration :meth:`DataSet.stream_spec` asks for);
-        DataSetException once a run read it (a stream is read once)."""
+        DataSetException once a run read it (a stream is read once), or, for a :class:`RepeatableSource`,
+        while a run reads it."""
         if self.consumed:
-            raise DataSetException("this stream was read by a run already; load a new stream for the next run")
+            raise DataSetException(self._claimed_message())
         return self.spec
 
     @property
+    def repeatable(self) -> bool:
+        """True when one run after another may read this stream, each the next scans
+        (its source is a :class:`RepeatableSource`)."""
+        return isinstance(self._frames, RepeatableSource) and bool(self._frames.repeatable)
+
+    @property
     def consumed(self) -> bool:
-        """True once a run read (or began to read) this stream."""
+        """True once a run read (or began to read) this stream; for a repeatable one, while a run reads it."""
         return self._claimed
+
+    def _claimed_message(self) -> str:
+        if self.repeatable:
+            return ("this acquisition is being read by a run; the next run on it can start when that one "
+                    "ended (it reads the next scan)")
+        return "this stream was read by a run already; load a new stream for the next run"
 
     # -- reading -------------------------------------------------------------------
     def partitions(self, allocate: Allocate = np.empty) -> Iterator[tuple[int, np.ndarray]]:
@@ -299,14 +323,20 @@ class StreamDataSet(DataSet):
 
         A partition that batches do not fill exactly is assembled in an array from
         ``allocate(shape, dtype)`` (the reader may hand back arrays it has done with, see
-        runtime/stream_feed.py). Claims the stream: a second call raises. Closing the generator
-        closes the source.
+        runtime/stream_feed.py). Claims the stream: a second call raises (for a repeatable stream:
+        until the first generator is closed or done). Closing the generator closes the source.
         """
         with self._claim:
             if self._claimed:
-                raise DataSetException("this stream was read by a run already; load a new stream for the next run")
+                raise DataSetException(self._claimed_message())
             self._claimed = True
-        return self._cut(iterate_batches(self._frames), allocate)
+        return _Claimed(self._cut(iterate_batches(self._frames), allocate), self._release)
+
+    def _release(self) -> None:
+        """A repeatable stream's claim ends with the run that read it."""
+        if self.repeatable:
+            with self._claim:
+                self._claimed = False
 
     def _cut(self, batches: Iterator[Any], allocate: Allocate) -> Iterator[tuple[int, np.ndarray]]:
         try:
@@ -370,6 +400,35 @@ class StreamDataSet(DataSet):
             raise DataSetException(f"the stream's batch {n} has dtype {batch.dtype}, the data set's dtype is "
                                    f"{self._dtype}")
         return batch
+
+
+class _Claimed:
+    """A stream's partitions generator that calls ``release`` once it is done, failed or closed
+    (closed before it started too, when a generator's own ``finally`` would not run)."""
+
+    def __init__(self, parts: Iterator[tuple[int, np.ndarray]], release: Callable[[], None]):
+        self._parts, self._release = parts, release
+        self._released = False
+
+    def __iter__(self) -> "_Claimed":
+        return self
+
+    def __next__(self) -> tuple[int, np.ndarray]:
+        try:
+            return next(self._parts)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._parts, "close", None)
+            if close is not None:
+                close()
+        finally:
+            if not self._released:
+                self._released = True
+                self._release()
 
 
 def _guarded(batches: Iterator[Any]) -> Iterator[Any]:

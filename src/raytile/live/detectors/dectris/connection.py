@@ -6,7 +6,10 @@ an uncompressed frame, what bitshuffle-LZ4 typically reaches),
 ``frame_stack_size`` (24). raytile's own: ``timeout`` (seconds of silence
 mid-series before it fails: ZeroMQ reports no lost peer), ``stream_format``
 (``"legacy"``: stream V1, JSON multipart, port 9999; ``"cbor"``: stream V2,
-port 31001 on a DCU), ``rcvhwm`` (ZeroMQ's receive high-water mark),
+port 31001 on a DCU; None, the default: what the detector's
+``stream/.../config/format`` says, and ``"legacy"`` where it has no such
+setting, as LiberTEM-live's simulator and older DCU firmware, which answer
+500 to it. Only a format given here is ever set over REST), ``rcvhwm`` (ZeroMQ's receive high-water mark),
 ``on_dropped`` (``"zero"``: lost frames become zero frames, counted in
 ``aq.stats``; ``"fail"``: the run fails), ``channel`` (stream V2: the
 threshold channel read, e.g. ``"threshold_2"``; None: the first).
@@ -140,13 +143,14 @@ class DectrisDetectorConnection(ReceiverConnection[DectrisReceiver]):
     def __init__(self, *, api_host: str = "127.0.0.1", api_port: int = 80, data_host: str = "127.0.0.1",
                  data_port: int = 9999, buffer_size: int = 2048, bytes_per_frame: int | None = None,
                  frame_stack_size: int = 24, huge_pages: bool = False, timeout: float = 10.0, rcvhwm: int = 256,
-                 stream_format: str = "legacy", on_dropped: str = "zero", channel: str | None = None):
+                 stream_format: str | None = None, on_dropped: str = "zero", channel: str | None = None):
         if on_dropped not in DROP_POLICIES:
             raise ConfigValidationError(f"dectris connection: parameter 'on_dropped' must be one of "
                                         f"{DROP_POLICIES}, got {on_dropped!r}")
-        if stream_format not in STREAM_FORMATS:
+        if stream_format is not None and stream_format not in STREAM_FORMATS:
             raise ConfigValidationError(f"dectris connection: parameter 'stream_format' must be one of "
-                                        f"{STREAM_FORMATS} (stream V1, V2), got {stream_format!r}")
+                                        f"{STREAM_FORMATS} (stream V1, V2) or None (the detector's), "
+                                        f"got {stream_format!r}")
         for name, port in (("api_port", api_port), ("data_port", data_port)):
             if not isinstance(port, int) or not 0 < port < 65536:
                 raise ConfigValidationError(f"dectris connection: parameter {name!r} must be a TCP port, "
@@ -166,6 +170,10 @@ class DectrisDetectorConnection(ReceiverConnection[DectrisReceiver]):
             pixels = int(ec.detector_value("x_pixels_in_detector")) * int(ec.detector_value("y_pixels_in_detector"))
             bytes_per_frame = max(512, pixels * int(ec.detector_value("bit_depth_image")) // 8 // 8)
         self._bytes_per_frame = bytes_per_frame
+        #: The stream format asked for (set over REST in active mode); None: the detector's, never set.
+        self._stream_format_asked = stream_format
+        if stream_format is None:
+            stream_format = self.detector_stream_format()
         slots = (buffer_size * 1024 * 1024) // (bytes_per_frame * frame_stack_size)
         if slots < 2:
             raise ConfigValidationError(f"dectris connection: buffer_size {buffer_size} MiB holds {slots} stacks "
@@ -191,6 +199,20 @@ class DectrisDetectorConnection(ReceiverConnection[DectrisReceiver]):
 
     def get_api_client(self) -> SimplonClient:
         return SimplonClient(self._api_host, self._api_port)
+
+    def detector_stream_format(self) -> str:
+        """The stream format the detector is set to (``stream/.../config/format``); ``"legacy"`` (V1)
+        where it has no such setting: LiberTEM-live's simulator and older DCU firmware answer an
+        error to it, and speak V1 only."""
+        try:
+            reply = self.get_api_client().stream_config("format")
+        except AcquisitionError:
+            return "legacy"
+        value = reply.get("value") if isinstance(reply, dict) else None
+        if value not in STREAM_FORMATS:
+            raise AcquisitionError(f"DECTRIS {self._api_host}:{self._api_port}: stream format {value!r}; raytile "
+                                   f"reads {STREAM_FORMATS}: set one with open(..., stream_format=...)")
+        return str(value)
 
     def wait_for_acquisition(self, timeout: float | None = None) -> DectrisPendingAcquisition | None:
         """Passive mode: wait up to ``timeout`` s (None: forever) for the next series' header
@@ -247,7 +269,10 @@ class DectrisDetectorConnection(ReceiverConnection[DectrisReceiver]):
             ctl.apply_misc_settings()
             ec = self.get_api_client()
             ec.set_stream_config("mode", "enabled")
-            ec.set_stream_config("format", self._receiver_args["stream_format"])
+            if self._stream_format_asked is not None:  # a non-default format: set it
+                ec.set_stream_config("format", self._stream_format_asked)
+            else:  # the detector's, as it is now
+                receiver.stream_format = self._receiver_args["stream_format"] = self.detector_stream_format()
             receiver.expect_series(None)  # the header may come before arm() returns; frames() checks the id
             series = ctl.arm()
             receiver.expect_series(series)

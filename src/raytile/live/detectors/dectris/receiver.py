@@ -40,6 +40,7 @@ from raytile.common.errors import AcquisitionError, ConfigValidationError
 from raytile.io import bslz4
 from raytile.live.detectors.dectris import stream_v2
 from raytile.live.detectors.dectris.stream_v1 import CODEC_PLAIN_LZ4, ImageInfo, parse_image_info, parse_json
+from raytile.live.extra import live_module
 from raytile.live.receiver import DROP_POLICIES, End, Event, Failed, Header, Stack, StackReceiver
 
 __all__ = ["DectrisReceiver", "images_in_series", "STREAM_FORMATS"]
@@ -91,8 +92,7 @@ class DectrisReceiver(StackReceiver):
 
     # -- connection ------------------------------------------------------------------------
     def _connect(self) -> Any:
-        import zmq
-
+        zmq = live_module("zmq", "the DECTRIS receiver")
         self._context = zmq.Context()
         sock = self._context.socket(zmq.PULL)
         sock.setsockopt(zmq.RCVHWM, self._rcvhwm)

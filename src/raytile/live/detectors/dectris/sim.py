@@ -6,7 +6,7 @@ detector does (``compression`` bslz4, lz4 or none, settable over REST), at
 ``/detector/api/1.8.0/config/<name>`` (GET/PUT: ``nimages``, ``ntrigger``,
 ``trigger_mode``, ``x_pixels_in_detector``, ...), ``command/arm`` (answers
 the new series id), ``trigger``, ``disarm``, and the stream's and file
-writer's ``config`` PUTs. Each ``arm`` sends the series header (as one
+writer's ``config`` PUTs (and the stream's ``config`` GETs). Each ``arm`` sends the series header (as one
 multipart message; LiberTEM-rs' simulator sends its two parts as two
 messages) at once; with ``trigger_mode`` ``exts``/``exte`` the images follow
 at once, with ``ints``/``inte`` after a ``trigger`` command (one a frame for
@@ -50,6 +50,7 @@ from raytile.live.detectors.dectris.simplon import API_VERSION
 from raytile.live.detectors.dectris.stream_v1 import (
     COMPRESSIONS, encode_image, header_message, image_message, series_end_message,
 )
+from raytile.live.extra import live_module
 
 __all__ = ["DectrisSimulator"]
 
@@ -94,8 +95,7 @@ class DectrisSimulator:
         self._arms: queue.Queue[tuple[int, dict]] = queue.Queue()
         self._triggers = threading.Semaphore(0)
         self._stop = threading.Event()
-        import zmq
-
+        zmq = live_module("zmq", "the DECTRIS simulator")
         self._zmq = zmq.Context()
         self._push = self._zmq.socket(zmq.PUSH)
         self._push.setsockopt(zmq.SNDHWM, sndhwm)
@@ -278,6 +278,8 @@ def _handler(sim: DectrisSimulator) -> type[BaseHTTPRequestHandler]:
                 value = sim.config[name]
                 vtype = {bool: "bool", int: "uint", float: "float", str: "string"}[type(value)]
                 self._reply(200, {"value": value, "value_type": vtype, "access_mode": "rw"})
+            elif subsystem == "stream" and kind == "config" and name in sim.stream_config:
+                self._reply(200, {"value": sim.stream_config[name], "value_type": "string", "access_mode": "rw"})
             elif subsystem == "detector" and name == "version":
                 self._reply(200, {"value": API_VERSION, "value_type": "string"})
             else:

@@ -66,6 +66,10 @@ class SimplonClient:
         return self._request("PUT", f"detector/api/{self.version}/command/{name}",
                              None if value is None else {"value": value})
 
+    def stream_config(self, name: str) -> Any:
+        """A stream configuration parameter as the DCU answers it (``{"value": ...}``)."""
+        return self._request("GET", f"stream/api/{self.version}/config/{name}")
+
     def set_stream_config(self, name: str, value: Any) -> Any:
         return self._request("PUT", f"stream/api/{self.version}/config/{name}", {"value": value})
 
@@ -76,5 +80,6 @@ class SimplonClient:
     detectorConfig = detector_config
     setDetectorConfig = set_detector_config
     sendDetectorCommand = send_detector_command
+    streamConfig = stream_config
     setStreamConfig = set_stream_config
     setFileWriterConfig = set_filewriter_config

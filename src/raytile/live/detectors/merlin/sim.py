@@ -6,6 +6,11 @@ or raw ``R1``/``R6``/``R12``), on a data port (acquisition header, then one
 message per frame, paced at ``frame_rate``) and a control port (``SET``/
 ``GET``/``CMD`` as the Merlin software answers them).
 
+``num_frames`` (default: as many as given) is the frames of each
+acquisition; more than given repeat the given ones in a cycle, so a large
+scan is served from one stack of frames (the memory of the frames given,
+encoded once, whatever the scan's size).
+
 In passive mode (``triggered=False``) each acquisition starts by itself,
 ``acquisitions`` times; in triggered mode each one waits for
 ``CMD,STARTACQUISITION`` (or ``SOFTTRIGGER``) on the control port. Faults
@@ -40,7 +45,8 @@ class MerlinSimulator:
     def __init__(self, frames: np.ndarray, mode: str = "U16", nav_shape: tuple[int, ...] | None = None,
                  host: str = "127.0.0.1", data_port: int = 0, api_port: int = 0, frame_rate: float | None = None,
                  acquisitions: int = 1, triggered: bool = False, continuous: bool = False,
-                 abort_after: int | None = None, die_after: int | None = None, start_delay: float = 0.0):
+                 abort_after: int | None = None, die_after: int | None = None, start_delay: float = 0.0,
+                 num_frames: int | None = None):
         if mode not in MODES or mode == "R24":
             raise ConfigValidationError(f"MerlinSimulator: parameter 'mode' must be one of "
                                         f"{[m for m in MODES if m != 'R24']}, got {mode!r}")
@@ -50,7 +56,10 @@ class MerlinSimulator:
         h, w = int(stack.shape[-2]), int(stack.shape[-1])
         stack = stack.reshape((-1, h, w))
         self.sig_shape: tuple[int, int] = (h, w)
-        self.num_frames = len(stack)
+        if num_frames is not None and (not isinstance(num_frames, int) or num_frames < 1):
+            raise ConfigValidationError(f"MerlinSimulator: parameter 'num_frames' must be a positive int, "
+                                        f"got {num_frames!r}")
+        self.num_frames = len(stack) if num_frames is None else num_frames
         self.nav_shape = tuple(nav_shape) if nav_shape is not None else (self.num_frames,)
         if int(np.prod(self.nav_shape)) != self.num_frames:
             raise ConfigValidationError(f"MerlinSimulator: parameter 'nav_shape' {self.nav_shape} does not hold "
@@ -97,10 +106,14 @@ class MerlinSimulator:
 
     # -- encoding ----------------------------------------------------------------------
     def _encode(self, stack: np.ndarray, mode: str) -> list[bytes]:
-        data, x, y = encode_frame_data(stack, mode)
+        """One message per frame, encoded 16 frames at a time (the encoder's int64 copy stays small)."""
         pixel_depth = "R64" if mode.startswith("R") else mode
-        return [mpx_message(mib_header(i + 1, 384, 1, x, y, pixel_depth, "1x1", self.counter_depth) + d)
-                for i, d in enumerate(data)]
+        messages = []
+        for start in range(0, len(stack), 16):
+            data, x, y = encode_frame_data(stack[start:start + 16], mode)
+            messages += [mpx_message(mib_header(start + i + 1, 384, 1, x, y, pixel_depth, "1x1", self.counter_depth)
+                                     + d) for i, d in enumerate(data)]
+        return messages
 
     def _header(self) -> bytes:
         nimages = 0 if self._continuous else self.num_frames
@@ -161,7 +174,7 @@ class MerlinSimulator:
                 for limit in (self._abort_after, self._die_after):
                     if limit is not None:
                         stop = min(stop, start + limit - sent)
-                _send_all(conn, self._messages[start:stop])
+                _send_all(conn, self._cycle(start, stop))
                 sent += stop - start
                 self.frames_sent += stop - start
                 start = stop
@@ -174,6 +187,13 @@ class MerlinSimulator:
             if not self._continuous:
                 return True
         return False
+
+    def _cycle(self, start: int, stop: int) -> list[bytes]:
+        """The messages of frames ``start:stop`` of an acquisition: the given frames, in a cycle."""
+        n = len(self._messages)
+        if stop <= n:
+            return self._messages[start:stop]
+        return [self._messages[i % n] for i in range(start, stop)]
 
     # -- control port ------------------------------------------------------------------
     def _serve_control(self) -> None:
