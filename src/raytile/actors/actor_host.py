@@ -317,6 +317,7 @@ class RemoteRun:
     def patch(self, patches: list[dict], recompute: bool) -> None:
         reply: Reply = ray.get(self._actor.patch.remote(self._run_id, patches, recompute))
         reply.unwrap(f"patch run {self._run_id[:8]}")
+        self._end = None  # the end that came with the final snapshot may be taken back (a late recompute)
 
     def cancel(self) -> None:
         try:

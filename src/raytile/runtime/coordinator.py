@@ -29,7 +29,7 @@ import math
 import threading
 import time
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from raytile.common.errors import ExecutorError, UDFRunCancelled
 from raytile.runtime import tracing
@@ -59,10 +59,14 @@ class Coordinator:
     :class:`~raytile.runtime.live_run.LiveRun`, whose ``versions`` and ``channel`` it works on."""
 
     def __init__(self, executor: Executor, plan: RunPlan, versions: ParamVersions, channel: SnapshotChannel,
-                 progress: ProgressReporter | None = None, span: Any = None, final_only: bool = False):
+                 progress: ProgressReporter | None = None, span: Any = None, final_only: bool = False,
+                 on_end: Callable[[Any], None] | None = None):
         """``versions``: the run's parameter versions (live patches); ``channel``: where its snapshots
         and its end go; ``final_only``: the caller wants the final result alone (``Context.run_udf``):
-        no partial snapshots, and workers hold their merged results until the end of the run."""
+        no partial snapshots, and workers hold their merged results until the end of the run;
+        ``on_end``: called with the run's end (``FINISHED`` or its exception) as the last act of the
+        coordinator's thread, instead of putting it into ``channel`` (the run decides, see
+        :class:`~raytile.runtime.live_run.LiveRun`)."""
         self._executor = executor
         self._span = span  # the run's span, opened by the Context around planning (or here)
         self._plan = plan
@@ -70,6 +74,7 @@ class Coordinator:
         self._cancelled = threading.Event()
         self._wakeup = threading.Event()
         self._channel = channel
+        self._on_end = on_end if on_end is not None else channel.end
         channel.on_take(self._wakeup.set)  # a viewer took a snapshot: the next one may be published
         self._final_only = final_only
         self._stream = plan.stream
@@ -125,6 +130,10 @@ class Coordinator:
     def only_final_result(self) -> None:
         """Publish only the final result from now on (the caller waits for the end anyway)."""
         self._final_only = True
+
+    @property
+    def final_only(self) -> bool:
+        return self._final_only
 
     @property
     def cancelled(self) -> bool:
@@ -190,7 +199,7 @@ class Coordinator:
             self._end()
             self._cpu_s = time.thread_time() - cpu0
             self._wall_s = time.perf_counter() - wall0
-            self._channel.end(terminal)  # last: the viewers see the run's end after progress is final
+            self._on_end(terminal)  # last: the viewers see the run's end after progress is final
 
     def _begin(self) -> None:
         ex = self._executor
