@@ -82,6 +82,7 @@ class Coordinator:
         self._state = RunState(plan.tasks if self._stream is None else [])
         #: A stream's partitions as they arrive (fed here or, coordinated on the cluster, by the driver).
         self.inlet: PartitionInlet | None = None
+        self._feeder: StreamFeeder | None = None  # reads the stream's source, if it is in this process
         self._templates = {t.idx: t for t in plan.tasks}  # a stream's: one scan's tasks, by partition
         if self._stream is not None:
             capacity = self._stream.max_in_flight or executor.max_in_flight + 2
@@ -125,6 +126,10 @@ class Coordinator:
     def cancel(self) -> None:
         self._cancelled.set()
         self._channel.drop()
+        if self._feeder is not None:
+            self._feeder.stop()  # a stream's source is pulled no more from now on, not from the loop's end
+        if self.inlet is not None:
+            self.inlet.close()  # and a feeder waiting for room is let go
         self._wakeup.set()
 
     def only_final_result(self) -> None:
@@ -220,9 +225,12 @@ class Coordinator:
                                  len(self._plan.tasks) * scans)
         if self.inlet is not None and self._plan.dataset is not None:  # the stream's source is here: read it
             inlet = self.inlet
-            StreamFeeder(self._plan.dataset, inlet.put, lambda e: inlet.fail(e) if e else inlet.end(),
-                         ex.share_frames, name=f"raytile-stream-{self.run_id[:8]}",
-                         allocate=ex.stream_buffer).start()
+            self._feeder = StreamFeeder(self._plan.dataset, inlet.put, lambda e: inlet.fail(e) if e else inlet.end(),
+                                        ex.share_frames, name=f"raytile-stream-{self.run_id[:8]}",
+                                        allocate=ex.stream_buffer)
+            if self._cancelled.is_set():
+                self._feeder.stop()
+            self._feeder.start()
 
     def _end(self) -> None:
         try:
