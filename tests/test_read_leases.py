@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -93,7 +94,8 @@ def _run(tmp_path, hold_writer: bool) -> dict:
 def test_truncated_during_an_inline_run_raises_naming_the_file(tmp_path):
     got = _run(tmp_path, hold_writer=False)
     assert got["raised"] == "DataSetException", got
-    assert str(tmp_path / "scan.raw") in got["message"] and "too short" in got["message"], got
+    # "too short" under a lease; "short read" where this file system has no leases (read with preadv)
+    assert str(tmp_path / "scan.raw") in got["message"] and re.search("too short|short read", got["message"]), got
 
 
 def test_a_file_open_for_writing_is_read_without_a_map(tmp_path):
@@ -119,7 +121,10 @@ def test_files_open_for_writing_read_like_leased_ones(inline_ctx, tmp_path, monk
     ds = inline_ctx.load("raw", path=str(path), nav_shape=(6, 5), sig_shape=(16, 12), dtype="uint16",
                          num_partitions=3)
     mapped = inline_ctx.run_udf(dataset=ds, udf=[rt.SumUDF(dtype="float64"), rt.SumSigUDF()])
-    assert not reads
+    leases = mmap.ReadLeases()
+    if leases.take(0, str(path)):  # else this file system has no leases: both runs read with preadv
+        leases.release()
+        assert not reads
     with open(path, "r+b"):  # a writer: no lease, so the frames are read into memory of the backend's own
         read = inline_ctx.run_udf(dataset=ds, udf=[rt.SumUDF(dtype="float64"), rt.SumSigUDF()])
     assert reads
