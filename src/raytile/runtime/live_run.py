@@ -125,8 +125,8 @@ class LiveRun:
     def _refuse_if_over(self, over: bool) -> None:
         if over:
             terminal = self.channel.terminal
-            how = ("its end was read" if terminal is FINISHED else
-                   "it was cancelled" if self._cancelled else f"it failed ({type(terminal).__name__})")
+            how = ("it was cancelled" if self._cancelled else "its end was read" if terminal is FINISHED else
+                   f"it failed ({type(terminal).__name__})")
             raise RunEnded(f"run {self.run_id[:8]} has ended ({how}): a patch cannot take effect any more; "
                            "start a new run with the new parameters")
 
