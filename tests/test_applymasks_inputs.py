@@ -1,4 +1,5 @@
-"""ApplyMasksUDF's input defects of issue #24 item 8: a mask count that does not match, and scipy.sparse masks.
+"""ApplyMasksUDF's input defects of issue #24 item 8: a mask count that does not match, and scipy.sparse masks;
+of issue #37: factories that make another number of masks on another call.
 
 ``mask_count`` with ``mask_dtype`` used to skip the count check (the main
 node makes no masks then) and returned a result with a column of zeros; the
@@ -39,6 +40,28 @@ def test_mask_count_mismatch_raises(ctx, mask_dtype):
     ds = ctx.load("memory", data=_data(), num_partitions=2)
     udf = rt.ApplyMasksUDF(mask_factories=[_mask], mask_count=2, mask_dtype=mask_dtype)
     with pytest.raises(UDFException, match="mask_count=2 but the factories make 1 masks"):
+        ctx.run_udf(dataset=ds, udf=udf)
+
+
+class ShrinkingMasks:
+    """A mask factory that makes 3 masks on its first call and 1 on every later one (a factory that reads
+    a file someone rewrites). Picklable: a worker's copy carries the count of calls made before."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self) -> np.ndarray:
+        self.calls += 1
+        n = 3 if self.calls == 1 else 1
+        return np.stack([_mask() * (i + 1) for i in range(n)])
+
+
+def test_factory_making_another_mask_count_raises(ctx):
+    """Issue #37: the first call (the result's shape) gave 3 masks, the partitions' calls 1; the one mask's
+    values were broadcast into all 3 channels of the result."""
+    ds = ctx.load("memory", data=_data(), num_partitions=2)
+    udf = rt.ApplyMasksUDF(mask_factories=ShrinkingMasks())
+    with pytest.raises(UDFException, match="made 3 masks on one call .* and 1 on another"):
         ctx.run_udf(dataset=ds, udf=udf)
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import raytile as rt
-from raytile.common.errors import ConfigValidationError, ExecutorError, UDFRunCancelled
+from raytile.common.errors import ConfigValidationError, ExecutorError, RunEnded, UDFRunCancelled
 from raytile.runtime.progress import ProgressReporter
 
 from _ray_udfs import RingUDF, ScaledSumUDF, ring_mask
@@ -106,6 +106,27 @@ def test_patch_with_recompute_equals_a_fresh_run(actx, data):
     f = data.reshape(-1, *data.shape[2:]).astype(np.float64)
     np.testing.assert_allclose(final.buffers[0]["intensity"].data.reshape(-1),
                                (f * ring_mask(data.shape[2:], 1.0, 6.0)).sum(axis=(1, 2)))
+
+
+def test_late_recompute_patch_computes_again(actx, data):
+    """Patched from the loop on the final snapshot (which comes with the run's end from the actor): the
+    run computes again and ends with a fresh run's result; a patch after the end raises RunEnded."""
+    ds = actx.load("memory", data=data, num_partitions=4)
+    run = actx.run_udf_iter(dataset=ds, udf=RingUDF(ri=1.0, ro=3.0))
+    finals = []
+    for part in run:
+        if part.finished:
+            finals.append(part)
+            if len(finals) == 1:
+                run.update_parameters([{"ro": 6.0}], recompute=True)
+    assert len(finals) == 2, "the run did not compute again"
+    assert finals[-1].param_versions == {i: 1 for i in range(4)}
+    f = data.reshape(-1, *data.shape[2:]).astype(np.float64)
+    for final, ro in zip(finals, (3.0, 6.0)):
+        np.testing.assert_allclose(final.buffers[0]["intensity"].data.reshape(-1),
+                                   (f * ring_mask(data.shape[2:], 1.0, ro)).sum(axis=(1, 2)))
+    with pytest.raises(RunEnded, match="has ended"):
+        run.update_parameters([{"ro": 2.0}], recompute=True)
 
 
 def test_progress_reaches_every_frame(actx, data):

@@ -533,6 +533,22 @@ def test_tvips_scan_detection_and_series_files(inline_ctx, tmp_path, rng):
         inline_ctx.load("tvips", path=paths[2])
 
 
+def test_tvips_nav_shape_beyond_the_files_raises(inline_ctx, tmp_path, rng):
+    """Issue #37: with a detected scan (sync_offset found, not given) a nav_shape needing more frames than
+    the files hold loaded, as no other format does; a given sync_offset still pads with blank frames."""
+    frames = rng.integers(0, 4000, (26, 5, 4)).astype(np.uint16)
+    paths = write_tvips(str(tmp_path), frames, frames_per_file=10, scan_width=5, lead_in=3)
+    for nav in ((6, 5), (26,), (100, 100)):
+        with pytest.raises(DataSetException, match=r"scan_000.tvips .*hold 26 frames.*at most 23 positions"):
+            inline_ctx.load("tvips", path=paths[0], nav_shape=nav)
+    ds = inline_ctx.load("tvips", path=paths[0], nav_shape=(23,))  # exactly what the files hold after the lead-in
+    _check(inline_ctx, ds, frames[3:], tilings=((None, None),))
+    with pytest.raises(DataSetException, match=r"holds? 26 frames.*nav_shape \(27,\) needs 27"):
+        inline_ctx.load("tvips", path=paths[0], nav_shape=(27,), sync_offset=0)
+    padded = inline_ctx.load("tvips", path=paths[0], nav_shape=(25,), sync_offset=3)  # asked for: blank frames
+    _check(inline_ctx, padded, np.concatenate([frames[3:], np.zeros((2, 5, 4), np.uint16)]), tilings=((None, None),))
+
+
 @pytest.mark.parametrize("fmt", sorted(set(MAKERS) - {"dm_stack"}))
 def test_auto_detects_each_format(inline_ctx, tmp_path, rng, fmt):
     """``ctx.load("auto", path=...)`` (where the branch providing it is merged) opens the same frames."""

@@ -1,11 +1,12 @@
-"""Live parameter patching: versions per partition, and recompute=True equals a fresh run."""
+"""Live parameter patching: versions per partition, recompute=True equals a fresh run, also for a
+patch that comes after the last merge, and a patch after the run's end raises RunEnded."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from raytile.common.errors import UDFException
+from raytile.common.errors import RunEnded, UDFException
 
 from _ray_udfs import RingUDF, ScaledSumUDF, ring_mask
 
@@ -65,3 +66,26 @@ def test_bad_patch_is_rejected_in_the_caller(ctx, data):
         run.update_parameters([{}, {}])
     res = run.result()
     np.testing.assert_allclose(res.buffers[0]["intensity"].data.reshape(-1), _ring_reference(data, 4.0))
+
+
+def test_late_recompute_patch_computes_again(ctx, data):
+    """Patched from the loop on the final snapshot: every partition is merged, the end is not read yet.
+    The run computes again and ends with a fresh run's result; a patch after the end raises."""
+    ds = ctx.load("memory", data=data, num_partitions=4)
+    run = ctx.run_udf_iter(dataset=ds, udf=RingUDF(ri=1.0, ro=3.0))
+    parts = []
+    for part in run:
+        parts.append(part)
+        if part.finished and len([p for p in parts if p.finished]) == 1:
+            np.testing.assert_allclose(part.buffers[0]["intensity"].data.reshape(-1), _ring_reference(data, 3.0))
+            with pytest.raises(UDFException, match="1 dicts"):  # a bad late patch changes nothing
+                run.update_parameters([{}, {}], recompute=True)
+            run.update_parameters([{"ro": 6.0}], recompute=True)
+    final = parts[-1]
+    assert sum(p.finished for p in parts) == 2, "the run did not compute again"
+    assert final.finished and final.param_versions == {i: 1 for i in range(4)}
+    np.testing.assert_allclose(final.buffers[0]["intensity"].data.reshape(-1), _ring_reference(data, 6.0))
+    with pytest.raises(RunEnded, match="has ended"):
+        run.update_parameters([{"ro": 2.0}], recompute=True)
+    run._coordinator.join(10.0)
+    assert run.done

@@ -172,6 +172,41 @@ def test_cancel_during_stream(sctx, data):
     assert closed.wait(10)
 
 
+def test_cancel_stops_pulling_the_source_and_closes_it(sctx, data):
+    """Issue #37: after ``run.cancel()`` the source went on being pulled (frame by frame, up to a whole
+    partition, over a second) before it was closed. Now no pull starts after the cancel but the one
+    the feeder may be in, and the source generator sees GeneratorExit."""
+    pulls: list[int] = []
+    cancelled_at: list[int] = []
+    closed = threading.Event()
+    flat = data.reshape((-1,) + SIG)
+
+    def one_frame_at_a_time():
+        try:
+            i = 0
+            while True:
+                pulls.append(len(pulls))
+                time.sleep(0.01)
+                yield flat[i % len(flat)][None].copy()
+                i += 1
+        except GeneratorExit:
+            closed.set()
+            raise
+
+    ds = load(sctx, one_frame_at_a_time(), frames_per_partition=40, scans=0)
+    run = sctx.run_udf_iter(dataset=ds, udf=rt.SumUDF())
+    with pytest.raises(UDFRunCancelled):
+        for _part in run:
+            while len(pulls) < 50:  # into the second partition's 40 frames: the source is pulled on
+                time.sleep(0.005)
+            cancelled_at.append(len(pulls))
+            run.cancel()
+            cancelled_at.append(len(pulls))
+    assert closed.wait(10), "the source was not closed"
+    # at most the pull that was under way as cancel() returned (1 more if it raced with the cancel)
+    assert len(pulls) <= cancelled_at[1] + 1, (cancelled_at, len(pulls))
+
+
 def test_unbounded_200_scans_flat_memory(sctx):
     """200 scans of an unbounded stream: per-scan results equal numpy, and memory stays flat."""
     nav, sig = (4, 4), (8, 8)

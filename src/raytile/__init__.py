@@ -11,7 +11,7 @@
 from raytile import actors, udf  # actors: registers Ray's run hosts (imports no Ray until used)
 from raytile.common.errors import (
     BackendError, ConfigValidationError, DataSetException, DataSetWarning, ExecutorError, RaytileError,
-    UDFException, UDFRunCancelled,
+    RunEnded, UDFException, UDFRunCancelled,
 )
 from raytile.io.corrections import CorrectionSet
 from raytile.runtime.context import Context
@@ -31,4 +31,5 @@ __all__ = [
     "UDFResults", "ResultBuffer", "UDFRun",
     "ProgressReporter", "RaytileError", "DataSetException", "UDFException", "UDFRunCancelled",
     "BackendError", "ExecutorError", "ConfigValidationError", "CorrectionSet", "DataSetWarning",
+    "RunEnded",
 ]

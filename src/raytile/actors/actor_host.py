@@ -156,9 +156,8 @@ class ActorHost(RunHost):
         run_id = reply.unwrap("start a run")
         if span is not None:
             span.end()  # planning ends here; the run itself is traced in the coordinator actor
-        if plan.stream is not None:
-            _feed_stream(self.actor, run_id, plan.dataset)
-        return RemoteRun(self.actor, run_id, progress, owner=True)
+        feeder = _feed_stream(self.actor, run_id, plan.dataset) if plan.stream is not None else None
+        return RemoteRun(self.actor, run_id, progress, owner=True, feeder=feeder)
 
     def attach(self, run_id: str) -> tuple[RunSource, Sequence[Any]]:
         return attach_run(run_id, self.actor)
@@ -179,7 +178,7 @@ class ActorHost(RunHost):
             log.debug("closing coordinator actor %s: %s", self.name, e)
 
 
-def _feed_stream(actor: Any, run_id: str, dataset: Any) -> None:
+def _feed_stream(actor: Any, run_id: str, dataset: Any) -> StreamFeeder:
     """Read a stream in a thread of this process (its source lives here) and hand each partition to
     the run's coordinator actor: one ``ray.put`` of its frames here, their object ref to the actor,
     which waits for room in the run's inlet before it answers (backpressure reaches the source)."""
@@ -198,7 +197,9 @@ def _feed_stream(actor: Any, run_id: str, dataset: Any) -> None:
         except Exception as e:  # noqa: BLE001  (the actor is gone: the run is lost with it)
             log.debug("end_stream of run %s: %s", run_id[:8], e)
 
-    StreamFeeder(dataset, deliver, finish, ray.put, name=f"raytile-stream-{run_id[:8]}").start()
+    feeder = StreamFeeder(dataset, deliver, finish, ray.put, name=f"raytile-stream-{run_id[:8]}")
+    feeder.start()
+    return feeder
 
 
 def attach_run(run_id: str, actor: Any = None) -> tuple["RemoteRun", Sequence[Any]]:
@@ -274,7 +275,10 @@ def _release(host_ref: "weakref.ref[ActorHost]", key: int) -> None:
 class RemoteRun:
     """One viewer's end of a run coordinated by a :class:`CoordinatorActor` (a ``RunSource``)."""
 
-    def __init__(self, actor: Any, run_id: str, progress: ProgressReporter | None, owner: bool):
+    def __init__(self, actor: Any, run_id: str, progress: ProgressReporter | None, owner: bool,
+                 feeder: StreamFeeder | None = None):
+        """``feeder``: the thread that reads the run's stream in this process (stopped by a cancel)."""
+        self._feeder = feeder
         self._actor = actor
         self._run_id = run_id
         self._progress = progress
@@ -317,8 +321,11 @@ class RemoteRun:
     def patch(self, patches: list[dict], recompute: bool) -> None:
         reply: Reply = ray.get(self._actor.patch.remote(self._run_id, patches, recompute))
         reply.unwrap(f"patch run {self._run_id[:8]}")
+        self._end = None  # the end that came with the final snapshot may be taken back (a late recompute)
 
     def cancel(self) -> None:
+        if self._feeder is not None:
+            self._feeder.stop()  # the stream's source is pulled no more from now on
         try:
             ray.get(self._actor.cancel.remote(self._run_id))
         except rex.RayActorError:

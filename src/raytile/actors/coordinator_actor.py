@@ -39,7 +39,7 @@ from typing import Any, Callable
 import ray
 
 from raytile.actors.reply import Reply
-from raytile.common.errors import ExecutorError
+from raytile.common.errors import ExecutorError, RunEnded
 from raytile.runtime.live_run import LiveRun
 from raytile.runtime.plan import RunPlan
 from raytile.runtime.progress import ProgressState, ProgressTally
@@ -220,7 +220,9 @@ class CoordinatorActor:
         run = self._runs.get(run_id)
         if run is None:
             return
-        if run.over and run.ended_at is None:
+        if not run.over:
+            run.ended_at = None  # computing again (a late recompute patch): it ends anew
+        elif run.ended_at is None:
             run.ended_at = time.monotonic()
             self.stats[run_id] = run.live.stats
             while len(self.stats) > 4 * MAX_KEPT:
@@ -300,8 +302,10 @@ class CoordinatorActor:
         """A live patch: an OK reply, or an ERROR reply of why it was refused (a bad patch)."""
         run = self._runs.get(run_id)
         try:
-            if run is not None:
-                run.live.patch(patches, recompute)
+            if run is None:
+                raise RunEnded(f"run {run_id[:8]} has ended (its viewers read its end): a patch cannot take "
+                               "effect any more; start a new run with the new parameters")
+            run.live.patch(patches, recompute)
         except Exception as e:  # noqa: BLE001  (raised again in the driver as it is)
             return Reply.error(e)
         return Reply.ok(None)

@@ -94,6 +94,9 @@ class WorkerActor:
         from raytile.udf.integer_tiles import load_kernels
 
         load_kernels()  # the integer tile kernels too, not in the first run
+        from raytile.io.backends.lease import set_unleased_policy
+
+        set_unleased_policy("map")  # a file that cannot be leased is mapped: a SIGBUS here costs a retry
 
         self._params = ValueCache("params", PARAMS_CACHE, _fetch_params)
         self._data = ValueCache("data", DATA_CACHE, ray.get)

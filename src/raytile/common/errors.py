@@ -11,6 +11,7 @@ __all__ = [
     "ExecutorError", "CoordinatorDied", "ConfigValidationError", "RepairValueError", "StageFailed", "PipelineStateError", "StageActorDied",
     "DataSetWarning",
     "AcquisitionError",
+    "RunEnded",
 ]
 
 
@@ -55,6 +56,12 @@ class UnsafeCastError(UDFException, TypeError):
 
 class UDFRunCancelled(RaytileError):
     """A run was cancelled by ``run.cancel()``, by leaving the loop or by task cancellation."""
+
+
+class RunEnded(RaytileError):
+    """A live patch came after its run ended: its consumer had read the end, or the run was cancelled or
+    failed. (A recompute patch that comes after the last merge but before the consumer read the end
+    is not refused: the run computes again.)"""
 
 
 class BackendError(UDFException):

@@ -20,7 +20,10 @@ per partial passed 2 GB in 5 s. Memory: one snapshot per run, whatever the
 number of viewers.
 
 The run's end is terminal: once put, it follows the last snapshot and
-nothing more is accepted.
+nothing more is accepted, with one exception: until a viewer has read a
+finished run's end (:attr:`SnapshotChannel.end_read`), the run may take it
+back (:meth:`SnapshotChannel.reopen`) to compute again, for a recompute
+patch that came after its last merge (see runtime/live_run.py).
 
 >>> channel = SnapshotChannel()
 >>> reader = channel.reader()
@@ -79,6 +82,7 @@ class SnapshotChannel:
         self._snapshot_seq = 0
         self._terminal: Any = None
         self._terminal_seq = 0
+        self._end_read = False  # a viewer was given the run's end
         self._taken = True  # nothing published yet: the first snapshot is wanted
         self._on_take: list[Callable[[], None]] = []
         self._on_change: list[Callable[[], None]] = []
@@ -117,6 +121,20 @@ class SnapshotChannel:
             self._cond.notify_all()
         self._changed()
 
+    def reopen(self) -> bool:
+        """Take back a finished run's end (the run computes again): True if done; False if the end is
+        not :data:`FINISHED` or a viewer has read it already (then the run stays over)."""
+        with self._cond:
+            if self._terminal is not FINISHED or self._end_read:
+                return False
+            self._terminal = None
+            return True
+
+    @property
+    def end_read(self) -> bool:
+        """True once a viewer was given the run's end."""
+        return self._end_read
+
     def drop(self) -> None:
         """Forget the newest snapshot (a cancelled run's results are of no use): viewers go on to the
         run's end."""
@@ -147,12 +165,10 @@ class SnapshotChannel:
     def peek(self, after: int) -> Item | None:
         """The newest snapshot if it is newer than ``after``, else the run's end once it came, else None."""
         with self._cond:
-            got = self._newer(after)
-            if got is None or got[1] is not self._snapshot:
-                return got
-            self._taken = True
-        for callback in self._on_take:
-            callback()
+            got, snapshot = self._take_newer(after)
+        if snapshot:
+            for callback in self._on_take:
+                callback()
         return got
 
     def wait(self, after: int, timeout: float | None = None) -> Item:
@@ -161,13 +177,27 @@ class SnapshotChannel:
         with self._cond:
             if not self._cond.wait_for(lambda: self._newer(after) is not None, timeout):
                 raise TimeoutError("no result arrived in time")
-        got = self.peek(after)
-        assert got is not None  # nothing is taken back once there
+            got, snapshot = self._take_newer(after)  # under the same lock: a reopen cannot take it back
+        assert got is not None
+        if snapshot:
+            for callback in self._on_take:
+                callback()
         return got
 
     def reader(self) -> "ChannelReader":
         """A new viewer, starting before the first snapshot."""
         return ChannelReader(self)
+
+    def _take_newer(self, after: int) -> tuple[Item | None, bool]:
+        """:meth:`_newer`, and whether it is a snapshot; notes what a viewer takes (with the lock held)."""
+        got = self._newer(after)
+        if got is None:
+            return None, False
+        if got[1] is self._snapshot:
+            self._taken = True
+            return got, True
+        self._end_read = True
+        return got, False
 
     def _newer(self, after: int) -> Item | None:
         if self._snapshot is not None and self._snapshot_seq > after:

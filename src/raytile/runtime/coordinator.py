@@ -29,7 +29,7 @@ import math
 import threading
 import time
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from raytile.common.errors import ExecutorError, UDFRunCancelled
 from raytile.runtime import tracing
@@ -59,10 +59,14 @@ class Coordinator:
     :class:`~raytile.runtime.live_run.LiveRun`, whose ``versions`` and ``channel`` it works on."""
 
     def __init__(self, executor: Executor, plan: RunPlan, versions: ParamVersions, channel: SnapshotChannel,
-                 progress: ProgressReporter | None = None, span: Any = None, final_only: bool = False):
+                 progress: ProgressReporter | None = None, span: Any = None, final_only: bool = False,
+                 on_end: Callable[[Any], None] | None = None):
         """``versions``: the run's parameter versions (live patches); ``channel``: where its snapshots
         and its end go; ``final_only``: the caller wants the final result alone (``Context.run_udf``):
-        no partial snapshots, and workers hold their merged results until the end of the run."""
+        no partial snapshots, and workers hold their merged results until the end of the run;
+        ``on_end``: called with the run's end (``FINISHED`` or its exception) as the last act of the
+        coordinator's thread, instead of putting it into ``channel`` (the run decides, see
+        :class:`~raytile.runtime.live_run.LiveRun`)."""
         self._executor = executor
         self._span = span  # the run's span, opened by the Context around planning (or here)
         self._plan = plan
@@ -70,6 +74,7 @@ class Coordinator:
         self._cancelled = threading.Event()
         self._wakeup = threading.Event()
         self._channel = channel
+        self._on_end = on_end if on_end is not None else channel.end
         channel.on_take(self._wakeup.set)  # a viewer took a snapshot: the next one may be published
         self._final_only = final_only
         self._stream = plan.stream
@@ -77,6 +82,7 @@ class Coordinator:
         self._state = RunState(plan.tasks if self._stream is None else [])
         #: A stream's partitions as they arrive (fed here or, coordinated on the cluster, by the driver).
         self.inlet: PartitionInlet | None = None
+        self._feeder: StreamFeeder | None = None  # reads the stream's source, if it is in this process
         self._templates = {t.idx: t for t in plan.tasks}  # a stream's: one scan's tasks, by partition
         if self._stream is not None:
             capacity = self._stream.max_in_flight or executor.max_in_flight + 2
@@ -120,11 +126,19 @@ class Coordinator:
     def cancel(self) -> None:
         self._cancelled.set()
         self._channel.drop()
+        if self._feeder is not None:
+            self._feeder.stop()  # a stream's source is pulled no more from now on, not from the loop's end
+        if self.inlet is not None:
+            self.inlet.close()  # and a feeder waiting for room is let go
         self._wakeup.set()
 
     def only_final_result(self) -> None:
         """Publish only the final result from now on (the caller waits for the end anyway)."""
         self._final_only = True
+
+    @property
+    def final_only(self) -> bool:
+        return self._final_only
 
     @property
     def cancelled(self) -> bool:
@@ -190,7 +204,7 @@ class Coordinator:
             self._end()
             self._cpu_s = time.thread_time() - cpu0
             self._wall_s = time.perf_counter() - wall0
-            self._channel.end(terminal)  # last: the viewers see the run's end after progress is final
+            self._on_end(terminal)  # last: the viewers see the run's end after progress is final
 
     def _begin(self) -> None:
         ex = self._executor
@@ -211,9 +225,12 @@ class Coordinator:
                                  len(self._plan.tasks) * scans)
         if self.inlet is not None and self._plan.dataset is not None:  # the stream's source is here: read it
             inlet = self.inlet
-            StreamFeeder(self._plan.dataset, inlet.put, lambda e: inlet.fail(e) if e else inlet.end(),
-                         ex.share_frames, name=f"raytile-stream-{self.run_id[:8]}",
-                         allocate=ex.stream_buffer).start()
+            self._feeder = StreamFeeder(self._plan.dataset, inlet.put, lambda e: inlet.fail(e) if e else inlet.end(),
+                                        ex.share_frames, name=f"raytile-stream-{self.run_id[:8]}",
+                                        allocate=ex.stream_buffer)
+            if self._cancelled.is_set():
+                self._feeder.stop()
+            self._feeder.start()
 
     def _end(self) -> None:
         try:

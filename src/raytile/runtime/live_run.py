@@ -27,6 +27,18 @@ in where the viewers are, never in what a run is:
   run is a ``LiveRun`` there too: its id is the id ``raytile runs`` lists and
   ``Context.attach`` takes, and the replica is one more viewer of it.
 
+A patch that comes late. A run's coordinator ends its thread as soon as
+the last partition is merged, but its viewers may not have read the end
+yet: a GUI that patches from its loop, on a snapshot that turned out to be
+the final one, is such a case. A recompute patch then still takes effect:
+if no viewer has read the run's end, the run takes it back
+(:meth:`SnapshotChannel.reopen`) and a new coordinator computes every
+partition again with the newest parameters, so the final result equals a
+fresh run with them. Once a viewer read the end (or the run was cancelled or
+failed) a patch raises :class:`~raytile.common.errors.RunEnded`. The run's
+lock orders a patch against the coordinator's end: a patch is either taken
+by the coordinator, or seen at its end, or finds the end in the channel.
+
 >>> live = LiveRun(executor, plan)
 >>> live.start()
 >>> view = live.view()              # what UDFRun reads
@@ -35,9 +47,12 @@ in where the viewers are, never in what a run is:
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any, Sequence
 
-from raytile.runtime.channel import ChannelReader, SnapshotChannel
+from raytile.common.errors import RunEnded
+from raytile.runtime.channel import FINISHED, ChannelReader, SnapshotChannel
 from raytile.runtime.coordinator import Coordinator
 from raytile.runtime.executor import Executor
 from raytile.runtime.param_versions import ParamVersions
@@ -62,8 +77,14 @@ class LiveRun:
         self.detached = detached
         self.versions = ParamVersions(plan.params, stream=plan.stream is not None)
         self.channel = SnapshotChannel()
-        self._coordinator = Coordinator(executor, plan, self.versions, self.channel, progress, span=span,
-                                        final_only=final_only)
+        self._executor, self._plan, self._progress = executor, plan, progress
+        self._lock = threading.Lock()  # orders patches, cancels and the coordinator's end
+        self._cancelled = False
+        self._coordinator = self._coordinator_for(span, final_only)
+
+    def _coordinator_for(self, span: Any, final_only: bool) -> Coordinator:
+        return Coordinator(self._executor, self._plan, self.versions, self.channel, self._progress, span=span,
+                           final_only=final_only, on_end=self._coordinator_ended)
 
     @property
     def run_id(self) -> str:
@@ -81,20 +102,74 @@ class LiveRun:
 
     def patch(self, patches: Sequence[dict], recompute: bool) -> None:
         """A live patch: checked and numbered by :attr:`versions` (a bad one raises here), taken by the
-        coordinator at its next turn."""
-        self.versions.patch(patches, recompute)
-        self._coordinator.wake()
+        coordinator at its next turn; after the run's last merge, see the module doc (RunEnded once
+        the run's end was read)."""
+        with self._lock:
+            if self.channel.terminal is None:  # the coordinator takes it, in its loop or at its end
+                self.versions.patch(patches, recompute)
+                self._coordinator.wake()
+                return
+            if not recompute:  # no partition is left to run with it
+                ended = self._cancelled or self.channel.end_read or self.channel.terminal is not FINISHED
+                self._refuse_if_over(ended)
+                self.versions.patch(patches, recompute)
+                return
+            self._refuse_if_over(self._cancelled or not self.channel.reopen())
+            try:
+                self.versions.patch(patches, recompute)
+            except BaseException:
+                self.channel.end(FINISHED)  # a bad patch changes nothing: the run's end stands
+                raise
+            self._compute_again()
+
+    def _refuse_if_over(self, over: bool) -> None:
+        if over:
+            terminal = self.channel.terminal
+            how = ("it was cancelled" if self._cancelled else "its end was read" if terminal is FINISHED else
+                   f"it failed ({type(terminal).__name__})")
+            raise RunEnded(f"run {self.run_id[:8]} has ended ({how}): a patch cannot take effect any more; "
+                           "start a new run with the new parameters")
+
+    def _coordinator_ended(self, terminal: Any) -> None:
+        """The coordinator's last act (in its thread): end the run, or compute again for a recompute
+        patch that came after the loop's last look at the versions."""
+        with self._lock:
+            if terminal is FINISHED and not self._cancelled and self.versions.recompute_pending:
+                self._compute_again()
+            else:
+                self.channel.end(terminal)
+
+    def _compute_again(self) -> None:
+        """A new coordinator computes every partition with the newest parameters (lock held; the
+        channel holds no end)."""
+        final_only = self._coordinator.final_only
+        try:
+            self.versions.restart()
+            coordinator = self._coordinator_for(None, final_only)
+            coordinator.start()
+        except BaseException as e:  # noqa: BLE001  (the run's end, for its viewers)
+            self.channel.end(e)
+            return
+        self._coordinator = coordinator
 
     def cancel(self) -> None:
-        self._coordinator.cancel()
+        with self._lock:
+            self._cancelled = True
+            self._coordinator.cancel()
 
     def only_final_result(self) -> None:
         """Publish only the final result from now on (the caller waits for the end anyway)."""
         self._coordinator.only_final_result()
 
     def join(self, timeout: float | None = None) -> None:
-        """Wait up to ``timeout`` seconds for the coordinator's thread to end."""
-        self._coordinator.join(timeout)
+        """Wait up to ``timeout`` seconds for the coordinator's thread to end (and for the thread of a
+        coordinator that computes again after it, see :meth:`patch`)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            coordinator = self._coordinator
+            coordinator.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if self._coordinator is coordinator or (deadline is not None and time.monotonic() >= deadline):
+                return
 
     # -- state -------------------------------------------------------------------------
     @property

@@ -51,6 +51,9 @@ class ParamVersions:
         self._current = params
         self._stream = stream
         self._new: list[ParamVersion] = []
+        #: every UDF's patches so far, merged (a key moves to the end when set again, so that applying
+        #: the merged dict sets the keys in the order of their last setting)
+        self._merged: list[dict[str, Any]] = [{} for _ in params.udfs]
 
     @property
     def current(self) -> RunParams:
@@ -79,7 +82,25 @@ class ParamVersions:
                                    patches, bool(recompute))
             self._current = version.params
             self._new.append(version)
+            for merged, patch in zip(self._merged, patches):
+                for key, value in patch.items():
+                    merged.pop(key, None)
+                    merged[key] = value
         return version
+
+    @property
+    def recompute_pending(self) -> bool:
+        """True if a version not yet taken asks for a recompute."""
+        with self._lock:
+            return any(v.recompute for v in self._new)
+
+    def restart(self) -> None:
+        """Queue the newest parameters as one recompute version holding every patch so far, for a new
+        coordinator that starts from the planned parameters (a run that computes again after it
+        ended, see runtime/live_run.py); the versions not yet taken are replaced by it."""
+        with self._lock:
+            self._new = [ParamVersion(self._current.version, self._current,
+                                      tuple(dict(m) for m in self._merged), True)]
 
     def take_new(self) -> list[ParamVersion]:
         """The versions made since the last call, oldest first (the coordinator's side)."""

@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 import anyio
 import anyio.to_thread
 
-from raytile.common.errors import UDFRunCancelled
+from raytile.common.errors import RunEnded, UDFRunCancelled
 from raytile.runtime.host import RunSource
 from raytile.runtime.channel import FINISHED
 from raytile.runtime.results import UDFResults
@@ -78,8 +78,16 @@ class UDFRun:
         A patch with a wrong number of dicts or an unknown parameter raises UDFException here (a
         recompute of a stream ConfigValidationError), and the run goes on as it was.
 
+        A recompute patch that comes after the last partition merged, but before this loop read the
+        run's end, still takes effect: the run computes again and the loop goes on to the new final
+        result. Once the loop read the end (or the run was cancelled or failed) a patch raises
+        RunEnded.
+
         >>> run.update_parameters([{"radius": 5.0}])
         """
+        if self._exhausted:
+            raise RunEnded(f"run {self.run_id[:8]} has ended (its end was read): a patch cannot take effect "
+                           "any more; start a new run with the new parameters")
         self._coordinator.patch(list(patch), recompute)  # checked there (ParamVersions); a bad patch raises
 
     def cancel(self) -> None:

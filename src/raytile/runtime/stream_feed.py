@@ -31,6 +31,7 @@ from typing import Any, Callable
 import numpy as np
 
 from raytile.common.errors import DataSetException, RaytileError
+from raytile.io.formats.stream import StreamStopped
 
 __all__ = ["PartitionInlet", "StreamFeeder", "BufferRecycler", "InletClosed", "NO_RECOMPUTE"]
 
@@ -195,10 +196,16 @@ class StreamFeeder:
         self._finish = finish
         self._share = share
         self._allocate = allocate
+        self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+
+    def stop(self) -> None:
+        """The run is over (cancelled): pull the source no more and close it. A pull under way ends
+        first (a source is not interrupted); ``deliver`` is to raise InletClosed if it waits."""
+        self._stopped.set()
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
@@ -207,7 +214,8 @@ class StreamFeeder:
         error: BaseException | None = None
         buffers = BufferRecycler() if self._allocate is None else None
         try:
-            parts = self._dataset.partitions(allocate=self._allocate or buffers.take)  # type: ignore[union-attr]
+            parts = self._dataset.partitions(allocate=self._allocate or buffers.take,  # type: ignore[union-attr]
+                                             stop=self._stopped.is_set)
             try:
                 for idx, frames in parts:
                     shared = self._share(frames)
@@ -217,9 +225,11 @@ class StreamFeeder:
                     self._deliver(idx, shared)
             finally:
                 parts.close()
-        except InletClosed:
+        except (InletClosed, StreamStopped):
             return
         except RaytileError as e:
+            if self._stopped.is_set():  # the run is over: nobody waits for the stream's end
+                return
             error = e
         except Exception as e:  # noqa: BLE001  (sharing the frames failed: the run ends with it)
             error = DataSetException(f"the stream's frames could not be handed to the workers: "

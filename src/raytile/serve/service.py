@@ -26,6 +26,7 @@ from typing import Any, AsyncGenerator
 import anyio.to_thread
 import numpy as np
 
+from raytile.common.errors import RunEnded
 from raytile.runtime.context import Context
 from raytile.serve.config import ServeConfig
 from raytile.serve.dataset_cache import DataSetCache
@@ -149,7 +150,10 @@ class Service:
             raise BadRequest("body.params", f"needs {len(served.specs)} objects (one per UDF), got {len(params)}")
         kwargs = [spec.kwargs(p, served.sig_shape, f"body.params[{i}]", patch=True)
                   for i, (spec, p) in enumerate(zip(served.specs, params))]
-        served.run.update_parameters(kwargs, recompute=bool(body.get("recompute", False)))
+        try:
+            served.run.update_parameters(kwargs, recompute=bool(body.get("recompute", False)))
+        except RunEnded as e:  # it ended between the check above and the patch
+            raise Conflict("run_id", str(e)) from None
         served.patches += 1
         return {"run_id": served.id, "patches": served.patches, "recompute": bool(body.get("recompute", False))}
 

@@ -208,6 +208,19 @@ class ApplyMasksUDF(UDF):
         return {"engine": ApplyMasksEngine(masks, self.meta, use_torch=self.params.use_torch,
                                            dtype=self._product_dtype(masks))}
 
+    def merge(self, dest, src) -> None:
+        """Copies a partition's intensities, once it is sure that the masks made for the partition are
+        as many as those the result was declared with (each place makes its own masks: a factory
+        that returns a different number on another call must not have one broadcast into the other)."""
+        made, declared = src.intensity.shape[1:], dest.intensity.shape[1:]
+        if made != declared:
+            raise UDFException(
+                f"{type(self).__name__}: the mask factories made {declared[0] if declared else 1} masks on one "
+                f"call (the result's shape) and {made[0] if made else 1} on another (for a partition): a mask "
+                "factory must return the same masks on every call"
+            )
+        super().merge(dest, src)
+
     def process_tile(self, tile) -> None:
         out = self.results.intensity
         out += self.task_data.engine.process_tile(tile).astype(out.dtype, copy=False)

@@ -431,6 +431,12 @@ class UDF:
                     f"{type(self).__name__} has a {buf.kind!r} buffer {name!r}: implement "
                     f"{type(self).__name__}.merge(dest, src) to combine partitions"
                 )
+            if np.shape(src[name])[1:] != np.shape(dest[name])[1:]:  # never broadcast one into the other
+                raise UDFException(
+                    f"{type(self).__name__}: a partition's {name!r} has shape {np.shape(src[name])[1:]} per frame, "
+                    f"the result {np.shape(dest[name])[1:]}: get_result_buffers declared a different extra_shape "
+                    "where the partition ran than where the results are merged"
+                )
             check_cast(src[name], dest[name], f"{type(self).__name__}.{name}")
             dest[name][...] = src[name]
 

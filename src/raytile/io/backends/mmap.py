@@ -1,4 +1,10 @@
-"""The mmap backend: frames as views of the file map (frames path), or read ranges decoded from it."""
+"""The mmap backend: frames as views of the file map (frames path), or read ranges decoded from it.
+
+Each file is read under a read lease while a partition maps it (see
+:mod:`raytile.io.backends.lease`): a file truncated during a run ends the
+read with a DataSetException naming it, where it used to end the process
+with SIGBUS.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +15,10 @@ from typing import Generator
 import numpy as np
 
 from raytile.common.errors import DataSetException
-from raytile.io.backends.base import (Block, FrameBlock, FrameFile, FramesJob, IOBackend, RangesJob, frame_segments,
-                                      view_frames)
+from raytile.io.backends.base import (Block, FrameBlock, FrameFile, FramesJob, IOBackend, RangesJob, Segment,
+                                      frame_segments, view_frames)
+from raytile.io.backends.buffered import BufferedBackend, _preadv_all
+from raytile.io.backends.lease import ReadLeases, unleased_policy
 
 
 @lru_cache(maxsize=256)
@@ -38,7 +46,7 @@ def map_frames(path: str, job: FramesJob, f: FrameFile) -> np.ndarray:
     """The frames ``(f.stop - f.start, *sig)`` of file ``f``, a view of the cached byte map."""
     raw = _map_bytes(path)
     n = f.stop - f.start
-    need = f.header + n * job.frame_stride
+    need = _frames_bytes(job, f)
     if need > raw.shape[0]:
         raise DataSetException(
             f"{path}: file is too short: {n} frames of {job.frame_stride} bytes from offset {f.header} "
@@ -47,31 +55,92 @@ def map_frames(path: str, job: FramesJob, f: FrameFile) -> np.ndarray:
     return view_frames(raw[f.header:need], job, n)
 
 
+def _frames_bytes(job: FramesJob, f: FrameFile) -> int:
+    return f.header + (f.stop - f.start) * job.frame_stride
+
+
+def _read_segment(job: FramesJob, f: FrameFile, seg: Segment, fds: dict[int, int]) -> np.ndarray:
+    """A segment's frames read with ``preadv`` into a new array (a file that could not be leased)."""
+    fd = fds.get(seg.file)
+    if fd is None:
+        try:
+            fd = fds[seg.file] = os.open(f.path, os.O_RDONLY)
+        except OSError as e:
+            raise DataSetException(f"{f.path}: cannot open: {e}") from None
+    buf = np.empty(seg.n * job.frame_stride, dtype=np.uint8)
+    _preadv_all(fd, buf, f.header + seg.first * job.frame_stride, f.path, exact=True)
+    return view_frames(buf, job, seg.n)
+
+
+def _touched_files(job: RangesJob) -> range:
+    """The files a read range job reads (from the lowest to the highest file index of its tiles)."""
+    meta = job.tile_meta
+    if meta.shape[0] == 0:
+        return range(0)
+    lo, hi = meta[:, 4], meta[:, 5]
+    read = hi >= lo
+    if not read.any():
+        return range(0)
+    return range(int(lo[read].min()), int(hi[read].max()) + 1)
+
+
 class MMapBackend(IOBackend):
     name = "mmap"
 
     def _frame_blocks(self, job: FramesJob) -> Generator[FrameBlock, None, None]:
-        maps: dict[int, np.ndarray] = {}
+        maps: dict[int, np.ndarray | None] = {}  # None: the file is read with preadv (not leased)
+        leases = ReadLeases()
+        fds: dict[int, int] = {}
 
-        def frames_of(f: int) -> np.ndarray:
-            m = maps.get(f)
-            if m is None:
-                ff = job.frame_files[f]
-                m = maps[f] = map_frames(ff.path, job, ff)
+        def frames_of(f: int) -> np.ndarray | None:
+            if f in maps:
+                return maps[f]
+            ff = job.frame_files[f]
+            m = None
+            if leases.take(f, ff.path):
+                leases.need(f, _frames_bytes(job, ff))
+                m = map_frames(ff.path, job, ff)  # its size checked under the lease: it cannot shrink now
+            elif unleased_policy() == "map":
+                m = map_frames(ff.path, job, ff)
+            maps[f] = m
             return m
 
-        for b0, count, segments in frame_segments(job):
-            yield b0, count, [(s.k, frames_of(s.file)[s.first:s.first + s.n]) for s in segments]
+        try:
+            for b0, count, segments in frame_segments(job):
+                leases.check()  # the block before is done with: nothing of a map is being read now
+                parts = []
+                for s in segments:
+                    m = frames_of(s.file)
+                    frames = m[s.first:s.first + s.n] if m is not None else _read_segment(
+                        job, job.frame_files[s.file], s, fds)
+                    parts.append((s.k, frames))
+                yield b0, count, parts
+        finally:
+            leases.release()
+            for fd in fds.values():
+                os.close(fd)
 
     def _blocks(self, job: RangesJob) -> Generator[Block, None, None]:
-        maps: dict[int, np.ndarray] = {}
+        leases = ReadLeases()
+        try:
+            for f in _touched_files(job):
+                if leases.take(f, job.paths[f]):
+                    leases.need(f, leases.size(f))
+                elif unleased_policy() == "read":  # reads that cannot fault, for the whole job
+                    leases.release()
+                    yield from BufferedBackend()._blocks(job)
+                    return
+            maps: dict[int, np.ndarray] = {}
 
-        def source(f: int) -> np.ndarray:
-            m = maps.get(f)
-            if m is None:
-                m = maps[f] = _map_bytes(job.paths[f])
-            return m
+            def source(f: int) -> np.ndarray:
+                m = maps.get(f)
+                if m is None:
+                    m = maps[f] = _map_bytes(job.paths[f])
+                return m
 
-        n_slices = len(job.scheme)
-        for t0 in range(0, job.tile_meta.shape[0], n_slices):
-            yield Block(job.read_ranges[t0:t0 + n_slices], source)
+            n_slices = len(job.scheme)
+            for t0 in range(0, job.tile_meta.shape[0], n_slices):
+                leases.check()
+                yield Block(job.read_ranges[t0:t0 + n_slices], source)
+        finally:
+            leases.release()

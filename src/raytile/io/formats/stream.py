@@ -42,8 +42,9 @@ from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
 
-__all__ = ["StreamDataSet", "StreamPartition", "StreamSpec", "FrameTransform", "default_frames_per_partition",
-           "iterate_batches", "LossReporting", "RepeatableSource", "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN", "Allocate"]
+__all__ = ["StreamDataSet", "StreamPartition", "StreamSpec", "StreamStopped", "FrameTransform",
+           "default_frames_per_partition", "iterate_batches", "LossReporting", "RepeatableSource",
+           "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN", "Allocate"]
 
 #: Default partition size of a stream, in bytes of raw frames: small, so partial results flow, and large
 #: enough that the fixed cost of a task (its call and reply, its result buffers, about 1-2 ms on 2 CPUs)
@@ -317,7 +318,8 @@ class StreamDataSet(DataSet):
         return "this stream was read by a run already; load a new stream for the next run"
 
     # -- reading -------------------------------------------------------------------
-    def partitions(self, allocate: Allocate = np.empty) -> Iterator[tuple[int, np.ndarray]]:
+    def partitions(self, allocate: Allocate = np.empty,
+                   stop: Callable[[], bool] | None = None) -> Iterator[tuple[int, np.ndarray]]:
         """``(index, frames)`` of each partition in arrival order, index ``scan * partitions_per_scan
         + partition``; raises DataSetException for bad batches, a short stream or a failing source.
 
@@ -325,12 +327,16 @@ class StreamDataSet(DataSet):
         ``allocate(shape, dtype)`` (the reader may hand back arrays it has done with, see
         runtime/stream_feed.py). Claims the stream: a second call raises (for a repeatable stream:
         until the first generator is closed or done). Closing the generator closes the source.
+        ``stop``: asked before each pull of the source; once it says True the source is pulled
+        no more and closed, and the generator raises :class:`StreamStopped`.
         """
         with self._claim:
             if self._claimed:
                 raise DataSetException(self._claimed_message())
             self._claimed = True
-        return _Claimed(self._cut(iterate_batches(self._frames), allocate), self._release)
+        batches = iterate_batches(self._frames)
+        return _Claimed(self._cut(batches if stop is None else _until(batches, stop), allocate),
+                        self._release)
 
     def _release(self) -> None:
         """A repeatable stream's claim ends with the run that read it."""
@@ -431,6 +437,27 @@ class _Claimed:
                 self._release()
 
 
+class StreamStopped(Exception):
+    """The reader of a stream stopped it (``partitions(stop=...)``): its run is over."""
+
+
+def _until(batches: Iterator[Any], stop: Callable[[], bool]) -> Iterator[Any]:
+    """``batches`` while ``stop()`` is False (asked before each pull); then StreamStopped. Closing
+    this generator closes ``batches``."""
+    try:
+        while not stop():
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            yield batch
+        raise StreamStopped("the stream's reader stopped it")
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
+
+
 def _guarded(batches: Iterator[Any]) -> Iterator[Any]:
     """The source's items; an exception it raises becomes a DataSetException naming it."""
     while True:
@@ -438,7 +465,7 @@ def _guarded(batches: Iterator[Any]) -> Iterator[Any]:
             batch = next(batches)
         except StopIteration:
             return
-        except DataSetException:
+        except (DataSetException, StreamStopped):
             raise
         except Exception as e:
             raise DataSetException(f"the stream's source raised {type(e).__name__}: {e}") from e

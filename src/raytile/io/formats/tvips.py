@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from raytile.common.errors import DataSetException
+from raytile.io.dataset import DataSetMeta
 from raytile.io.fileset import File
 from raytile.io.formats.framefiles import FrameFileDataSet, FrameLayout, read_exact
 
@@ -166,6 +167,23 @@ class TVIPSDataSet(FrameFileDataSet):
                            nav_shape=nav, frame_header=h["img_header_bytes"],
                            info={"TVIPS version": str(h["version"]), "TVIPS files": str(len(paths)),
                                  "detected scan": "none" if found is None else f"sync_offset {found[0]}, {found[1]}"})
+
+    def _do_initialize(self) -> DataSetMeta:
+        meta = super()._do_initialize()
+        # A detected sync_offset is where the scan starts, not a request for blank frames (only a given
+        # one is): with it the base's check of nav_shape against the files does not apply, so check here.
+        assert self._layout is not None
+        n_nav, n_file, sync = math.prod(meta.shape.nav), self._layout.num_frames, self._sync_offset
+        if not self._sync_given and sync + n_nav > n_file:
+            paths = self._layout.files
+            where = paths[0].path if len(paths) == 1 else f"{paths[0].path} (+{len(paths) - 1} files)"
+            raise DataSetException(
+                f"{where}: the files hold {n_file} frames of {tuple(self._layout.sig_shape)}; the scan starts at "
+                f"frame {sync} (detected sync_offset), so nav_shape {tuple(meta.shape.nav)} needs {sync + n_nav}; "
+                f"nav_shape is too large (at most {n_file - sync} positions), or give sync_offset "
+                "(sync_offset=0 reads from the first frame)"
+            )
+        return meta
 
     @classmethod
     def detect_params(cls, path: str) -> dict[str, Any] | None:
