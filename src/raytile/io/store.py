@@ -195,6 +195,8 @@ class ObjectStore:
                         import fsspec
 
                         fs = fsspec.filesystem(self.protocol, **_fs_kwargs(self.protocol, self.options))
+                        if hasattr(fs, "retries"):  # s3fs's own retries (5, with sleeps); ours wrap its calls
+                            fs.retries = 2
                     except ImportError as e:
                         raise DataSetException(
                             f"reading {self.protocol}:// URLs needs the cloud extra (pip install "
