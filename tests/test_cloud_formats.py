@@ -105,6 +105,41 @@ def test_npy_from_s3(inline_ctx, s3, tmp_path, frames, roi):
     check_pick(inline_ctx, ds, frames, 4, 0)
 
 
+def upload_dir(s3, directory, prefix):
+    """Every file of ``directory`` as an object under ``prefix``; their URLs by file name."""
+    import os
+
+    return {name: s3.put_file(f"{prefix}/{name}", os.path.join(directory, name)) for name in os.listdir(directory)}
+
+
+@pytest.mark.parametrize("mode", ["U16", "R12"])
+def test_mib_hdr_and_files_under_one_prefix(inline_ctx, s3, tmp_path, rng, mode):
+    from raytile.io.testing.mib import write_mib
+
+    frames = rng.integers(0, 4000, (5, 6, 32, 32)).astype(np.uint16)
+    write_mib(tmp_path / "scan", frames.reshape(-1, 32, 32), mode=mode, nav_shape=(5, 6), frames_per_file=12)
+    urls = upload_dir(s3, tmp_path, f"s3://mib-bucket/{mode}")
+    assert sorted(urls) == ["scan.hdr", "scan1.mib", "scan2.mib", "scan3.mib"]
+    ds = inline_ctx.load("mib", path=urls["scan.hdr"], num_partitions=2, storage_options=s3.options)
+    assert ds.shape.to_tuple() == (5, 6, 32, 32)
+    roi = rng.random((5, 6)) > 0.5
+    roi[0, 0] = True
+    check_read(inline_ctx, ds, frames, roi=roi, tilings=((None, None), (3, None)))
+    check_pick(inline_ctx, ds, frames, 4, 5)
+
+
+def test_empad_xml_and_raw(inline_ctx, s3, tmp_path, rng):
+    from raytile.io.testing.empad import write_empad
+
+    frames = rng.random((3, 4, 128, 128)).astype(np.float32)
+    write_empad(tmp_path, frames)
+    urls = upload_dir(s3, tmp_path, "s3://empad-bucket/a")
+    ds = inline_ctx.load("empad", path=urls["scan.xml"], num_partitions=2, storage_options=s3.options)
+    assert ds.shape.to_tuple() == (3, 4, 128, 128)
+    check_read(inline_ctx, ds, frames, tilings=((None, None), (2, 64 * 128 * 4)))
+    check_pick(inline_ctx, ds, frames, 2, 1)
+
+
 @pytest.mark.ray
 def test_raw_and_npy_on_ray_workers(ray_context, s3, tmp_path, frames, roi):
     url = s3.put("s3://ray-bucket/data.raw", frames.tobytes())

@@ -19,7 +19,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from raytile.common.errors import DataSetException
-from raytile.io.backends import BACKENDS, FrameFile, FramesJob, RangesJob, choose_backend, get_backend
+from raytile.io.backends import BACKENDS, FrameFile, FramesJob, IOBackend, RangesJob, choose_backend, get_backend
 from raytile.io.backends.remote import RemoteBackend
 from raytile.io.dataset import DataSet, DataSetMeta, Partition, check_array_backend
 from raytile.io.decoders import Decoder, NativeDecoder
@@ -217,6 +217,13 @@ class FilePartition(Partition):
         """Bytes of one ranged GET from an object store (tiles of about that size); None for local files."""
         return DEFAULT_REQUEST_BYTES if self.fileset.store is not None else None
 
+    def backend(self) -> IOBackend:
+        """The IO backend reading this partition: ranged GETs for an object store, else ``io_backend``."""
+        store = self.fileset.store
+        if store is not None:
+            return RemoteBackend(store, self.get_io_size())
+        return get_backend(self.io_backend)
+
     def _frames(self, roi: np.ndarray | None) -> np.ndarray:
         frames = np.arange(self.start, self.stop, dtype=np.int64)
         if roi is not None:
@@ -242,8 +249,7 @@ class FilePartition(Partition):
         if frames.shape[0] == 0:
             return
         fs = self.fileset
-        backend = (RemoteBackend(fs.store, self.get_io_size()) if fs.store is not None
-                   else get_backend(self.io_backend))
+        backend = self.backend()
         common = dict(paths=fs.paths, scheme=tiling_scheme, frames=frames, nav_origin=self.roi_offset(roi),
                       dest_dtype=dest_dtype, decoder=self.decoder)
         file_dtype = self.decoder.file_dtype()

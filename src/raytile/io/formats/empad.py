@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 
 from raytile.common.errors import DataSetException
-from raytile.io.fileset import File
+from raytile.io.fileset import REMOTE_PARAMS, File
 from raytile.io.formats.framefiles import FrameFileDataSet, FrameLayout
+from raytile.io.store import ObjectStore, open_path
 
 __all__ = ["EMPADDataSet", "read_empad_xml", "EMPAD_SIG_SHAPE", "EMPAD_FOOTER_BYTES"]
 
@@ -63,10 +64,15 @@ def _scan_shape(root: ET.Element, path: str, mode: str) -> tuple[int, ...] | Non
     return None
 
 
-def read_empad_xml(path: str) -> tuple[str, tuple[int, ...], tuple[int, ...] | None]:
-    """``(raw path, nav shape of the "acquire" scan or series, nav shape of the "search" scan or None)``."""
+def read_empad_xml(path: str, store: ObjectStore | None = None) -> tuple[str, tuple[int, ...], tuple[int, ...] | None]:
+    """``(raw path, nav shape of the "acquire" scan or series, nav shape of the "search" scan or None)``;
+    ``path`` may be a URL of ``store`` (the raw file is then an object under the same prefix)."""
     try:
-        root = ET.parse(path).getroot()
+        if store is not None:
+            with open_path(path, store) as f:
+                root = ET.fromstring(f.read())
+        else:
+            root = ET.parse(path).getroot()
     except (ET.ParseError, OSError, UnicodeDecodeError) as e:
         raise DataSetException(f"{path}: not an EMPAD .xml file: {e}") from None
     raw = root.find("raw_file")
@@ -88,13 +94,14 @@ class EMPADDataSet(FrameFileDataSet):
     """
 
     format_name = "empad"
+    params_schema = {**FrameFileDataSet.params_schema, **REMOTE_PARAMS}
 
     def _read_layout(self) -> FrameLayout:
         path = self._path
         low = path.lower()
         nav: tuple[int, ...] | None = self._nav_shape
         if low.endswith(".xml"):
-            raw_path, acquire, search = read_empad_xml(path)
+            raw_path, acquire, search = read_empad_xml(path, self._store)
             size = self._check_path(raw_path)
             nav = acquire
             if size != math.prod(acquire) * _FRAME_STRIDE and search is not None \
