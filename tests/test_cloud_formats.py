@@ -140,8 +140,30 @@ def test_empad_xml_and_raw(inline_ctx, s3, tmp_path, rng):
     check_pick(inline_ctx, ds, frames, 2, 1)
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "chunked", "gzip", "bitshuffle"])
+def test_hdf5_from_s3(inline_ctx, s3, tmp_path, frames, roi, layout):
+    h5py = pytest.importorskip("h5py")
+    kw: dict = {}
+    if layout == "chunked":
+        kw = dict(chunks=(1, 2) + SIG)
+    elif layout == "gzip":
+        kw = dict(chunks=(1, 3, 8, 12), compression="gzip")
+    elif layout == "bitshuffle":
+        hdf5plugin = pytest.importorskip("hdf5plugin")
+        kw = dict(chunks=(1, 2) + SIG, **hdf5plugin.Bitshuffle(nelems=0, cname="lz4"))
+    p = tmp_path / "d.h5"
+    with h5py.File(p, "w") as f:
+        f.create_dataset("entry/data", data=frames, **kw)
+    url = s3.put_file(f"s3://h5-bucket/{layout}.h5", str(p))
+    ds = inline_ctx.load("hdf5", path=url, ds_path="entry/data", num_partitions=2, storage_options=s3.options)
+    direct = layout in ("contiguous", "chunked")
+    assert ({d["name"]: d["value"] for d in ds.get_diagnostics()}["read"] == "directly from the file") == direct
+    check_read(inline_ctx, ds, frames, roi=roi, tilings=((None, None), (3, None)))
+    check_pick(inline_ctx, ds, frames, 1, 2)
+
+
 @pytest.mark.ray
-def test_raw_and_npy_on_ray_workers(ray_context, s3, tmp_path, frames, roi):
+def test_raw_npy_hdf5_on_ray_workers(ray_context, s3, tmp_path, frames, roi):
     url = s3.put("s3://ray-bucket/data.raw", frames.tobytes())
     ds = ray_context.load("raw", path=url, nav_shape=NAV, sig_shape=SIG, dtype="uint16", num_partitions=4,
                           storage_options=s3.options)
@@ -157,6 +179,14 @@ def test_raw_and_npy_on_ray_workers(ray_context, s3, tmp_path, frames, roi):
     check_pick(ray_context, ds2, frames, 2, 6)
     res2 = ray_context.run_udf(dataset=ds2, udf=SumUDF(dtype="float64"))
     np.testing.assert_array_equal(res2["intensity"].data, flat.sum(axis=0))
+    # compressed HDF5: h5py in each worker reads its chunks through a ranged file object
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(tmp_path / "c.h5", "w") as f:
+        f.create_dataset("data", data=frames, chunks=(1, 3, 8, 12), compression="gzip")
+    ds3 = ray_context.load("hdf5", path=s3.put_file("s3://ray-bucket/c.h5", str(tmp_path / "c.h5")), ds_path="data",
+                           num_partitions=3, storage_options=s3.options)
+    res3 = ray_context.run_udf(dataset=ds3, udf=SumUDF(dtype="float64"), roi=roi)
+    np.testing.assert_array_equal(res3["intensity"].data, flat[roi.reshape(-1)].sum(axis=0))
 
 
 def test_storage_options_are_checked_and_hidden():
