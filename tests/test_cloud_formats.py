@@ -162,8 +162,32 @@ def test_hdf5_from_s3(inline_ctx, s3, tmp_path, frames, roi, layout):
     check_pick(inline_ctx, ds, frames, 1, 2)
 
 
+@pytest.mark.parametrize("compression,decoder", [("bslz4", None), (None, None), ("bslz4", "hdf5plugin")])
+def test_dectris_master_and_data_files(inline_ctx, s3, tmp_path, rng, compression, decoder):
+    """The chunk index is read once with h5py over a ranged file; chunks come by parallel ranged GETs."""
+    pytest.importorskip("h5py")
+    if compression == "bslz4":
+        pytest.importorskip("hdf5plugin")
+    from raytile.io.testing.dectris import write_dectris
+
+    frames = rng.integers(0, 50, (4, 5, 24, 20)).astype(np.uint16)
+    write_dectris(tmp_path, frames.reshape(-1, 24, 20), frames_per_file=6, compression=compression)
+    urls = upload_dir(s3, tmp_path, f"s3://dectris-bucket/{compression}-{decoder}")
+    master = urls["series_1_master.h5"]
+    ds = inline_ctx.load("dectris", path=master, nav_shape=(4, 5), num_partitions=3, decoder=decoder,
+                         storage_options=s3.options)
+    how = {d["name"]: d["value"] for d in ds.get_diagnostics()}
+    assert how["data files"] == "4"
+    assert how["read"] == ("h5py + hdf5plugin" if decoder else "chunks decoded in the workers" if compression
+                           else "chunks copied in the workers")
+    roi = rng.random((4, 5)) > 0.5
+    roi[0, 0] = True
+    check_read(inline_ctx, ds, frames, roi=roi, tilings=((None, None), (3, None)))
+    check_pick(inline_ctx, ds, frames, 3, 4)
+
+
 @pytest.mark.ray
-def test_raw_npy_hdf5_on_ray_workers(ray_context, s3, tmp_path, frames, roi):
+def test_formats_on_ray_workers(ray_context, s3, tmp_path, frames, roi):
     url = s3.put("s3://ray-bucket/data.raw", frames.tobytes())
     ds = ray_context.load("raw", path=url, nav_shape=NAV, sig_shape=SIG, dtype="uint16", num_partitions=4,
                           storage_options=s3.options)
@@ -187,6 +211,18 @@ def test_raw_npy_hdf5_on_ray_workers(ray_context, s3, tmp_path, frames, roi):
                            num_partitions=3, storage_options=s3.options)
     res3 = ray_context.run_udf(dataset=ds3, udf=SumUDF(dtype="float64"), roi=roi)
     np.testing.assert_array_equal(res3["intensity"].data, flat[roi.reshape(-1)].sum(axis=0))
+    # DECTRIS: master + data files; the workers fetch and decode bitshuffle-LZ4 chunks
+    pytest.importorskip("hdf5plugin")
+    from raytile.io.testing.dectris import write_dectris
+
+    (tmp_path / "series").mkdir()
+    write_dectris(tmp_path / "series", frames.reshape(-1, *SIG), frames_per_file=8)
+    urls = upload_dir(s3, tmp_path / "series", "s3://ray-bucket/series")
+    ds4 = ray_context.load("dectris", path=urls["series_1_master.h5"], nav_shape=NAV, num_partitions=3,
+                           storage_options=s3.options)
+    res4 = ray_context.run_udf(dataset=ds4, udf=[SumUDF(dtype="float64"), SumSigUDF()])
+    np.testing.assert_array_equal(res4[0]["intensity"].data, flat.sum(axis=0))
+    np.testing.assert_array_equal(res4[1]["intensity"].data, flat.sum(axis=(1, 2)).reshape(NAV))
 
 
 def test_storage_options_are_checked_and_hidden():
