@@ -41,7 +41,7 @@ from raytile.common.errors import DataSetException
 __all__ = [
     "ObjectStore", "StorageOptions", "is_url", "store_for", "display_url", "open_path", "path_size",
     "check_path_file", "expand_store_paths", "scrub", "DEFAULT_REQUEST_BYTES", "DEFAULT_CONCURRENCY",
-    "REQUEST_TIMEOUT_S",
+    "REQUEST_TIMEOUT_S", "zarr_store_options",
 ]
 
 T = TypeVar("T")
@@ -152,6 +152,11 @@ def _fs_kwargs(protocol: str, options: StorageOptions) -> dict[str, Any]:
         config.setdefault("retries", {"max_attempts": 2, "mode": "standard"})
         kw["config_kwargs"] = config
     return kw
+
+
+def zarr_store_options(store: "ObjectStore") -> dict[str, Any]:
+    """fsspec arguments for zarr's ``FsspecStore.from_url`` of ``store`` (the same timeouts and region)."""
+    return _fs_kwargs(store.protocol, store.options)
 
 
 _CLIENTS: dict[tuple, Any] = {}
