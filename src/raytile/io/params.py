@@ -222,9 +222,7 @@ JSON_FORMS: dict[str, Callable[[ParamSpec], dict[str, Any]] | None] = {
                                                                   "maxLength": 4096},
                            "minItems": 1, "maxItems": 100_000, "format": "path"},
     "choice": lambda spec: {"type": "string", "enum": list(spec["choices"])},
-    "storage_options": lambda spec: {"type": "object", "maxProperties": 64,
-                                     "description": "fsspec storage options (endpoint_url, key, secret, anon, "
-                                                    "region)"},
+    "storage_options": None,  # credentials: a server's own (serve's storage_options), never a client's
     "array": None,
     "iterable": None,
     "callable": None,

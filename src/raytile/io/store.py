@@ -124,6 +124,9 @@ class StorageOptions(Mapping):
     def __reduce__(self):
         return (StorageOptions, (self._options,))
 
+    def __hash__(self) -> int:
+        return hash(self.key())
+
     def key(self) -> tuple:
         """A hashable form (for caching clients per process)."""
         return tuple(sorted((k, repr(v)) for k, v in self._options.items()))
