@@ -1,8 +1,9 @@
 """The remote backend: a partition's byte ranges fetched from an object store by the worker that runs it.
 
 Each nav block's reads (the frames of the frames path, or the coalesced
-read ranges of the read range path) are cut into requests of at most
-``request_bytes`` (the format's ``get_io_size()``), and a pool of threads
+read ranges of the read range path) are joined with the next blocks' into
+groups of about ``request_bytes`` (the format's ``get_io_size()``), cut into
+requests of at most that size, and a pool of threads
 keeps up to ``concurrency`` ranged GETs in flight, running ahead into the
 next blocks while the current one is decoded. What is in flight is bounded
 by ``concurrency * request_bytes`` plus the block being consumed, so a
@@ -31,11 +32,12 @@ COALESCE_GAP = 256 * 1024
 
 @dataclass
 class _Pending:
-    """One block: its buffer, the requests filling it and what to hand out once they are done."""
+    """A group of blocks: its buffer, the requests filling it and each block's ``(offset, nbytes)`` in it."""
 
     buf: np.ndarray
     futures: list[Future] = field(default_factory=list)
     nbytes: int = 0
+    blocks: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _constant(buf: np.ndarray) -> Callable[[int], np.ndarray]:
@@ -61,46 +63,70 @@ class RemoteBackend(IOBackend):
                 b = min(stop, a + step)
                 yield f, a, b, pos + a - start
 
+    def _groups(self, plans: Iterator[tuple[int, list[tuple[int, int, int, int]]]]
+                ) -> Iterator[tuple[int, list[tuple[int, int, int, int]], list[tuple[int, int]]]]:
+        """Consecutive blocks joined until they hold ``request_bytes``: ``(nbytes, reads, blocks)``, the
+        reads placed one block after the other in one buffer and merged where a block's bytes continue
+        the previous block's in the same object (a request may then span blocks: tiles smaller than a
+        request do not make requests smaller), ``blocks`` each block's ``(offset, nbytes)`` in it."""
+        reads: list[list[int]] = []
+        blocks: list[tuple[int, int]] = []
+        total = 0
+        for nbytes, block_reads in plans:
+            for f, a, b, pos in block_reads:
+                last = reads[-1] if reads else None
+                if last is not None and last[0] == f and last[2] == a and last[3] + last[2] - last[1] == total + pos:
+                    last[2] = b
+                else:
+                    reads.append([f, a, b, total + pos])
+            blocks.append((total, nbytes))
+            total += nbytes
+            if total >= self.request_bytes:
+                yield total, [(r[0], r[1], r[2], r[3]) for r in reads], blocks
+                reads, blocks, total = [], [], 0
+        if blocks:
+            yield total, [(r[0], r[1], r[2], r[3]) for r in reads], blocks
+
     def _pipeline(self, paths: list[str], plans: Iterator[tuple[int, list[tuple[int, int, int, int]]]]
                   ) -> Generator[np.ndarray, None, None]:
-        """The filled buffer of each planned block ``(nbytes, reads)``, in order; requests of the next
-        blocks are in flight while the caller uses the current one (up to ``concurrency`` requests and
-        at least one block ahead)."""
+        """The filled buffer of each planned block ``(nbytes, reads)``, in order. Blocks are fetched in
+        groups of about ``request_bytes`` (:meth:`_groups`); requests of the next groups are in flight
+        while the caller uses the current one (up to ``concurrency`` requests, at least one group ahead)."""
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="raytile-fetch")
         window = self.concurrency * self.request_bytes
         queue: deque[_Pending] = deque()
         in_flight = 0
-        plans_left = True
+        groups = self._groups(plans)
+        groups_left = True
 
         def fill(buf: np.ndarray, f: int, a: int, b: int, pos: int) -> None:
             buf[pos:pos + b - a] = np.frombuffer(self.store.get_range(paths[f], a, b), dtype=np.uint8)
 
-        def submit_one() -> bool:
-            nonlocal plans_left, in_flight
+        def submit_one() -> None:
+            nonlocal groups_left, in_flight
             try:
-                nbytes, reads = next(plans)
+                nbytes, reads, blocks = next(groups)
             except StopIteration:
-                plans_left = False
-                return False
-            p = _Pending(np.empty(max(nbytes, 1), dtype=np.uint8), nbytes=nbytes)
+                groups_left = False
+                return
+            p = _Pending(np.empty(max(nbytes, 1), dtype=np.uint8), nbytes=nbytes, blocks=blocks)
             for f, a, b, pos in self._requests(reads):
                 p.futures.append(pool.submit(fill, p.buf, f, a, b, pos))
             queue.append(p)
             in_flight += nbytes
-            return True
 
         try:
             while True:
-                while plans_left and (len(queue) < 2 or in_flight < window):
-                    if not submit_one():
-                        break
+                while groups_left and (len(queue) < 2 or in_flight < window):
+                    submit_one()
                 if not queue:
                     return
                 p = queue.popleft()
                 for fut in p.futures:
                     fut.result()
                 in_flight -= p.nbytes
-                yield p.buf
+                for offset, nbytes in p.blocks:
+                    yield p.buf[offset:offset + max(nbytes, 1)]
         finally:
             for p in queue:
                 for fut in p.futures:
