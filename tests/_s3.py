@@ -68,3 +68,10 @@ def moto_s3() -> Iterator[S3]:
         yield s3
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3]:
+    """A moto S3 server for a test module (import this fixture into the module)."""
+    with moto_s3() as s:
+        yield s

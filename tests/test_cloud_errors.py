@@ -19,17 +19,11 @@ import raytile as rt
 from raytile.common.errors import DataSetException, RaytileError
 from raytile.io.store import ObjectStore, display_url, scrub
 from raytile.udf import SumUDF
-from _s3 import KEY, SECRET, free_port, moto_s3
+from _s3 import KEY, SECRET, free_port, moto_s3, s3  # noqa: F401 - s3: the module's S3 server (a fixture)
 
 pytest.importorskip("s3fs")
 
 NAV, SIG = (4, 4), (8, 8)
-
-
-@pytest.fixture(scope="module")
-def s3():
-    with moto_s3() as s:
-        yield s
 
 
 @pytest.fixture

@@ -12,30 +12,10 @@ import pytest
 
 import raytile as rt
 from raytile.udf import PickUDF, SumSigUDF, SumUDF
-from test_io_formats import check_read
-from _s3 import moto_s3
+from test_io_formats import NAV, SIG, check_read, frames, roi  # noqa: F401 - frames, roi: fixtures
+from _s3 import s3  # noqa: F401 - the module's S3 server (a fixture)
 
 pytest.importorskip("s3fs")
-
-NAV, SIG = (5, 7), (16, 12)
-
-
-@pytest.fixture(scope="module")
-def s3():
-    with moto_s3() as s:
-        yield s
-
-
-@pytest.fixture
-def frames(rng):
-    return rng.integers(0, 4000, NAV + SIG).astype(np.uint16)
-
-
-@pytest.fixture
-def roi(rng):
-    r = rng.random(NAV) > 0.4
-    r[0, 0] = True
-    return r
 
 
 def check_pick(ctx, ds, frames, y, x):

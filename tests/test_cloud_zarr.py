@@ -13,13 +13,11 @@ import pytest
 from raytile.common.errors import DataSetException
 from raytile.udf import SumSigUDF, SumUDF
 from test_cloud_formats import check_pick
-from test_io_formats import RecordTiles, check_read
+from test_io_formats import NAV, SIG, RecordTiles, check_read, frames, roi  # noqa: F401 - fixtures
 from _s3 import SECRET, moto_s3
 
 zarr = pytest.importorskip("zarr")
 pytest.importorskip("s3fs")
-
-NAV, SIG = (5, 7), (16, 12)
 
 
 @pytest.fixture(scope="module")
@@ -27,18 +25,6 @@ def s3():
     with moto_s3() as s:
         s.client.create_bucket(Bucket="zarr-bucket")
         yield s
-
-
-@pytest.fixture
-def frames(rng):
-    return rng.integers(0, 4000, NAV + SIG).astype(np.uint16)
-
-
-@pytest.fixture
-def roi(rng):
-    r = rng.random(NAV) > 0.4
-    r[0, 0] = True
-    return r
 
 
 def codecs(name):
