@@ -41,7 +41,7 @@ from raytile.common.errors import DataSetException
 __all__ = [
     "ObjectStore", "StorageOptions", "is_url", "store_for", "display_url", "open_path", "path_size",
     "check_path_file", "expand_store_paths", "scrub", "DEFAULT_REQUEST_BYTES", "DEFAULT_CONCURRENCY",
-    "REQUEST_TIMEOUT_S", "zarr_store_options",
+    "REQUEST_TIMEOUT_S", "RETRY_WINDOW_S", "zarr_store_options",
 ]
 
 T = TypeVar("T")
@@ -50,8 +50,16 @@ T = TypeVar("T")
 DEFAULT_REQUEST_BYTES = 8 * 1024 * 1024
 #: Ranged GETs a reader keeps in flight.
 DEFAULT_CONCURRENCY = 8
-#: Upper bound of one request, retries included: a dead endpoint fails a run after this long.
-REQUEST_TIMEOUT_S = 30.0
+#: No new attempt of a failing request after this long: a dead endpoint (connection refused, or no
+#: answer to connect within CONNECT_TIMEOUT_S) fails a run within about this long.
+RETRY_WINDOW_S = 30.0
+#: Connecting to the store.
+CONNECT_TIMEOUT_S = 5
+#: An endpoint that accepted the connection but sends nothing for this long has stalled.
+READ_TIMEOUT_S = 60
+#: Hard upper bound of one request attempt, queueing in a busy store included (a loaded store may
+#: hold a request behind others: measured on moto under load, over 30 s).
+REQUEST_TIMEOUT_S = 180.0
 #: Attempts of one request on transient failures (connection reset, 5xx, throttling), with backoff.
 ATTEMPTS = 4
 
@@ -150,8 +158,8 @@ def _fs_kwargs(protocol: str, options: StorageOptions) -> dict[str, Any]:
         if client:
             kw["client_kwargs"] = client
         config = dict(kw.pop("config_kwargs", {}) or {})
-        config.setdefault("connect_timeout", 5)
-        config.setdefault("read_timeout", 20)
+        config.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
+        config.setdefault("read_timeout", READ_TIMEOUT_S)
         config.setdefault("retries", {"max_attempts": 2, "mode": "standard"})
         kw["config_kwargs"] = config
     return kw
@@ -226,7 +234,7 @@ class ObjectStore:
         elif isinstance(e, PermissionError):
             what = "access denied (check the credentials in storage_options or the environment)"
         elif _is_timeout(e):
-            what = f"the store did not answer within {REQUEST_TIMEOUT_S:.0f} s (wrong endpoint_url, or it is down?)"
+            what = "the store did not answer in time (wrong endpoint_url, or it is down or overloaded?)"
         elif _is_connection(e):
             what = "cannot connect to the store (wrong endpoint_url, or it is down?)"
         else:
@@ -238,8 +246,8 @@ class ObjectStore:
 
     def call(self, url: str, doing: str, fn: Callable[[], T], attempts: int = ATTEMPTS) -> T:
         """``fn()`` retried with backoff on transient failures, as a DataSetException naming ``url``
-        once it fails for good (or :data:`REQUEST_TIMEOUT_S` has passed)."""
-        deadline = time.monotonic() + REQUEST_TIMEOUT_S
+        once it fails for good (no new attempt after :data:`RETRY_WINDOW_S`)."""
+        deadline = time.monotonic() + RETRY_WINDOW_S
         delay = 0.2
         for attempt in range(attempts):
             try:
