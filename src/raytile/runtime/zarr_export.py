@@ -16,7 +16,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from raytile.io.dataset import DataSet
-from raytile.io.formats.zarr import create_zarr_array, nav_runs, open_zarr_array
+from raytile.io.formats.hdf5 import nav_runs
+from raytile.io.formats.zarr import create_zarr_array, open_zarr_array
 from raytile.io.store import StorageOptions, is_url, store_for
 from raytile.udf.base import UDF
 from raytile.udf.record import record_shape

@@ -36,7 +36,7 @@ from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.common.tiling import DataTile, TilingScheme
 
-__all__ = ["H5DataSet", "H5Partition", "H5FilePartition", "ChunkedFileSet", "h5py_with_filters"]
+__all__ = ["H5DataSet", "H5Partition", "H5FilePartition", "ChunkedFileSet", "h5py_with_filters", "nav_runs"]
 
 
 def h5py_with_filters():
@@ -141,6 +141,19 @@ def raw_fileset(f, ds, path: str, sig_dims: int, store: ObjectStore | None = Non
     return ChunkedFileSet(path, file_nav, chunks, sig, dtype, offsets, store)
 
 
+def nav_runs(a: int, b: int, nav: tuple[int, ...]) -> Iterator[tuple[int, int, tuple]]:
+    """Flat frames ``[a, b)`` of a nav shape as runs along its last axis: ``(pos, end, nav index)``, the
+    index a tuple of ints and one slice, so each run is one selection of the array."""
+    row = nav[-1]
+    pos = a
+    while pos < b:
+        idx = np.unravel_index(pos, nav)
+        end = min(b, pos - int(idx[-1]) + row)
+        sel = tuple(int(i) for i in idx[:-1]) + (slice(int(idx[-1]), int(idx[-1]) + end - pos),)
+        yield pos, end, sel
+        pos = end
+
+
 class _ChunkTiling:
     """Base shape and tile shape veto following HDF5 chunks (``self.chunks``, ``self.file_nav``)."""
 
@@ -211,14 +224,8 @@ class H5Partition(_ChunkTiling, Partition):
         if len(nav) == 1:
             ds.read_direct(out, np.s_[(slice(a, b),) + sig_sl])
             return out
-        row = nav[-1]
-        pos = a
-        while pos < b:
-            idx = np.unravel_index(pos, nav)
-            end = min(b, pos - idx[-1] + row)
-            sel = tuple(int(i) for i in idx[:-1]) + (slice(int(idx[-1]), int(idx[-1]) + end - pos),) + sig_sl
-            ds.read_direct(out, sel, np.s_[pos - a:end - a])
-            pos = end
+        for pos, end, sel in nav_runs(a, b, nav):
+            ds.read_direct(out, sel + sig_sl, np.s_[pos - a:end - a])
         return out
 
     def get_tiles(self, tiling_scheme: TilingScheme, roi: np.ndarray | None = None,

@@ -33,10 +33,10 @@ from raytile.common.slice import Slice
 from raytile.common.tiling import DataTile, TilingScheme
 from raytile.io.dataset import DataSet, DataSetMeta, Partition, check_array_backend
 from raytile.io.fileset import REMOTE_PARAMS
-from raytile.io.formats.hdf5 import _ChunkTiling
+from raytile.io.formats.hdf5 import _ChunkTiling, nav_runs
 from raytile.io.store import ObjectStore, display_url, is_url, scrub, store_for, zarr_store_options
 
-__all__ = ["ZarrDataSet", "ZarrPartition", "open_zarr_array", "create_zarr_array", "nav_runs"]
+__all__ = ["ZarrDataSet", "ZarrPartition", "open_zarr_array", "create_zarr_array"]
 
 
 def _zarr() -> Any:
@@ -105,19 +105,6 @@ def create_zarr_array(path: str, shape: tuple[int, ...], dtype: np.dtype, sig_di
                                    f"overwrite=True to replace it") from None
         raise _failed(path, store, e, "create a Zarr array") from None
     return arr
-
-
-def nav_runs(a: int, b: int, nav: tuple[int, ...]) -> Iterator[tuple[int, int, tuple]]:
-    """Flat frames ``[a, b)`` of a nav shape as runs along its last axis: ``(pos, end, nav index)``, the
-    index a tuple of ints and one slice, so each run is one selection of the array."""
-    row = nav[-1]
-    pos = a
-    while pos < b:
-        idx = np.unravel_index(pos, nav)
-        end = min(b, pos - int(idx[-1]) + row)
-        sel = tuple(int(i) for i in idx[:-1]) + (slice(int(idx[-1]), int(idx[-1]) + end - pos),)
-        yield pos, end, sel
-        pos = end
 
 
 class ZarrPartition(_ChunkTiling, Partition):
