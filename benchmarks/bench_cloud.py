@@ -13,9 +13,9 @@ default) is put into a moto S3 server running in its own process on
 * **raytile local**: ``SumUDF`` over the same bytes as a local raw file
   (page cache warm), the same workers;
 
-and the peak RSS of the Ray workers (``ru_maxrss``, sampled by a UDF in
-each worker after the S3 runs), beside the object's size: memory follows
-the partitions in flight, not the object.
+and the peak RSS of the Ray workers (``ru_maxrss``, sampled per tile by a
+UDF run beside SumUDF in the S3 runs), beside the object's size: memory
+follows the partitions in flight, not the object.
 
     python benchmarks/bench_cloud.py [--size-mib 1024] [--workers 2] [--repeat 3]
 """
@@ -70,7 +70,7 @@ class PeakRSS(rt.UDF):
     def get_result_buffers(self):
         return {"rss": self.buffer(kind="single", dtype="int64")}
 
-    def process_partition(self, partition):
+    def process_tile(self, tile):
         self.results.rss[:] = max(int(self.results.rss[0]),
                                   resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 
@@ -95,10 +95,11 @@ def plain_get(fs, url: str, size: int, request: int, concurrency: int) -> float:
     return time.perf_counter() - t0
 
 
-def timed_sum(ctx, ds) -> float:
+def timed_sum(ctx, ds) -> tuple[float, int]:
+    """Seconds of one SumUDF run (beside PeakRSS, a getrusage call per tile) and the workers' peak RSS."""
     t0 = time.perf_counter()
-    ctx.run_udf(dataset=ds, udf=rt.udf.SumUDF())
-    return time.perf_counter() - t0
+    res = ctx.run_udf(dataset=ds, udf=[rt.udf.SumUDF(), PeakRSS()])
+    return time.perf_counter() - t0, int(res[1]["rss"].data[0])
 
 
 def main() -> None:
@@ -147,15 +148,20 @@ def main() -> None:
         try:
             ds = ctx.load("raw", path=url, nav_shape=nav, sig_shape=SIG, dtype="uint16", storage_options=options)
             parts = len(ds.get_partitions())
-            ds_local = ctx.load("raw", path=local, nav_shape=nav, sig_shape=SIG, dtype="uint16")
-            timed_sum(ctx, ds_local)  # workers started, page cache warm
+            one = np.zeros(nav, dtype=bool)
+            one[0, 0] = one[-1, -1] = True
+            ctx.run_udf(dataset=ds, udf=rt.udf.SumUDF(), roi=one)  # workers started, clients made
             # interleaved, with Ray running in both: the machine's load falls on both alike
-            plain, s3_times = [], []
+            plain, s3_times, rss = [], [], 0
             for _ in range(args.repeat):
                 plain.append(plain_get(fs, url, size, request, total_conc))
-                s3_times.append(timed_sum(ctx, ds))
-            rss = int(ctx.run_udf(dataset=ds, udf=PeakRSS())["rss"].data[0])
-            local_times = [timed_sum(ctx, ds_local) for _ in range(args.repeat)]
+                seconds, peak = timed_sum(ctx, ds)
+                s3_times.append(seconds)
+                rss = max(rss, peak)
+            # after the S3 runs: the local file's mapped pages count in a worker's RSS
+            ds_local = ctx.load("raw", path=local, nav_shape=nav, sig_shape=SIG, dtype="uint16")
+            timed_sum(ctx, ds_local)  # page cache warm
+            local_times = [timed_sum(ctx, ds_local)[0] for _ in range(args.repeat)]
         finally:
             ctx.close()
 
@@ -167,7 +173,7 @@ def main() -> None:
         print(f"raytile SumUDF from S3, {args.workers} Ray workers, {parts} partitions: {rate(s3_times)}")
         print(f"raytile SumUDF, same bytes as a local file, same workers:      {rate(local_times)}")
         print(f"raytile S3 / plain GET: {min(plain) / min(s3_times):.2f}x (target >= 0.8x)")
-        print(f"workers' peak RSS after the S3 runs: {rss / 2**20:.0f} MiB (object {size / 2**20:.0f} MiB, "
+        print(f"workers' peak RSS in the S3 runs: {rss / 2**20:.0f} MiB (object {size / 2**20:.0f} MiB, "
               f"partitions of ~{size / parts / 2**20:.0f} MiB)")
     finally:
         moto.terminate()
