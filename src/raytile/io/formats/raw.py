@@ -10,7 +10,6 @@ through :class:`~raytile.io.fileset.FilePartition` and an IO backend
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
