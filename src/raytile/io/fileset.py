@@ -19,13 +19,19 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from raytile.common.errors import DataSetException
-from raytile.io.backends import BACKENDS, FrameFile, FramesJob, RangesJob, choose_backend, get_backend
+from raytile.io.backends import BACKENDS, FrameFile, FramesJob, IOBackend, RangesJob, choose_backend, get_backend
+from raytile.io.backends.remote import RemoteBackend
 from raytile.io.dataset import DataSet, DataSetMeta, Partition, check_array_backend
 from raytile.io.decoders import Decoder, NativeDecoder
 from raytile.io.read_ranges import LAYOUT_FRAMES, frame_stride_bytes, get_read_ranges, slice_runs
+from raytile.io.store import DEFAULT_REQUEST_BYTES, ObjectStore, expand_store_paths, store_for
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.common.tiling import DataTile, TilingScheme
+
+
+#: The parameter of file formats that read URLs (object stores, see :mod:`raytile.io.store`).
+REMOTE_PARAMS: dict[str, Any] = {"storage_options": {"type": "storage_options"}}
 
 
 @dataclass(frozen=True)
@@ -42,8 +48,13 @@ class File:
         return self.end_idx - self.start_idx
 
 
-def expand_paths(path: Any) -> list[str]:
-    """A path, a glob pattern or a list of paths -> sorted/ordered list of files (must exist)."""
+def expand_paths(path: Any, store: ObjectStore | None = None) -> list[str]:
+    """A path, a glob pattern or a list of paths -> sorted/ordered list of files (must exist).
+
+    With ``store``, the paths are URLs of that object store (see :mod:`raytile.io.store`).
+    """
+    if store is not None:
+        return expand_store_paths(path, store)
     if isinstance(path, (list, tuple)):
         paths = [os.fspath(p) for p in path]
         if not paths:
@@ -103,8 +114,11 @@ class FileSet:
     split_x = 0
 
     def __init__(self, files: Sequence[File], sig_shape: tuple[int, ...], bpp: int,
-                 frame_header_bytes: int = 0, frame_footer_bytes: int = 0, extra: Sequence[int] = ()):
+                 frame_header_bytes: int = 0, frame_footer_bytes: int = 0, extra: Sequence[int] = (),
+                 store: ObjectStore | None = None):
         self.files = list(files)
+        #: The object store the files' paths are URLs of (None: local files).
+        self.store = store
         self.sig_shape = tuple(int(v) for v in sig_shape)
         self.bpp = int(bpp)
         self.frame_header_bytes = int(frame_header_bytes)
@@ -145,10 +159,13 @@ class FileSet:
     def check(self) -> None:
         """Every file exists and is long enough for its frames (DataSetException naming it otherwise)."""
         for f in self.files:
-            try:
-                size = os.path.getsize(f.path)
-            except OSError as e:
-                raise DataSetException(f"{f.path}: cannot stat: {e}") from None
+            if self.store is not None:
+                size = self.store.size(f.path)
+            else:
+                try:
+                    size = os.path.getsize(f.path)
+                except OSError as e:
+                    raise DataSetException(f"{f.path}: cannot stat: {e}") from None
             need = self.file_bytes(f)
             if size < need:
                 raise DataSetException(
@@ -168,8 +185,11 @@ class FileSet:
         )
 
     def cache_key(self) -> tuple:
-        parts = []
+        parts: list[tuple] = []
         for f in self.files:
+            if self.store is not None:
+                parts.append((f.path, self.store.identity(f.path), f.start_idx, f.end_idx, f.file_header))
+                continue
             st = os.stat(f.path)
             parts.append((os.path.abspath(f.path), st.st_mtime_ns, st.st_size, f.start_idx, f.end_idx,
                           f.file_header))
@@ -192,6 +212,17 @@ class FilePartition(Partition):
         paths = self.fileset.paths
         where = paths[0] if len(paths) == 1 else f"{len(paths)} files ({paths[0]} ...)"
         return f"partition {self.idx} (frames {self.start}:{self.stop}) of {where}"
+
+    def get_io_size(self) -> int | None:
+        """Bytes of one ranged GET from an object store (tiles of about that size); None for local files."""
+        return DEFAULT_REQUEST_BYTES if self.fileset.store is not None else None
+
+    def backend(self) -> IOBackend:
+        """The IO backend reading this partition: ranged GETs for an object store, else ``io_backend``."""
+        store = self.fileset.store
+        if store is not None:
+            return RemoteBackend(store, self.get_io_size())
+        return get_backend(self.io_backend)
 
     def _frames(self, roi: np.ndarray | None) -> np.ndarray:
         frames = np.arange(self.start, self.stop, dtype=np.int64)
@@ -217,8 +248,8 @@ class FilePartition(Partition):
         frames = self._frames(roi)
         if frames.shape[0] == 0:
             return
-        backend = get_backend(self.io_backend)
         fs = self.fileset
+        backend = self.backend()
         common = dict(paths=fs.paths, scheme=tiling_scheme, frames=frames, nav_origin=self.roi_offset(roi),
                       dest_dtype=dest_dtype, decoder=self.decoder)
         file_dtype = self.decoder.file_dtype()
@@ -243,9 +274,10 @@ class FileDataSet(DataSet):
     partition_class = FilePartition
     params_schema = {"io_backend": {"type": "choice", "choices": sorted(BACKENDS)}}
 
-    def __init__(self, io_backend: str | None = None, **kwargs):
+    def __init__(self, io_backend: str | None = None, storage_options: Any = None, **kwargs):
         super().__init__(**kwargs)
         self._io_backend_requested = io_backend
+        self._storage_options = storage_options
         self._fileset: FileSet | None = None
         self._decoder: Decoder | None = None
         self._native_dtype: np.dtype | None = None
@@ -256,8 +288,20 @@ class FileDataSet(DataSet):
             raise DataSetException(f"{type(self).__name__} is not initialized; load it with Context.load")
         return self._fileset
 
+    def store_of(self, path: Any) -> ObjectStore | None:
+        """The object store of ``path`` (a URL, with the data set's ``storage_options``), or None for local
+        files; formats that read URLs call it in :meth:`_do_initialize` and pass it to their FileSet."""
+        store = store_for(path, self._storage_options)
+        if store is not None and self._io_backend_requested not in (None, "remote"):
+            raise DataSetException(f"{self.format_name}: io_backend {self._io_backend_requested!r} reads local "
+                                   f"files; {store.protocol}:// URLs are read by ranged requests (leave io_backend "
+                                   f"unset)")
+        return store
+
     @property
     def io_backend(self) -> str:
+        if self.fileset.store is not None:
+            return "remote"
         nbytes = sum(self.fileset.file_bytes(f) for f in self.fileset.files)
         return choose_backend(nbytes, self._io_backend_requested)
 

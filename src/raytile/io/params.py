@@ -131,6 +131,20 @@ def check_paths(value: Any, spec: ParamSpec) -> str | list[str]:
         raise _Invalid(what) from None
 
 
+def check_storage_options(value: Any, spec: ParamSpec) -> Any:
+    """fsspec ``storage_options`` of a URL path: a mapping of string keys (``endpoint_url``, ``key``,
+    ``secret``, ``anon``, ``region``, ...), kept as a :class:`~raytile.io.store.StorageOptions` whose
+    repr hides secrets."""
+    from collections.abc import Mapping
+
+    from raytile.io.store import StorageOptions
+
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise _Invalid("a dict of fsspec storage options with string keys (endpoint_url, key, secret, anon, "
+                       "region, ...)")
+    return value if isinstance(value, StorageOptions) else StorageOptions(value)
+
+
 def check_choice(value: Any, spec: ParamSpec) -> str:
     """One of ``spec["choices"]`` (strings, compared exactly)."""
     if not isinstance(value, str) or value not in spec["choices"]:
@@ -175,6 +189,7 @@ CHECKS: dict[str, Callable[[Any, ParamSpec], Any]] = {
     "path": check_path,
     "paths": check_paths,
     "choice": check_choice,
+    "storage_options": check_storage_options,
     "array": check_array,
     "iterable": check_iterable,
     "callable": check_callable,
@@ -207,6 +222,7 @@ JSON_FORMS: dict[str, Callable[[ParamSpec], dict[str, Any]] | None] = {
                                                                   "maxLength": 4096},
                            "minItems": 1, "maxItems": 100_000, "format": "path"},
     "choice": lambda spec: {"type": "string", "enum": list(spec["choices"])},
+    "storage_options": None,  # credentials: a server's own (serve's storage_options), never a client's
     "array": None,
     "iterable": None,
     "callable": None,
@@ -252,5 +268,6 @@ def validate_params(owner: str, schema: dict[str, ParamSpec], params: dict[str, 
         try:
             out[name] = check(value, spec)
         except _Invalid as e:
-            raise ConfigValidationError(f"{owner}: parameter {name!r} must be {e}, got {show(value)}") from None
+            got = "a value of type " + type(value).__name__ if spec["type"] == "storage_options" else show(value)
+            raise ConfigValidationError(f"{owner}: parameter {name!r} must be {e}, got {got}") from None
     return out

@@ -154,13 +154,26 @@ class NotebookMethods:
         return res["result"]
 
     def export_dataset(self, dataset: DataSet, *, path: str | os.PathLike, progress: bool = False,
-                       overwrite: bool = False) -> None:
-        """Write the data set to ``path`` (``.npy`` only, as LiberTEM), in its shape and dtype.
+                       overwrite: bool = False, format: str | None = None,
+                       storage_options: dict[str, Any] | None = None, compressor: str | None = "zstd",
+                       roi: Any = None) -> None:
+        """Write the data set to ``path``, in its shape and dtype: ``.npy`` (as LiberTEM), or a Zarr v3
+        array with ``format="zarr"`` (or a path ending in ``.zarr``).
 
-        Raises ``ValueError`` for another suffix and ``FileExistsError`` for an
-        existing file unless ``overwrite=True``. The workers must see the same
-        file system as this process.
+        Zarr: ``path`` a directory or an object store URL (``s3://bucket/scan.zarr``, with
+        ``storage_options``); one chunk per frame, ``compressor`` ``"zstd"``, ``"blosc"`` or None;
+        written in parallel by the workers (see :mod:`raytile.runtime.zarr_export`); ``roi`` writes
+        only its frames. ``.npy``: raises ``ValueError`` for another suffix and ``FileExistsError`` for
+        an existing file unless ``overwrite=True``. Local targets need a file system the workers share.
         """
+        if format not in (None, "npy", "zarr"):
+            raise ConfigValidationError(f"export_dataset: format must be 'npy' or 'zarr', got {format!r}")
+        if format == "zarr" or (format is None and os.fspath(path).rstrip("/").endswith(".zarr")):
+            from raytile.runtime.zarr_export import export_zarr
+
+            export_zarr(self, dataset, path, storage_options, overwrite=overwrite, compressor=compressor,
+                        progress=progress, roi=roi)
+            return
         target = pathlib.Path(path)
         if target.suffix != ".npy":
             raise ValueError(f"Unrecognized file extension {target.suffix} only .npy is currently supported.")

@@ -23,7 +23,7 @@ from typing import Any
 
 from raytile.common.errors import ConfigValidationError
 
-__all__ = ["add_serve_parser", "cmd_serve"]
+__all__ = ["add_serve_parser", "cmd_serve", "parse_storage_options"]
 
 
 def add_serve_parser(sub: Any) -> argparse.ArgumentParser:
@@ -32,7 +32,12 @@ def add_serve_parser(sub: Any) -> argparse.ArgumentParser:
                        description="Serve raytile over HTTP (Ray Serve, FastAPI): clients send JSON, "
                                    "stream partial results, patch live; the viewer is at /. See docs/serve.md.")
     s.add_argument("--data-root", action="append", required=True, metavar="DIR",
-                   help="a directory clients may read data sets from (repeat for several)")
+                   help="a directory or object store prefix (s3://bucket/prefix) clients may read data sets from "
+                        "(repeat for several)")
+    s.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an fsspec storage option for s3:// data roots, e.g. endpoint_url=http://minio:9000 or "
+                        "anon=true (repeatable); credentials better come from the environment (AWS_* variables, "
+                        "~/.aws), which is the default")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
     s.add_argument("--token", default=os.environ.get("RAYTILE_SERVE_TOKEN"),
@@ -49,6 +54,21 @@ def add_serve_parser(sub: Any) -> argparse.ArgumentParser:
     return s
 
 
+def parse_storage_options(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings as storage options; ``true``/``false`` become booleans.
+
+    >>> parse_storage_options(["endpoint_url=http://127.0.0.1:9000", "anon=true"])
+    {'endpoint_url': 'http://127.0.0.1:9000', 'anon': True}
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigValidationError("serve: --storage-option must be KEY=VALUE (an item has no '=')")
+        out[key] = {"true": True, "false": False}.get(value.lower(), value)
+    return out
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Start Ray (or join ``--address``), Serve on ``--host:--port``, the app; block until Ctrl-C."""
     import ray
@@ -62,7 +82,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise ConfigValidationError(f"raytile serve needs the serve extra (pip install -e '.[serve]'): {e}") from None
 
-    live = {"live": tuple(args.live)} if getattr(args, "live", None) else {}
+    live: dict[str, Any] = {"live": tuple(args.live)} if getattr(args, "live", None) else {}
+    options = parse_storage_options(getattr(args, "storage_option", []) or [])
+    if options:
+        live["storage_options"] = options
     app = build_app(args.data_root, token=args.token, max_runs=args.max_runs, udf_modules=args.udf_module, **live)
     started_ray = not ray.is_initialized()
     if started_ray:  # no --address: a private local Ray, never another one running on this machine

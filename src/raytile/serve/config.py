@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Sequence
+from typing import Any, Sequence
 
 from raytile.common.errors import ConfigValidationError
+from raytile.io.store import StorageOptions, is_url
 
 __all__ = ["ServeConfig"]
 
@@ -29,7 +30,9 @@ class ServeConfig:
     ``keep_finished``: finished runs kept for their results; ``workers``: CPU
     worker actors of the replica's Context (None: one per cluster CPU); ``live``:
     detector connections clients may start live runs on, ``((name, url), ...)``
-    (see :mod:`raytile.serve.live_runs`; a mapping or ``"[name=]url"`` strings are accepted).
+    (see :mod:`raytile.serve.live_runs`; a mapping or ``"[name=]url"`` strings are accepted);
+    ``storage_options``: fsspec options for data roots that are object store prefixes
+    (``s3://bucket/prefix``; None: the environment's credentials), never shown in a repr.
     """
 
     data_roots: tuple[str, ...]
@@ -42,15 +45,21 @@ class ServeConfig:
     keep_finished: int = 32
     workers: int | None = None
     live: tuple[tuple[str, str], ...] = ()
+    storage_options: Any = None
 
     def __post_init__(self) -> None:
-        roots = tuple(os.path.realpath(os.fspath(r)) for r in self.data_roots)
+        given = [os.fspath(r) for r in self.data_roots]
+        for r in given:
+            if is_url(r) and not r.split("://", 1)[1].strip("/"):
+                raise ConfigValidationError(f"serve: data root {r!r} names no bucket")
+        roots = tuple(r.rstrip("/") if is_url(r) else os.path.realpath(r) for r in given)
         if not roots:
             raise ConfigValidationError("serve: data_roots needs at least one directory")
         for r in roots:
-            if not os.path.isdir(r):
+            if not is_url(r) and not os.path.isdir(r):
                 raise ConfigValidationError(f"serve: data root {r!r} is not a directory")
         object.__setattr__(self, "data_roots", roots)
+        object.__setattr__(self, "storage_options", StorageOptions(self.storage_options))
         object.__setattr__(self, "udf_modules", tuple(self.udf_modules))
         for name in ("max_runs", "max_roi_bytes", "max_result_bytes", "keep_finished"):
             if int(getattr(self, name)) < 1:

@@ -17,6 +17,7 @@ import threading
 from typing import Any, Callable
 
 from raytile.io.dataset import DataSet
+from raytile.io.store import is_url
 
 __all__ = ["DataSetCache"]
 
@@ -49,6 +50,8 @@ class DataSetCache:
     def get(self, resolved: tuple[str, dict[str, Any]], opener: Callable[[], DataSet]) -> DataSet:
         """The cached data set for ``resolved`` (format, params), else ``opener()`` (then kept)."""
         name, params = resolved
+        if any(is_url(p) for p in _paths(params)):
+            return opener()  # objects have no cheap stamp here: open again (the headers are a few GETs)
         key = (name, json.dumps(params, sort_keys=True, default=str), tuple(_stamp(p) for p in _paths(params)))
         with self._lock:
             ds = self._items.get(key)

@@ -21,6 +21,7 @@ from raytile.common.errors import ConfigValidationError, DataSetException
 from raytile.io.dataset import DataSet
 from raytile.io.formats import get_format, known_formats
 from raytile.io.params import json_schema
+from raytile.io.store import is_url, scrub
 from raytile.serve.errors import BadRequest
 from raytile.serve.paths import DataRoots
 from raytile.serve.validation import Schema, check
@@ -78,6 +79,9 @@ def resolve_dataset(spec: Any, roots: DataRoots, field: str = "dataset",
             where = f"{field}.params.{key}"
             params[key] = roots.resolve_many(params[key], where) if isinstance(sub["type"], list) \
                 else roots.resolve(params[key], where)
+            first = params[key] if isinstance(params[key], str) else params[key][0]
+            if is_url(first) and "storage_options" in get_format(name).get_params_schema():
+                params["storage_options"] = roots.storage_options  # the server's, never the client's
     return name, params
 
 
@@ -92,7 +96,7 @@ def open_dataset(ctx: Any, name: str, params: dict[str, Any], field: str = "data
         m = _PARAM_IN_MESSAGE.search(str(e))
         raise BadRequest(f"{field}.params" + (f".{m.group(1)}" if m else ""), str(e)) from None
     except (DataSetException, OSError, ValueError) as e:
-        raise BadRequest(f"{field}.params", f"{type(e).__name__}: {e}") from None
+        raise BadRequest(f"{field}.params", scrub(f"{type(e).__name__}: {e}", params.get("storage_options"))) from None
 
 
 def npy_header(path: str) -> dict[str, Any] | None:

@@ -65,7 +65,7 @@ class Service:
 
     def __init__(self, config: ServeConfig, ctx: Context | None = None):
         self.config = config
-        self.roots = DataRoots(config.data_roots)
+        self.roots = DataRoots(config.data_roots, config.storage_options)
         self.udfs = UDFRegistry(config.udf_modules)
         self.registry = RunRegistry(config.max_runs, config.keep_finished)
         if ctx is None:

@@ -32,6 +32,7 @@ _FORMATS: dict[str, str] = {
     "ser": "raytile.io.formats.ser:SERDataSet",
     "tvips": "raytile.io.formats.tvips:TVIPSDataSet",
     "stream": "raytile.io.formats.stream:StreamDataSet",
+    "zarr": "raytile.io.formats.zarr:ZarrDataSet",
 }
 
 

@@ -49,7 +49,8 @@ from raytile.common.tiling import DataTile, TilingScheme
 from raytile.io import bslz4
 from raytile.io.corrections import CorrectionSet
 from raytile.io.dataset import DataSet, DataSetMeta, Partition, check_array_backend
-from raytile.io.fileset import check_sync_offset
+from raytile.io.fileset import REMOTE_PARAMS, check_sync_offset
+from raytile.io.store import ObjectStore, store_for
 from raytile.io.formats.dectris_master import LinkedFile, MasterInfo, is_master, read_master
 from raytile.io.formats.dectris_readers import frame_reader
 
@@ -63,8 +64,10 @@ class DectrisPartition(Partition):
     """Frames of a DECTRIS series, possibly across data files, decoded in the worker that reads them."""
 
     def __init__(self, meta: DataSetMeta, partition_slice: Slice, idx: int, files: tuple[LinkedFile, ...],
-                 frame_dtype: np.dtype, codec: int | None, io_backend: str):
+                 frame_dtype: np.dtype, codec: int | None, io_backend: str, store: ObjectStore | None = None):
         super().__init__(meta, partition_slice, idx)
+        #: The object store the files are URLs of (None: local files).
+        self.store = store
         self.files = files
         self.frame_dtype = frame_dtype
         self.codec = codec
@@ -166,11 +169,14 @@ class DectrisDataSet(DataSet):
         "sync_offset": {"type": "int"},
         "decoder": {"type": "choice", "choices": ["bitshuffle", "hdf5plugin"]},
         "io_backend": {"type": "choice", "choices": ["mmap", "buffered", "direct"]},
+        **REMOTE_PARAMS,
     }
 
     def __init__(self, path: str, nav_shape: tuple[int, ...] | None = None, sig_shape: tuple[int, ...] | None = None,
-                 sync_offset: int = 0, decoder: str | None = None, io_backend: str = "mmap", **kwargs):
+                 sync_offset: int = 0, decoder: str | None = None, io_backend: str = "mmap",
+                 storage_options: Any = None, **kwargs):
         super().__init__(**kwargs)
+        self._store = store_for(path, storage_options)
         self._path = path
         self._nav_shape = nav_shape
         self._sig_shape = sig_shape
@@ -186,7 +192,7 @@ class DectrisDataSet(DataSet):
         return {"path": path} if is_master(path) else None
 
     def _do_initialize(self) -> DataSetMeta:
-        info = read_master(self._path)
+        info = read_master(self._path, self._store)
         self._info = info
         total = sum(lf.frames for lf in info.files)
         if total == 0:
@@ -255,6 +261,9 @@ class DectrisDataSet(DataSet):
 
     def get_cache_key(self) -> Any:
         assert self._info is not None
+        if self._store is not None:
+            ids = tuple((lf.path, self._store.identity(lf.path)) for lf in self._info.files)
+            return ("dectris", self._path, ids, self.shape.to_tuple(), self._sync_offset)
         stats = tuple((lf.path, os.stat(lf.path).st_mtime_ns) for lf in self._info.files)
         return ("dectris", os.path.abspath(self._path), stats, self.shape.to_tuple(), self._sync_offset)
 
@@ -275,7 +284,8 @@ class DectrisDataSet(DataSet):
     def _partitions(self, n: int | None = None) -> list[DectrisPartition]:
         assert self._info is not None
         slices = self.get_slices() if n is None else self.get_slices()[:n]
-        return [DectrisPartition(self.meta, sl, idx, self._info.files, self._info.dtype, self._codec, self._io_backend)
+        return [DectrisPartition(self.meta, sl, idx, self._info.files, self._info.dtype, self._codec, self._io_backend,
+                                 self._store)
                 for idx, sl in enumerate(slices)]
 
     def get_partitions(self) -> list[Partition]:

@@ -21,7 +21,8 @@ import numpy as np
 
 from raytile.common.errors import DataSetException
 from raytile.io import bslz4
-from raytile.io.formats.hdf5 import h5py_with_filters
+from raytile.io.formats.hdf5 import H5_REMOTE_BLOCK, h5py_with_filters
+from raytile.io.store import ObjectStore, check_path_file, display_url
 
 __all__ = ["LinkedFile", "MasterInfo", "read_master", "is_master", "open_h5", "HDF5_MAGIC"]
 
@@ -92,8 +93,9 @@ def _codec(path: str, ds) -> tuple[int | None, str]:
     return None, names
 
 
-def _linked_datasets(master: str, f) -> list[tuple[int, str, str]]:
-    """``(link number, file, dataset path)`` of every ``/entry/data/data_NNNNNN``, files resolved."""
+def _linked_datasets(master: str, f, remote: bool = False) -> list[tuple[int, str, str]]:
+    """``(link number, file, dataset path)`` of every ``/entry/data/data_NNNNNN``, files resolved (next to
+    the master: a URL under the same prefix when ``remote``)."""
     h5py = h5py_with_filters()
     try:
         group = f["/entry/data"]
@@ -107,32 +109,37 @@ def _linked_datasets(master: str, f) -> list[tuple[int, str, str]]:
         link = group.get(name, getlink=True)
         if isinstance(link, h5py.ExternalLink):
             target = link.filename
-            if not os.path.isabs(target):
+            if remote:
+                target = master.rsplit("/", 1)[0] + "/" + os.path.basename(target)
+            elif not os.path.isabs(target):
                 target = os.path.join(os.path.dirname(os.path.abspath(master)), target)
             out.append((int(m.group(1)), target, link.path))
         else:
-            out.append((int(m.group(1)), os.path.abspath(master), f"/entry/data/{name}"))
+            out.append((int(m.group(1)), master if remote else os.path.abspath(master), f"/entry/data/{name}"))
     if not out:
         raise DataSetException(f"{master}: not a DECTRIS master file: /entry/data has no data_NNNNNN links")
     return sorted(out)
 
 
-def open_h5(path: str, what: str):
-    """``h5py.File(path)``, or DataSetException ``what``: cannot open as HDF5 (naming the file)."""
+def open_h5(path: str, what: str, store: ObjectStore | None = None):
+    """``h5py.File(path)`` (through a ranged file object for a URL of ``store``), or DataSetException
+    ``what``: cannot open as HDF5 (naming the file)."""
     h5py = h5py_with_filters()
     try:
+        if store is not None:
+            return h5py.File(store.open(path, block_size=H5_REMOTE_BLOCK), "r")
         return h5py.File(path, "r")
     except OSError as e:
         raise DataSetException(f"{what}: cannot open as HDF5: {e}") from None
 
 
-def read_master(path: str) -> MasterInfo:
-    """Read a master file and look at every linked data set (DataSetException naming what is wrong)."""
+def read_master(path: str, store: ObjectStore | None = None) -> MasterInfo:
+    """Read a master file and look at every linked data set (DataSetException naming what is wrong); with
+    ``store``, ``path`` is a URL and the data files are objects under the same prefix."""
     h5py = h5py_with_filters()
-    if not os.path.isfile(path):
-        raise DataSetException(f"file not found: {path}")
-    with open_h5(path, path) as f:
-        links = _linked_datasets(path, f)
+    check_path_file(path, store)
+    with open_h5(path, path, store) as f:
+        links = _linked_datasets(path, f, store is not None)
         spec = f.get(DETECTOR_SPECIFIC)
         nimages = _scalar(spec, "nimages") if spec is not None else None
         ntrigger = _scalar(spec, "ntrigger") if spec is not None else None
@@ -142,9 +149,10 @@ def read_master(path: str) -> MasterInfo:
     entries = []
     first: tuple | None = None
     for number, target, ds_path in links:
-        if not os.path.isfile(target):
-            raise DataSetException(f"{path}: data file of link data_{number:06d} is missing: {target}")
-        with open_h5(target, f"{path}: data file {target}") as df:
+        if not (store.exists(target) if store is not None else os.path.isfile(target)):
+            raise DataSetException(f"{display_url(path)}: data file of link data_{number:06d} is missing: "
+                                   f"{display_url(target)}")
+        with open_h5(target, f"{path}: data file {target}", store) as df:
             ds = df.get(ds_path)
             if not isinstance(ds, h5py.Dataset):
                 raise DataSetException(f"{path}: data file {target} has no dataset {ds_path}")

@@ -18,6 +18,7 @@ import math
 import os
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from raytile.common.errors import DataSetException
 from raytile.io import bslz4
 from raytile.io.backends.buffered import ALIGN, _preadv_all, aligned_empty
 from raytile.io.formats.dectris_master import LinkedFile, open_h5
-from raytile.io.formats.hdf5 import h5py_with_filters
+from raytile.io.store import DEFAULT_CONCURRENCY, ObjectStore
 
 if TYPE_CHECKING:
     from raytile.io.formats.dectris import DectrisPartition
@@ -42,15 +43,18 @@ class ChunkIndex:
     MAX_FILES = 16
 
     @classmethod
-    def get(cls, lf: LinkedFile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        st = os.stat(lf.path)
-        key = (lf.path, lf.ds_path, st.st_mtime_ns, st.st_size)
+    def get(cls, lf: LinkedFile, store: ObjectStore | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if store is not None:
+            key: tuple = (lf.path, lf.ds_path, store.identity(lf.path))
+        else:
+            st = os.stat(lf.path)
+            key = (lf.path, lf.ds_path, st.st_mtime_ns, st.st_size)
         with cls._lock:
             hit = cls._cache.get(key)
             if hit is not None:
                 cls._cache.move_to_end(key)
                 return hit
-        index = cls._read(lf)
+        index = cls._read(lf, store)
         with cls._lock:
             cls._cache[key] = index
             while len(cls._cache) > cls.MAX_FILES:
@@ -58,9 +62,8 @@ class ChunkIndex:
         return index
 
     @staticmethod
-    def _read(lf: LinkedFile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        h5py = h5py_with_filters()
-        with h5py.File(lf.path, "r") as f:
+    def _read(lf: LinkedFile, store: ObjectStore | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        with open_h5(lf.path, lf.path, store) as f:
             ds = f[lf.ds_path]
             n = int(ds.shape[0])
             frame_bytes = math.prod(ds.shape[1:]) * ds.dtype.itemsize
@@ -100,12 +103,15 @@ class ChunkReader:
         self.fds: dict[int, int] = {}
         self.index: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.scratch = np.empty(0, np.uint8)
+        self.pool: ThreadPoolExecutor | None = None
         if part.codec != bslz4.CODEC_RAW:
             bslz4.check_decoder()
 
     def _bytes(self, fi: int, offsets: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The bytes holding the chunks at ``offsets`` and their offsets in them (-1 stays -1)."""
         lf = self.part.files[fi]
+        if self.part.store is not None:
+            return self._fetch(fi, offsets, sizes)
         if self.part.io_backend == "mmap":
             m = self.maps.get(fi)
             if m is None:
@@ -123,6 +129,26 @@ class ChunkReader:
             self.scratch = aligned_empty(hi - lo)
         got = self._pread(fi, self.scratch[:hi - lo], lo)
         return self.scratch[:got], np.where(ok, offsets - lo, -1)
+
+    def _fetch(self, fi: int, offsets: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The byte span of the chunks at ``offsets`` from an object store: parallel ranged GETs."""
+        store = self.part.store
+        assert store is not None
+        ok = offsets >= 0
+        if not ok.any():
+            return np.zeros(0, np.uint8), offsets
+        lo = int(offsets[ok].min())
+        hi = int((offsets + sizes)[ok].max())
+        if self.scratch.shape[0] < hi - lo:
+            self.scratch = np.empty(hi - lo, np.uint8)
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=DEFAULT_CONCURRENCY, thread_name_prefix="raytile-chunks")
+        step = max(256 * 1024, -(-(hi - lo) // DEFAULT_CONCURRENCY))
+        pieces = [(a, min(hi, a + step)) for a in range(lo, hi, step)]
+        url = self.part.files[fi].path
+        for (a, b), data in zip(pieces, store.fetch([(url, a, b) for a, b in pieces], self.pool)):
+            self.scratch[a - lo:b - lo] = np.frombuffer(data, np.uint8)
+        return self.scratch[:hi - lo], np.where(ok, offsets - lo, -1)
 
     def _pread(self, fi: int, dest: np.ndarray, offset: int) -> int:
         """``pread`` into ``dest`` (short at the end of the file); O_DIRECT where asked and possible."""
@@ -155,7 +181,7 @@ class ChunkReader:
             lf = part.files[fi]
             index = self.index.get(fi)
             if index is None:
-                index = self.index[fi] = ChunkIndex.get(lf)
+                index = self.index[fi] = ChunkIndex.get(lf, part.store)
             offsets, sizes, skipped = index
             local = images[a:b] - lf.start
             offs, szs, skp = offsets[local], sizes[local], skipped[local]
@@ -177,6 +203,9 @@ class ChunkReader:
                                        f"(image {lf.start + bad + 1} of the series): {what}")
 
     def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            self.pool = None
         self.maps.clear()
         for fd in self.fds.values():
             os.close(fd)
@@ -200,7 +229,7 @@ class H5Reader:
             lf = part.files[fi]
             ds = self.open.get(fi)
             if ds is None:
-                ds = self.open[fi] = open_h5(lf.path, lf.path)[lf.ds_path]
+                ds = self.open[fi] = open_h5(lf.path, lf.path, part.store)[lf.ds_path]
             local = images[a:b] - lf.start
             runs = np.concatenate(([0], np.flatnonzero(np.diff(local) != 1) + 1, [len(local)]))
             for r0, r1 in zip(runs[:-1], runs[1:]):

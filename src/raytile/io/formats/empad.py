@@ -31,8 +31,9 @@ from typing import Any
 import numpy as np
 
 from raytile.common.errors import DataSetException
-from raytile.io.fileset import File
+from raytile.io.fileset import REMOTE_PARAMS, File
 from raytile.io.formats.framefiles import FrameFileDataSet, FrameLayout
+from raytile.io.store import ObjectStore, open_path
 
 __all__ = ["EMPADDataSet", "read_empad_xml", "EMPAD_SIG_SHAPE", "EMPAD_FOOTER_BYTES"]
 
@@ -67,25 +68,16 @@ def _scan_shape(root: ET.Element, path: str, mode: str) -> tuple[int, ...] | Non
     return None
 
 
-def _pix_shape(root: ET.Element, path: str) -> tuple[int, ...] | None:
-    """``(pix_y, pix_x)`` of a scan's XML (EMPAD 0.51 writes the recorded scan size there), else None."""
-    x, y = root.findtext("pix_x"), root.findtext("pix_y")
-    if x is None or y is None:
-        return None
-    try:
-        shape = (int(y.strip()), int(x.strip()))
-    except ValueError:
-        raise DataSetException(f"{path}: <pix_x>/<pix_y> are not integers: {x!r}, {y!r}") from None
-    if min(shape) < 1:
-        raise DataSetException(f"{path}: scan size <pix_y> x <pix_x> {shape} is not positive")
-    return shape
-
-
-def read_empad_xml(path: str) -> tuple[str, list[tuple[str, tuple[int, ...]]]]:
+def read_empad_xml(path: str, store: ObjectStore | None = None) -> tuple[str, list[tuple[str, tuple[int, ...]]]]:
     """``(raw path, candidate nav shapes)``: ``(what, shape)`` in the order they are tried: the series
-    count, or ``<pix_y>``/``<pix_x>``, the "acquire" scan and the "search" scan."""
+    count, or ``<pix_y>``/``<pix_x>``, the "acquire" scan and the "search" scan. ``path`` may be a
+    URL of ``store`` (the raw file is then an object under the same prefix)."""
     try:
-        root = ET.parse(path).getroot()
+        if store is not None:
+            with open_path(path, store) as f:
+                root = ET.fromstring(f.read())
+        else:
+            root = ET.parse(path).getroot()
     except (ET.ParseError, OSError, UnicodeDecodeError) as e:
         raise DataSetException(f"{path}: not an EMPAD .xml file: {e}") from None
     raw = root.find("raw_file")
@@ -118,13 +110,14 @@ class EMPADDataSet(FrameFileDataSet):
     """
 
     format_name = "empad"
+    params_schema = {**FrameFileDataSet.params_schema, **REMOTE_PARAMS}
 
     def _read_layout(self) -> FrameLayout:
         path = self._path
         low = path.lower()
         nav: tuple[int, ...] | None = self._nav_shape
         if low.endswith(".xml"):
-            raw_path, candidates = read_empad_xml(path)
+            raw_path, candidates = read_empad_xml(path, self._store)
             size = self._check_path(raw_path)
             fits = [shape for _, shape in candidates if size == math.prod(shape) * _FRAME_STRIDE]
             if not fits:

@@ -42,6 +42,7 @@ from raytile.common.shape import Shape
 from raytile.io.dataset import DataSetMeta
 from raytile.io.decoders import NativeDecoder
 from raytile.io.fileset import File, FileDataSet, FileSet, check_sync_offset
+from raytile.io.store import check_path_file
 
 __all__ = ["FrameLayout", "FrameFileDataSet", "read_exact", "square_nav"]
 
@@ -116,12 +117,15 @@ class FrameFileDataSet(FileDataSet):
         self._sig_shape = sig_shape
         self._sync_offset = sync_offset
         self._layout: FrameLayout | None = None
+        self._store = self.store_of(path)
 
     @abstractmethod
     def _read_layout(self) -> FrameLayout:
         """Read the file's header: where the frames are (DataSetException naming the path if it is not one)."""
 
     def _check_path(self, path: str) -> int:
+        if self._store is not None:
+            return check_path_file(path, self._store)
         if not os.path.exists(path):
             raise DataSetException(f"{self.format_name}: file not found: {path}")
         if not os.path.isfile(path):
@@ -158,7 +162,7 @@ class FrameFileDataSet(FileDataSet):
                           stacklevel=2)
         dtype = np.dtype(layout.dtype)
         self._fileset = FileSet(layout.files, tuple(sig), dtype.itemsize * 8, layout.frame_header,
-                                layout.frame_footer)
+                                layout.frame_footer, store=self._store)
         self._decoder = NativeDecoder(dtype)
         self._native_dtype = dtype
         return DataSetMeta(shape=Shape(tuple(nav) + tuple(sig), sig_dims=len(sig)),

@@ -29,13 +29,14 @@ from raytile.common.errors import DataSetException
 from raytile.io.dataset import DataSet, DataSetMeta, Partition, check_array_backend
 from raytile.io.decoders import NativeDecoder
 from raytile.io.backends import BACKENDS
-from raytile.io.fileset import File, FilePartition, FileSet
+from raytile.io.fileset import REMOTE_PARAMS, File, FilePartition, FileSet
+from raytile.io.store import ObjectStore, check_path_file, store_for
 from raytile.io.read_ranges import LAYOUT_CHUNKED, chunked_extra
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.common.tiling import DataTile, TilingScheme
 
-__all__ = ["H5DataSet", "H5Partition", "H5FilePartition", "ChunkedFileSet", "h5py_with_filters"]
+__all__ = ["H5DataSet", "H5Partition", "H5FilePartition", "ChunkedFileSet", "h5py_with_filters", "nav_runs"]
 
 
 def h5py_with_filters():
@@ -61,10 +62,18 @@ def h5py_with_filters():
 _h5py = h5py_with_filters
 
 
-def _open(path: str, ds_path: str):
+#: Bytes one ranged read of an HDF5 object fetches (h5py reads through a file object with this read-ahead).
+H5_REMOTE_BLOCK = 4 * 1024 * 1024
+
+
+def _open(path: str, ds_path: str, store: ObjectStore | None = None):
+    """``(h5py file, dataset)``; a URL of ``store`` is read through a ranged file object."""
     h5py = _h5py()
     try:
-        f = h5py.File(path, "r")
+        if store is not None:
+            f = h5py.File(store.open(path, block_size=H5_REMOTE_BLOCK), "r")
+        else:
+            f = h5py.File(path, "r")
     except OSError as e:
         raise DataSetException(f"{path}: cannot open as HDF5: {e}") from None
     try:
@@ -86,9 +95,9 @@ class ChunkedFileSet(FileSet):
     layout = LAYOUT_CHUNKED
 
     def __init__(self, path: str, file_nav: tuple, chunks: tuple, sig_shape: tuple, dtype: np.dtype,
-                 offsets: np.ndarray):
+                 offsets: np.ndarray, store: ObjectStore | None = None):
         super().__init__([File(path, 0, math.prod(file_nav))], sig_shape, dtype.itemsize * 8,
-                         extra=chunked_extra(file_nav, chunks, sig_shape, offsets).tolist())
+                         extra=chunked_extra(file_nav, chunks, sig_shape, offsets).tolist(), store=store)
         self.split_x = 0 if tuple(chunks[-2:]) == tuple(sig_shape) else int(chunks[-1])
         self._end = int(offsets.max()) + math.prod(chunks) * dtype.itemsize
 
@@ -96,7 +105,7 @@ class ChunkedFileSet(FileSet):
         return self._end
 
 
-def raw_fileset(f, ds, path: str, sig_dims: int) -> FileSet | None:
+def raw_fileset(f, ds, path: str, sig_dims: int, store: ObjectStore | None = None) -> FileSet | None:
     """A file set reading ``ds``'s bytes directly, or None when only the HDF5 library can read it."""
     h5py = _h5py()
     plist = ds.id.get_create_plist()
@@ -112,7 +121,7 @@ def raw_fileset(f, ds, path: str, sig_dims: int) -> FileSet | None:
         offset = ds.id.get_offset()
         if offset is None:
             return None
-        return FileSet([File(path, 0, math.prod(file_nav), int(offset))], sig, dtype.itemsize * 8)
+        return FileSet([File(path, 0, math.prod(file_nav), int(offset))], sig, dtype.itemsize * 8, store=store)
     chunks = tuple(int(c) for c in ds.chunks or ())
     if layout != h5py.h5d.CHUNKED or sig_dims != 2 or chunks[-2:] != sig:
         return None  # chunks that cut frames would take a read range per chunk row: h5py reads them faster
@@ -129,7 +138,20 @@ def raw_fileset(f, ds, path: str, sig_dims: int) -> FileSet | None:
             put(ds.id.get_chunk_info(i))
     if (offsets < 0).any():
         return None  # unallocated chunks hold the fill value
-    return ChunkedFileSet(path, file_nav, chunks, sig, dtype, offsets)
+    return ChunkedFileSet(path, file_nav, chunks, sig, dtype, offsets, store)
+
+
+def nav_runs(a: int, b: int, nav: tuple[int, ...]) -> Iterator[tuple[int, int, tuple]]:
+    """Flat frames ``[a, b)`` of a nav shape as runs along its last axis: ``(pos, end, nav index)``, the
+    index a tuple of ints and one slice, so each run is one selection of the array."""
+    row = nav[-1]
+    pos = a
+    while pos < b:
+        idx = np.unravel_index(pos, nav)
+        end = min(b, pos - int(idx[-1]) + row)
+        sel = tuple(int(i) for i in idx[:-1]) + (slice(int(idx[-1]), int(idx[-1]) + end - pos),)
+        yield pos, end, sel
+        pos = end
 
 
 class _ChunkTiling:
@@ -175,8 +197,9 @@ class H5Partition(_ChunkTiling, Partition):
     """A dataset's frames read through h5py (compressed or otherwise not directly readable data)."""
 
     def __init__(self, meta: DataSetMeta, partition_slice: Slice, idx: int, path: str, ds_path: str,
-                 chunks: tuple | None, file_nav: tuple):
+                 chunks: tuple | None, file_nav: tuple, store: ObjectStore | None = None):
         super().__init__(meta, partition_slice, idx)
+        self.store = store
         self.path = path
         self.ds_path = ds_path
         self.chunks = chunks
@@ -186,7 +209,7 @@ class H5Partition(_ChunkTiling, Partition):
         return f"partition {self.idx} (frames {self.start}:{self.stop}) of {self.path}:{self.ds_path}"
 
     def _source(self):
-        f, ds = _open(self.path, self.ds_path)
+        f, ds = _open(self.path, self.ds_path, self.store)
         with f:
             data = self._read_frames(ds, self.start, self.stop, tuple(slice(None) for _ in self.meta.shape.sig))
         return data
@@ -201,14 +224,8 @@ class H5Partition(_ChunkTiling, Partition):
         if len(nav) == 1:
             ds.read_direct(out, np.s_[(slice(a, b),) + sig_sl])
             return out
-        row = nav[-1]
-        pos = a
-        while pos < b:
-            idx = np.unravel_index(pos, nav)
-            end = min(b, pos - idx[-1] + row)
-            sel = tuple(int(i) for i in idx[:-1]) + (slice(int(idx[-1]), int(idx[-1]) + end - pos),) + sig_sl
-            ds.read_direct(out, sel, np.s_[pos - a:end - a])
-            pos = end
+        for pos, end, sel in nav_runs(a, b, nav):
+            ds.read_direct(out, sel + sig_sl, np.s_[pos - a:end - a])
         return out
 
     def get_tiles(self, tiling_scheme: TilingScheme, roi: np.ndarray | None = None,
@@ -227,7 +244,7 @@ class H5Partition(_ChunkTiling, Partition):
         sig_dims = self.meta.shape.sig_dims
         raw: dict = {}
         conv: dict = {}
-        f, ds = _open(self.path, self.ds_path)
+        f, ds = _open(self.path, self.ds_path, self.store)
         with f:
             for b0 in range(0, n, depth):
                 block = frames[b0:b0 + depth]
@@ -264,11 +281,13 @@ class H5DataSet(DataSet):
         "sig_dims": {"type": "int", "min": 1},
         "nav_shape": {"type": "shape"},
         "io_backend": {"type": "choice", "choices": sorted(BACKENDS)},
+        **REMOTE_PARAMS,
     }
 
     def __init__(self, path: str, ds_path: str, sig_dims: int = 2, nav_shape: tuple[int, ...] | None = None,
-                 io_backend: str = "mmap", **kwargs):
+                 io_backend: str = "mmap", storage_options: Any = None, **kwargs):
         super().__init__(**kwargs)
+        self._store = store_for(path, storage_options)
         self._path = path
         self._ds_path = ds_path
         self._sig_dims = sig_dims
@@ -304,14 +323,14 @@ class H5DataSet(DataSet):
         return {"path": path, "ds_path": next(name for size, name in found if size == largest)}
 
     def _do_initialize(self) -> DataSetMeta:
-        if not os.path.isfile(self._path):
-            raise DataSetException(f"file not found: {self._path}")
-        f, ds = _open(self._path, self._ds_path)
+        check_path_file(self._path, self._store)
+        f, ds = _open(self._path, self._ds_path, self._store)
         with f:
             shape, dtype, chunks = tuple(ds.shape), np.dtype(ds.dtype), ds.chunks
             if dtype.kind not in "biuf":
                 raise DataSetException(f"{self._path}:{self._ds_path}: cannot read dtype {dtype}")
-            self._raw_fileset = raw_fileset(f, ds, self._path, self._sig_dims) if len(shape) > self._sig_dims else None
+            self._raw_fileset = (raw_fileset(f, ds, self._path, self._sig_dims, self._store)
+                                 if len(shape) > self._sig_dims else None)
         if len(shape) <= self._sig_dims:
             raise DataSetException(
                 f"{self._path}:{self._ds_path}: shape {shape} has no nav axis for sig_dims={self._sig_dims}"
@@ -327,7 +346,7 @@ class H5DataSet(DataSet):
         return DataSetMeta(shape=Shape(tuple(nav) + tuple(sig), sig_dims=len(sig)), raw_dtype=dtype.newbyteorder("="))
 
     def check_valid(self) -> None:
-        f, ds = _open(self._path, self._ds_path)
+        f, ds = _open(self._path, self._ds_path, self._store)
         with f:
             try:
                 ds[(0,) * ds.ndim]
@@ -337,6 +356,8 @@ class H5DataSet(DataSet):
             self._raw_fileset.check()
 
     def get_cache_key(self) -> Any:
+        if self._store is not None:
+            return ("hdf5", self._path, self._store.identity(self._path), self._ds_path, self.shape.to_tuple())
         st = os.stat(self._path)
         return ("hdf5", os.path.abspath(self._path), st.st_mtime_ns, st.st_size, self._ds_path, self.shape.to_tuple())
 
@@ -353,5 +374,5 @@ class H5DataSet(DataSet):
             return [H5FilePartition(self.meta, sl, idx, fs, self._h5dtype, self._chunks, self._file_nav,
                                     self._io_backend)
                     for idx, sl in enumerate(self.get_slices())]
-        return [H5Partition(self.meta, sl, idx, self._path, self._ds_path, self._chunks, self._file_nav)
+        return [H5Partition(self.meta, sl, idx, self._path, self._ds_path, self._chunks, self._file_nav, self._store)
                 for idx, sl in enumerate(self.get_slices())]

@@ -40,11 +40,12 @@ from raytile.common.errors import ConfigValidationError, DataSetException
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.common.tiling import DataTile, TilingScheme
-from raytile.io.backends import FrameFile, FramesJob, get_backend
+from raytile.io.backends import FrameFile, FramesJob
 from raytile.io.dataset import DataSetMeta, check_array_backend
 from raytile.io.decoders import Decoder, NativeDecoder
 from raytile.io.decoders_mib import MIB_MAGIC, MIBFrameHeader, MIBRawFrameDecoder, parse_frame_header
-from raytile.io.fileset import File, FileDataSet, FilePartition, FileSet, check_sync_offset
+from raytile.io.fileset import REMOTE_PARAMS, File, FileDataSet, FilePartition, FileSet, check_sync_offset
+from raytile.io.store import ObjectStore, display_url, open_path, path_size
 
 __all__ = ["MIBDataSet", "MIBPartition", "read_hdr", "nav_shape_from_hdr", "mib_filenames", "files_of_header"]
 
@@ -52,10 +53,10 @@ __all__ = ["MIBDataSet", "MIBPartition", "read_hdr", "nav_shape_from_hdr", "mib_
 _HEAD_READ = 4096
 
 
-def read_hdr(path: str) -> dict[str, str]:
+def read_hdr(path: str, store: ObjectStore | None = None) -> dict[str, str]:
     """The ``Key:<TAB>value`` fields of an acquisition's ``.hdr`` file (DataSetException if it is none)."""
     try:
-        with open(path, "rb") as f:
+        with open_path(path, store) as f:
             text = f.read(1 << 20).decode("ascii", errors="replace")
     except OSError as e:
         raise DataSetException(f"{path}: cannot read the .hdr file: {e}") from None
@@ -96,14 +97,21 @@ def _pattern(path: str) -> str:
     return glob.escape(stem) + "*.mib"
 
 
-def mib_filenames(path: str, disable_glob: bool = False) -> list[str]:
-    """The ``.mib`` files of the acquisition ``path`` (a ``.hdr`` or one ``.mib``) names, unsorted."""
+def mib_filenames(path: str, disable_glob: bool = False, store: ObjectStore | None = None) -> list[str]:
+    """The ``.mib`` files of the acquisition ``path`` (a ``.hdr`` or one ``.mib``) names, unsorted; with
+    ``store``, objects under the same prefix."""
     ext = os.path.splitext(path)[1].lower()
     if ext not in (".mib", ".hdr"):
         raise DataSetException(f"{path}: a MIB data set is opened by its .hdr or a .mib file, not {ext or 'no'} "
                                f"extension")
     if disable_glob:
         return [path if ext == ".mib" else os.path.splitext(path)[0] + ".mib"]
+    if store is not None:
+        pattern = re.sub(r"[0-9]+$", "", os.path.splitext(path)[0]) + "*.mib"
+        names = store.glob(pattern)
+        if not names:
+            raise DataSetException(f"{display_url(path)}: no .mib objects match {display_url(pattern)}")
+        return names
     names = sorted(glob.glob(_pattern(path)))
     if not names:
         raise DataSetException(f"{path}: no .mib files match {_pattern(path)}")
@@ -118,16 +126,16 @@ def files_of_header(hdr_path: str, names: list[str]) -> list[str]:
     return [n for n in names if own.fullmatch(os.path.basename(n))]
 
 
-def _read_at(path: str, offset: int, size: int) -> bytes:
-    with open(path, "rb") as f:
+def _read_at(path: str, offset: int, size: int, store: ObjectStore | None = None) -> bytes:
+    with open_path(path, store) as f:
         f.seek(offset)
         return f.read(size)
 
 
-def _file_header(path: str) -> MIBFrameHeader:
-    if not os.path.isfile(path):
+def _file_header(path: str, store: ObjectStore | None = None) -> MIBFrameHeader:
+    if store is None and not os.path.isfile(path):
         raise DataSetException(f"{path}: file not found")
-    return parse_frame_header(_read_at(path, 0, _HEAD_READ), where=path)
+    return parse_frame_header(_read_at(path, 0, _HEAD_READ, store), where=path)
 
 
 class MIBRawDecoder(Decoder):
@@ -190,7 +198,7 @@ class MIBPartition(FilePartition):
                         frame_files=[FrameFile(f.path, f.file_header, f.start_idx, f.end_idx) for f in fs.files],
                         file_dtype=np.dtype(np.uint8), frame_stride=fs.frame_stride,
                         frame_header=fs.frame_header_bytes, frame_decoder=raw.frame_decoder())
-        yield from get_backend(self.io_backend).get_frame_tiles(job)
+        yield from self.backend().get_frame_tiles(job)
 
 
 class MIBDataSet(FileDataSet):
@@ -218,6 +226,7 @@ class MIBDataSet(FileDataSet):
         "disable_glob": {"type": "bool"},
         "scan_size": {"type": "shape"},
         "tileshape": {"type": "shape"},
+        **REMOTE_PARAMS,
     }
 
     def __init__(self, path: str, nav_shape: tuple[int, ...] | None = None, sig_shape: tuple[int, ...] | None = None,
@@ -241,6 +250,7 @@ class MIBDataSet(FileDataSet):
         self._sync_offset = sync_offset
         self._disable_glob = disable_glob
         self._header: MIBFrameHeader | None = None
+        self._store = self.store_of(path)
 
     @property
     def header(self) -> MIBFrameHeader:
@@ -296,7 +306,7 @@ class MIBDataSet(FileDataSet):
     def _scan(self) -> tuple[MIBFrameHeader, list[File]]:
         """The first header and the files in frame order, every file's first and last frame checked;
         files that do not fit together, found by the glob, end in an error that says what to do."""
-        names = mib_filenames(self._path, self._disable_glob)
+        names = mib_filenames(self._path, self._disable_glob, self._store)
         try:
             return self._scan_files(names)
         except DataSetException as e:
@@ -313,7 +323,7 @@ class MIBDataSet(FileDataSet):
         found: list[tuple[str, MIBFrameHeader]] = []
         first: MIBFrameHeader | None = None
         for p in names:
-            h = _file_header(p)
+            h = _file_header(p, self._store)
             if first is not None and (h.header_bytes, h.pixel_depth, h.counter_depth, h.header_x, h.header_y,
                                       h.num_chips, h.layout) != (
                     first.header_bytes, first.pixel_depth, first.counter_depth, first.header_x, first.header_y,
@@ -328,7 +338,7 @@ class MIBDataSet(FileDataSet):
         seq0 = found[0][1].sequence
         files: list[File] = []
         for i, (p, h) in enumerate(found):
-            size = os.path.getsize(p)
+            size = path_size(p, self._store)
             n, rest = divmod(size, stride)
             if n == 0:
                 raise DataSetException(f"{p}: {size} bytes, shorter than one frame of {stride} bytes "
@@ -340,7 +350,7 @@ class MIBDataSet(FileDataSet):
                 warnings.warn(f"{p}: ends with {rest} bytes of a partial frame (truncated acquisition?); "
                               f"reading its {n} whole frames", stacklevel=2)
             if n > 1:
-                last = parse_frame_header(_read_at(p, (n - 1) * stride, first.header_bytes),
+                last = parse_frame_header(_read_at(p, (n - 1) * stride, first.header_bytes, self._store),
                                           where=f"{p} (frame {n - 1} at byte {(n - 1) * stride})")
                 if last.header_bytes != first.header_bytes or last.pixel_depth != first.pixel_depth:
                     raise DataSetException(f"{p}: frame {n - 1} has another layout ({last.describe()}) than "
@@ -360,13 +370,13 @@ class MIBDataSet(FileDataSet):
         self._header = header
         nav = self._nav_shape
         if nav is None:
-            nav = nav_shape_from_hdr(read_hdr(self._path), self._path)
+            nav = nav_shape_from_hdr(read_hdr(self._path, self._store), self._path)
         natural = header.sig_shape
         sig = self._sig_shape or natural
         if math.prod(sig) != math.prod(natural):
             raise DataSetException(f"{self._path}: sig_shape {sig} has {math.prod(sig)} pixels, the frames are "
                                    f"{natural[0]}x{natural[1]} ({math.prod(natural)} pixels)")
-        self._fileset = FileSet(files, natural, header.storage_bits, header.header_bytes)
+        self._fileset = FileSet(files, natural, header.storage_bits, header.header_bytes, store=self._store)
         file_frames = self._fileset.num_frames
         where = files[0].path if len(files) == 1 else f"{files[0].path} (+{len(files) - 1} files)"
         check_sync_offset(where, self._sync_offset, math.prod(nav), file_frames)

@@ -9,17 +9,18 @@ import numpy as np
 from raytile.common.errors import DataSetException
 from raytile.io.dataset import DataSetMeta
 from raytile.io.decoders import NativeDecoder
-from raytile.io.fileset import File, FileDataSet, FileSet, check_sync_offset
+from raytile.io.fileset import REMOTE_PARAMS, File, FileDataSet, FileSet, check_sync_offset
 from raytile.io.formats.raw import check_file
 from raytile.common.shape import Shape
+from raytile.io.store import ObjectStore, open_path, path_size
 
 __all__ = ["NPYDataSet", "read_npy_header"]
 
 
-def read_npy_header(path: str) -> tuple[tuple[int, ...], np.dtype, bool, int]:
-    """Return (shape, dtype, fortran_order, data offset) of a .npy file."""
+def read_npy_header(path: str, store: ObjectStore | None = None) -> tuple[tuple[int, ...], np.dtype, bool, int]:
+    """Return (shape, dtype, fortran_order, data offset) of a .npy file (or object of ``store``)."""
     try:
-        with open(path, "rb") as f:
+        with open_path(path, store) as f:
             version = np.lib.format.read_magic(f)
             if version == (1, 0):
                 shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
@@ -43,6 +44,7 @@ class NPYDataSet(FileDataSet):
         "nav_shape": {"type": "shape"},
         "sig_shape": {"type": "shape"},
         "sync_offset": {"type": "int"},
+        **REMOTE_PARAMS,
     }
 
     def __init__(self, path: str, sig_dims: int = 2, nav_shape: tuple[int, ...] | None = None,
@@ -53,6 +55,7 @@ class NPYDataSet(FileDataSet):
         self._nav_shape = nav_shape
         self._sig_shape = sig_shape
         self._sync_offset = sync_offset
+        self._store = self.store_of(path)
 
     @classmethod
     def detect_params(cls, path: str) -> dict | None:
@@ -68,8 +71,8 @@ class NPYDataSet(FileDataSet):
         return {"path": path}
 
     def _do_initialize(self) -> DataSetMeta:
-        check_file(self._path)
-        shape, dtype, fortran, offset = read_npy_header(self._path)
+        check_file(self._path, self._store)
+        shape, dtype, fortran, offset = read_npy_header(self._path, self._store)
         if fortran:
             raise DataSetException(f"{self._path}: Fortran-ordered .npy files are not supported")
         if dtype.hasobject:
@@ -89,10 +92,8 @@ class NPYDataSet(FileDataSet):
                 f"{self._path}: array of shape {shape} holds {self._file_frames} frames, "
                 f"nav_shape {nav} needs {math.prod(nav)}"
             )
-        import os
-
         expected = offset + total * np.dtype(dtype).itemsize
-        actual = os.path.getsize(self._path)
+        actual = path_size(self._path, self._store)
         if actual < expected:
             raise DataSetException(
                 f"{self._path}: file is too short: the header promises {shape} {dtype} "
@@ -102,12 +103,15 @@ class NPYDataSet(FileDataSet):
         dtype = np.dtype(dtype)
         self._decoder = NativeDecoder(dtype)
         self._native_dtype = dtype
-        self._fileset = FileSet([File(self._path, 0, self._file_frames, offset)], sig, dtype.itemsize * 8)
+        self._fileset = FileSet([File(self._path, 0, self._file_frames, offset)], sig, dtype.itemsize * 8,
+                                store=self._store)
         return DataSetMeta(shape=Shape(nav + sig, sig_dims=len(sig)), raw_dtype=dtype.newbyteorder("="),
                            sync_offset=self._sync_offset)
 
     def get_cache_key(self):
         import os
 
+        if self._store is not None:
+            return ("npy", self._path, self._store.identity(self._path), self.shape.to_tuple())
         st = os.stat(self._path)
         return ("npy", os.path.abspath(self._path), st.st_mtime_ns, st.st_size, self.shape.to_tuple())

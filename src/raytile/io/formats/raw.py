@@ -10,26 +10,24 @@ through :class:`~raytile.io.fileset.FilePartition` and an IO backend
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
 from raytile.common.errors import ConfigValidationError, DataSetException
 from raytile.io.dataset import DataSetMeta
 from raytile.io.decoders import NativeDecoder
-from raytile.io.fileset import File, FileDataSet, FileSet, check_sync_offset, exact_frame_stride, expand_paths
+from raytile.io.fileset import (REMOTE_PARAMS, File, FileDataSet, FileSet, check_sync_offset, exact_frame_stride,
+                                expand_paths)
+from raytile.io.store import ObjectStore, check_path_file
 from raytile.io.params import INT64_MAX
 from raytile.common.shape import Shape
 
 __all__ = ["RawFileDataSet", "check_file"]
 
 
-def check_file(path: str) -> int:
-    if not os.path.exists(path):
-        raise DataSetException(f"file not found: {path}")
-    if not os.path.isfile(path):
-        raise DataSetException(f"not a regular file: {path}")
-    return os.path.getsize(path)
+def check_file(path: str, store: ObjectStore | None = None) -> int:
+    """The size of ``path``, a regular file (or an object of ``store``); DataSetException naming it otherwise."""
+    return check_path_file(path, store)
 
 
 class RawFileDataSet(FileDataSet):
@@ -40,7 +38,8 @@ class RawFileDataSet(FileDataSet):
     big-endian data), and optionally ``sync_offset`` (frames to skip at the
     start; negative values insert blank frames), ``file_header_bytes`` (at the
     start of every file), ``frame_header_bytes``/``frame_footer_bytes``
-    (around every frame), ``io_backend``.
+    (around every frame), ``io_backend``; ``path`` may be a URL of an object
+    store with ``storage_options`` (see docs/cloud.md).
     """
 
     format_name = "raw"
@@ -53,6 +52,7 @@ class RawFileDataSet(FileDataSet):
         "file_header_bytes": {"type": "int", "min": 0},
         "frame_header_bytes": {"type": "int", "min": 0},
         "frame_footer_bytes": {"type": "int", "min": 0},
+        **REMOTE_PARAMS,
     }
 
     def __init__(self, path: str | list[str], nav_shape: tuple[int, ...], sig_shape: tuple[int, ...],
@@ -68,6 +68,7 @@ class RawFileDataSet(FileDataSet):
         self._file_header = file_header_bytes
         self._frame_header = frame_header_bytes
         self._frame_footer = frame_footer_bytes
+        self._store = self.store_of(path)
         self._check_byte_sizes()
 
     def _check_byte_sizes(self) -> None:
@@ -91,16 +92,17 @@ class RawFileDataSet(FileDataSet):
         return self._dtype.itemsize * 8
 
     def _make_fileset(self, files: list[File]) -> FileSet:
-        return FileSet(files, self._sig_shape, self._bpp(), self._frame_header, self._frame_footer)
+        return FileSet(files, self._sig_shape, self._bpp(), self._frame_header, self._frame_footer,
+                       store=self._store)
 
     def _scan_files(self) -> list[File]:
         """One :class:`File` per path with as many frames as it holds (DataSetException naming a bad file)."""
-        paths = expand_paths(self._paths_in)
+        paths = expand_paths(self._paths_in, self._store)
         probe = self._make_fileset([File(paths[0], 0, 1, self._file_header)])
         stride = probe.frame_stride
         files, start = [], 0
         for p in paths:
-            size = check_file(p) - self._file_header
+            size = check_file(p, self._store) - self._file_header
             if size < 0:
                 raise DataSetException(f"{p}: file of {size + self._file_header} bytes is shorter than its "
                                        f"{self._file_header} byte header")
@@ -128,7 +130,7 @@ class RawFileDataSet(FileDataSet):
             )
         if self._file_frames > needed and self._sync_offset == 0:
             stride = self._fileset.frame_stride
-            size = sum(check_file(f.path) for f in files)
+            size = sum(check_file(f.path, self._store) for f in files)
             ratio = self._file_frames / needed
             hint = (f"; it holds exactly {ratio:.0f}x what nav_shape reads: if frames are {ratio:.0f}x larger than "
                     f"sig_shape {self._sig_shape} says, the result is garbage"
