@@ -68,6 +68,20 @@ def _scan_shape(root: ET.Element, path: str, mode: str) -> tuple[int, ...] | Non
     return None
 
 
+def _pix_shape(root: ET.Element, path: str) -> tuple[int, ...] | None:
+    """``(pix_y, pix_x)`` of a scan's XML (EMPAD 0.51 writes the recorded scan size there), else None."""
+    x, y = root.findtext("pix_x"), root.findtext("pix_y")
+    if x is None or y is None:
+        return None
+    try:
+        shape = (int(y.strip()), int(x.strip()))
+    except ValueError:
+        raise DataSetException(f"{path}: <pix_x>/<pix_y> are not integers: {x!r}, {y!r}") from None
+    if min(shape) < 1:
+        raise DataSetException(f"{path}: scan size <pix_y> x <pix_x> {shape} is not positive")
+    return shape
+
+
 def read_empad_xml(path: str, store: ObjectStore | None = None) -> tuple[str, list[tuple[str, tuple[int, ...]]]]:
     """``(raw path, candidate nav shapes)``: ``(what, shape)`` in the order they are tried: the series
     count, or ``<pix_y>``/``<pix_x>``, the "acquire" scan and the "search" scan. ``path`` may be a
