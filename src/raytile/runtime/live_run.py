@@ -62,6 +62,7 @@ class LiveRun:
         self.detached = detached
         self.versions = ParamVersions(plan.params, stream=plan.stream is not None)
         self.channel = SnapshotChannel()
+        self._executor = executor
         self._coordinator = Coordinator(executor, plan, self.versions, self.channel, progress, span=span,
                                         final_only=final_only)
 
@@ -87,6 +88,7 @@ class LiveRun:
 
     def cancel(self) -> None:
         self._coordinator.cancel()
+        self._executor.cancel_run(self.run_id)  # an inline task stops at its next tile
 
     def only_final_result(self) -> None:
         """Publish only the final result from now on (the caller waits for the end anyway)."""
