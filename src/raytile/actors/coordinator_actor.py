@@ -194,6 +194,7 @@ class CoordinatorActor:
         except Exception as e:  # noqa: BLE001
             return Reply.error(e)
 
+    @ray.method(enable_task_events=False)  # per stream partition: no task events kept (see ray_start.py)
     async def feed(self, run_id: str, idx: int, frames: list) -> bool:
         """A stream partition from the driver that reads the stream: ``frames`` holds its object ref.
         Answers once the run's inlet took it (it waits while the inlet is full: backpressure); False
@@ -237,6 +238,7 @@ class CoordinatorActor:
                                 "started on this Context's coordinator)")
         return run
 
+    @ray.method(enable_task_events=False)  # per result and per poll: no task events kept (see ray_start.py)
     async def next(self, run_id: str, after: int, timeout: float) -> Reply:
         """The run's newest item after sequence number ``after``: an OK reply of a :class:`RunUpdate`;
         a WAIT reply of ``RunUpdate(after, None, progress)`` if nothing came within ``timeout``; an
