@@ -390,6 +390,7 @@ def test_too_many_runs(client):
     try:
         r = client.post("/v1/runs", json=npy_body([{"name": "sum"}]))
         assert r.status_code == 429 and r.json()["error"] == "too_many_runs"
+        assert 1 <= int(r.headers["retry-after"]) <= 30, r.headers  # RFC 9110 delay-seconds
     finally:
         for run_id in ids:
             assert client.delete(f"/v1/runs/{run_id}").status_code == 200

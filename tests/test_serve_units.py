@@ -108,3 +108,16 @@ def test_encodings_round_trip():
     assert json.loads(ndjson(msg)) == msg
     event = sse(msg).decode().split("\n")
     assert event[:2] == ["id: 3", "event: final"] and json.loads(event[2][len("data: "):]) == msg
+
+
+def test_retry_after_is_the_typical_run_left_in_whole_seconds():
+    from raytile.serve.errors import TooManyRuns
+    from raytile.serve.registry import MAX_RETRY_AFTER_S, retry_after_s
+
+    assert retry_after_s([0.5, 2.0], [10.0, 6.0, 8.0]) == 6  # median 8 s, the oldest ran 2 s
+    assert retry_after_s([9.5], [10.0]) == 1  # 0.5 s left: at least one second
+    assert retry_after_s([], []) == 1  # nothing known: a second
+    assert retry_after_s([1.0], [3600.0]) == MAX_RETRY_AFTER_S
+    err = TooManyRuns(None, "full", retry_after_s=7)
+    assert (err.status, err.headers()) == (429, {"Retry-After": "7"})
+    assert TooManyRuns(None, "full").headers() == {"Retry-After": "1"}

@@ -262,7 +262,7 @@ def make_api() -> FastAPI:
 
     @api.exception_handler(ServeError)
     async def serve_error(request: Request, exc: ServeError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
 
     @api.exception_handler(RaytileError)
     async def raytile_error(request: Request, exc: RaytileError) -> JSONResponse:
