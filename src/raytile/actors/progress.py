@@ -80,6 +80,7 @@ class ProgressActor:
         ev.clear()
         return self._counts.pop(run_id, 0)
 
+    @ray.method(enable_task_events=False)
     async def forget(self, run_id: str) -> int:
         """The run's last counts; wakes a pending ``take`` of it (which then returns 0)."""
         frames = self._counts.pop(run_id, 0)
