@@ -73,10 +73,10 @@ def test_runs_leave_no_task_events_per_partition(ray_context, coordinator):
 
 
 def test_the_gcs_keeps_a_bounded_number_of_tasks(ray_context):
-    """On a Ray raytile started, the GCS keeps the events of 10,000 tasks at most (Ray: 100,000)."""
+    """On a Ray raytile started, the GCS keeps the events of 1,000 tasks at most (Ray: 100,000)."""
     from ray._raylet import Config
 
     from raytile.actors.ray_start import NEW_INSTANCE_CONFIG
 
     assert Config.task_events_max_num_task_in_gcs() == NEW_INSTANCE_CONFIG["task_events_max_num_task_in_gcs"]
-    assert NEW_INSTANCE_CONFIG["task_events_max_num_task_in_gcs"] <= 10_000
+    assert NEW_INSTANCE_CONFIG["task_events_max_num_task_in_gcs"] <= 1_000

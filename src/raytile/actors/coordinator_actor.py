@@ -146,6 +146,7 @@ class CoordinatorActor:
                 self._executor = await asyncio.to_thread(RayExecutor.make, **self._executor_kwargs)
         return self._executor
 
+    @ray.method(enable_task_events=False)  # asked again and again (16 times in 50 served runs)
     async def describe(self) -> dict:
         """Start the workers if need be; what a Context needs to plan runs."""
         ex = await self._ensure_executor()

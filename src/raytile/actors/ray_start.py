@@ -134,9 +134,10 @@ def _init(address: str | None, cpus: int | None, gpus: int | None, kwargs: dict[
 #: raytile's own calls made per partition, per tile report or per result poll
 #: (``WorkerActor.run_task``, ``ProgressActor.add``, ``CoordinatorActor.next``, ...) keep no task
 #: events at all (``@ray.method(enable_task_events=False)``), on any cluster; this bounds what the
-#: others (one or a few calls a run, Serve's requests) keep, at about 37 MB.
+#: others keep (Serve's own tasks, ~2.3 a served run: a 10,000 cap was reached after ~4,000 runs, the
+#: GCS growing by 37 MB until then) at about 4 MB, reached within minutes.
 NEW_INSTANCE_CONFIG = {"max_direct_call_object_size": 1024 * 1024, "get_check_signal_interval_milliseconds": 100,
-                       "task_events_max_num_task_in_gcs": 10_000}
+                       "task_events_max_num_task_in_gcs": 1_000}
 
 
 def _init_ray(kwargs: dict[str, Any], new_instance_config: bool) -> None:
