@@ -390,6 +390,7 @@ def test_too_many_runs(client):
     try:
         r = client.post("/v1/runs", json=npy_body([{"name": "sum"}]))
         assert r.status_code == 429 and r.json()["error"] == "too_many_runs"
+        assert 1 <= int(r.headers["retry-after"]) <= 30, r.headers  # RFC 9110 delay-seconds
     finally:
         for run_id in ids:
             assert client.delete(f"/v1/runs/{run_id}").status_code == 200
@@ -636,3 +637,57 @@ def test_post_with_stream_is_one_request(client, data):
     r = client.post("/v1/runs", params={"stream": "true", "buffers": "pickle"}, json=body)
     assert r.status_code == 400 and r.json()["field"] == "buffers"
     assert client.get("/v1/healthz").json()["active_runs"] == active  # refused before a run started
+
+
+def _slow_read_stream(server_url: str, path: str, done, rate_bps: int = 8192) -> bytes:
+    """The raw HTTP response of GET ``path``, read at ``rate_bps`` (with a small receive buffer, so the
+    server's socket fills) until ``done()`` holds, then as fast as it comes until the server closes."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(server_url)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: the window stays small
+    sock.settimeout(60)
+    sock.connect((url.hostname, url.port))
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {url.netloc}\r\nAuthorization: Bearer {TOKEN}\r\n"
+                 "Connection: close\r\n\r\n".encode())
+    out = bytearray()
+    try:
+        deadline = time.monotonic() + 120
+        while not done() and time.monotonic() < deadline:  # slow: 1 KiB each 1/8 s
+            chunk = sock.recv(rate_bps // 8)
+            if not chunk:
+                return bytes(out)
+            out += chunk
+            time.sleep(0.125)
+        while chunk := sock.recv(1 << 20):
+            out += chunk
+    finally:
+        sock.close()
+    return bytes(out)
+
+
+def test_a_slow_reader_gets_the_final_message_behind_few_partials(client, server, data):
+    """A reader at 8 KiB/s of ~120 KB messages: partial states are skipped while its socket is full, so
+    the final message waits behind about one message, not behind every partial (issue 37: it waited
+    behind all of them, ~88 KB each, and never arrived)."""
+    udfs = [{"name": SLOW, "params": {"delay": 0.1}}, {"name": "test_serve_udfs.BigResultUDF", "params": {"n": 22}}]
+    run_id = start(client, npy_body(udfs, num_partitions=64))  # 64 partials at up to 50 Hz, over ~3 s
+    over_at: list[float] = []
+
+    def run_over_a_while_ago() -> bool:  # the slow reading goes on 2 s past the run's end
+        if not over_at and client.get(f"/v1/runs/{run_id}").json()["status"] != "running":
+            over_at.append(time.monotonic())
+        return bool(over_at) and time.monotonic() - over_at[0] > 2.0
+
+    raw = _slow_read_stream(server, f"/v1/runs/{run_id}/stream", run_over_a_while_ago)
+    lines = [line for line in raw.split(b"\n") if b'"seq"' in line]
+    finals = [line for line in lines if b'"final": true' in line]
+    assert len(finals) == 1, raw[:300]
+    partials = len(lines) - 1
+    assert partials <= 8, f"{partials} partial messages were queued ahead of the final one"
+    final = json.loads(finals[0][finals[0].index(b"{"):])
+    assert final["status"] == "finished", final.get("error")
+    np.testing.assert_allclose(arrays(final)[0]["intensity"], data["scan"].reshape(NAV[0] * NAV[1], -1)
+                               .sum(axis=1).reshape(NAV), rtol=1e-5)

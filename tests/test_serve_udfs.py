@@ -52,6 +52,9 @@ class BigResultUDF(UDF):
     def process_partition(self, partition):
         pass
 
+    def merge(self, dest, src):
+        dest.big[:] += src.big
+
 
 class _Private(UDF):
     """Not offered: a leading underscore."""

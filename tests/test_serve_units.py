@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -108,3 +109,56 @@ def test_encodings_round_trip():
     assert json.loads(ndjson(msg)) == msg
     event = sse(msg).decode().split("\n")
     assert event[:2] == ["id: 3", "event: final"] and json.loads(event[2][len("data: "):]) == msg
+
+
+def test_retry_after_is_the_typical_run_left_in_whole_seconds():
+    from raytile.serve.errors import TooManyRuns
+    from raytile.serve.registry import MAX_RETRY_AFTER_S, retry_after_s
+
+    assert retry_after_s([0.5, 2.0], [10.0, 6.0, 8.0]) == 6  # median 8 s, the oldest ran 2 s
+    assert retry_after_s([9.5], [10.0]) == 1  # 0.5 s left: at least one second
+    assert retry_after_s([], []) == 1  # nothing known: a second
+    assert retry_after_s([1.0], [3600.0]) == MAX_RETRY_AFTER_S
+    err = TooManyRuns(None, "full", retry_after_s=7)
+    assert (err.status, err.headers()) == (429, {"Retry-After": "7"})
+    assert TooManyRuns(None, "full").headers() == {"Retry-After": "1"}
+
+
+def test_socket_backlog_sees_what_a_client_has_not_read():
+    """A real TCP connection on 127.0.0.1: what the server sent and the client did not read is the backlog."""
+    import socket
+
+    from raytile.serve.backlog import FREE_BYTES, SocketBacklog
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect(listener.getsockname())
+        conn, peer = listener.accept()
+        try:
+            backlog = SocketBacklog(conn.getsockname(), peer)
+            assert backlog.bytes() == 0 and backlog.free()
+            conn.setblocking(False)
+            sent = 0
+            try:
+                while sent < 4 << 20:
+                    sent += conn.send(b"x" * 65536)
+            except BlockingIOError:  # the socket is full
+                pass
+            assert backlog.bytes() > FREE_BYTES and not backlog.free()
+            client.settimeout(10)
+            got = 0
+            while got < sent:
+                got += len(client.recv(1 << 20))
+            assert got == sent
+            deadline = time.monotonic() + 10
+            while backlog.bytes() and time.monotonic() < deadline:  # the last ACK is on its way
+                time.sleep(0.01)
+            assert backlog.bytes() == 0 and backlog.free()
+            assert SocketBacklog(conn.getsockname(), ("127.0.0.1", 1)).bytes() is None  # no such connection
+            assert SocketBacklog(None, peer).free()  # unknown: never holds a message back
+        finally:
+            conn.close()
+            client.close()

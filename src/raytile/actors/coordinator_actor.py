@@ -146,6 +146,7 @@ class CoordinatorActor:
                 self._executor = await asyncio.to_thread(RayExecutor.make, **self._executor_kwargs)
         return self._executor
 
+    @ray.method(enable_task_events=False)  # asked again and again (16 times in 50 served runs)
     async def describe(self) -> dict:
         """Start the workers if need be; what a Context needs to plan runs."""
         ex = await self._ensure_executor()
@@ -169,6 +170,7 @@ class CoordinatorActor:
             self._executor.shared.release(key)
 
     # -- runs ----------------------------------------------------------------------
+    @ray.method(enable_task_events=False)  # per run, as the methods below: no task events (see ray_start.py)
     async def start(self, plan: RunPlan, final_only: bool, detached: bool, progress: bool) -> Reply:
         """Start coordinating a run planned by the driver (``RunPlan.without_frames``); with
         ``progress`` its workers report every tile (which costs time: only when asked for).
@@ -194,6 +196,7 @@ class CoordinatorActor:
         except Exception as e:  # noqa: BLE001
             return Reply.error(e)
 
+    @ray.method(enable_task_events=False)  # per stream partition: no task events kept (see ray_start.py)
     async def feed(self, run_id: str, idx: int, frames: list) -> bool:
         """A stream partition from the driver that reads the stream: ``frames`` holds its object ref.
         Answers once the run's inlet took it (it waits while the inlet is full: backpressure); False
@@ -208,6 +211,7 @@ class CoordinatorActor:
             return False
         return True
 
+    @ray.method(enable_task_events=False)
     async def end_stream(self, run_id: str, error: BaseException | None) -> None:
         """The driver's stream ended (``error`` None) or failed."""
         run = self._runs.get(run_id)
@@ -239,6 +243,7 @@ class CoordinatorActor:
                                 "started on this Context's coordinator)")
         return run
 
+    @ray.method(enable_task_events=False)  # per result and per poll: no task events kept (see ray_start.py)
     async def next(self, run_id: str, after: int, timeout: float) -> Reply:
         """The run's newest item after sequence number ``after``: an OK reply of a :class:`RunUpdate`;
         a WAIT reply of ``RunUpdate(after, None, progress)`` if nothing came within ``timeout``; an
@@ -274,6 +279,7 @@ class CoordinatorActor:
             return False
         return True
 
+    @ray.method(enable_task_events=False)
     async def attach(self, run_id: str) -> Reply:
         """A new viewer of the run: an OK reply of its UDFs (ERROR for an unknown run)."""
         try:
@@ -283,6 +289,7 @@ class CoordinatorActor:
         run.viewers += 1
         return Reply.ok(run.live.udfs)
 
+    @ray.method(enable_task_events=False)
     async def leave(self, run_id: str) -> None:
         """A viewer stopped iterating the run."""
         run = self._runs.get(run_id)
@@ -290,6 +297,7 @@ class CoordinatorActor:
             run.viewers -= 1
             self._drop_ended()
 
+    @ray.method(enable_task_events=False)
     async def has_run(self, run_id: str) -> bool:
         return run_id in self._runs
 
@@ -298,6 +306,7 @@ class CoordinatorActor:
         return [{"run_id": rid, "udfs": [type(u).__name__ for u in r.live.udfs], "detached": r.detached,
                  "over": r.over, "viewers": r.viewers} for rid, r in self._runs.items()]
 
+    @ray.method(enable_task_events=False)
     async def patch(self, run_id: str, patches: list[dict], recompute: bool) -> Reply:
         """A live patch: an OK reply, or an ERROR reply of why it was refused (a bad patch)."""
         run = self._runs.get(run_id)
@@ -310,27 +319,32 @@ class CoordinatorActor:
             return Reply.error(e)
         return Reply.ok(None)
 
+    @ray.method(enable_task_events=False)
     async def cancel(self, run_id: str) -> None:
         run = self._runs.get(run_id)
         if run is not None:
             run.live.cancel()
 
+    @ray.method(enable_task_events=False)
     async def only_final_result(self, run_id: str) -> None:
         run = self._runs.get(run_id)
         if run is not None and run.viewers <= 1:
             run.live.only_final_result()
 
+    @ray.method(enable_task_events=False)
     async def join(self, run_id: str, timeout: float) -> None:
         run = self._runs.get(run_id)
         if run is not None:
             await asyncio.to_thread(run.live.join, timeout)
 
+    @ray.method(enable_task_events=False)
     async def status(self, run_id: str) -> dict:
         run = self._runs.get(run_id)
         if run is None:
             return {"finished": True, "coalesced": 0}
         return {"finished": run.live.finished, "coalesced": run.live.coalesced}
 
+    @ray.method(enable_task_events=False)
     async def run_stats(self, run_id: str) -> dict | None:
         """Bytes of results the run's coordinator received and its CPU seconds (once it ended)."""
         return self.stats.get(run_id)

@@ -63,10 +63,12 @@ class ProgressActor:
             ev = self._events[run_id] = asyncio.Event()
         return ev
 
+    @ray.method(enable_task_events=False)  # per tile report and per poll: no task events (see ray_start.py)
     async def add(self, run_id: str, frames: int) -> None:
         self._counts[run_id] = self._counts.get(run_id, 0) + frames
         self._event(run_id).set()
 
+    @ray.method(enable_task_events=False)
     async def take(self, run_id: str, timeout: float) -> int:
         """Frames reported since the last take; waits up to ``timeout`` for some."""
         ev = self._event(run_id)
@@ -78,6 +80,7 @@ class ProgressActor:
         ev.clear()
         return self._counts.pop(run_id, 0)
 
+    @ray.method(enable_task_events=False)
     async def forget(self, run_id: str) -> int:
         """The run's last counts; wakes a pending ``take`` of it (which then returns 0)."""
         frames = self._counts.pop(run_id, 0)

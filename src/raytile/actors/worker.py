@@ -113,6 +113,7 @@ class WorkerActor:
                 "node_id": ray.get_runtime_context().get_node_id(),
                 "threads": self.threads, "data_cached": len(self._data), "params_cached": len(self._params)}
 
+    @ray.method(enable_task_events=False)  # one call a partition: no task events kept (see ray_start.py)
     def run_task(self, message: bytes | tuple, shipped: dict[str, Any] | None = None,
                  progress: Any = None, frames: Any = None) -> Reply:
         """Run one partition. Returns a :class:`Reply`: OK with ``[PartitionResult, ...]`` (its result,
@@ -232,6 +233,7 @@ class WorkerActor:
                 self._last_sent.popitem(last=False)
         return out or None
 
+    @ray.method(enable_task_events=False)
     def flush_run(self, run_id: str) -> Reply:
         """The run's held results (merged segments), as an OK reply of ``[results]``; runs after the
         run's tasks queued before it (the default group keeps the order)."""
@@ -239,7 +241,7 @@ class WorkerActor:
         segments = merger.take() if merger is not None else []
         return Reply.ok([seg.as_result(self.name) for seg in segments])
 
-    @ray.method(concurrency_group="control")
+    @ray.method(concurrency_group="control", enable_task_events=False)
     def cancel_run(self, run_id: str) -> None:
         """Stop this run's tasks: the running one at its next tile, queued ones as they start.
 

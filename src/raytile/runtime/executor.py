@@ -122,6 +122,11 @@ class Executor(ABC):
     def cancel(self, handles: Sequence[TaskHandle]) -> None:
         """Stop tasks in flight, as far as possible."""
 
+    def cancel_run(self, run_id: str) -> None:
+        """Hook: the run was cancelled (called from any thread, at once). An executor that runs tasks
+        in the coordinator's own thread stops the running one at its next tile here; the others stop
+        theirs when the coordinator calls :meth:`cancel`."""
+
     def start_run(self, run_id: str, wakeup: threading.Event) -> None:
         """Hook: a run begins. Set ``wakeup`` whenever one of its tasks finishes (or anything else
         :meth:`wait` would return for), so that :meth:`wait` can block on it instead of polling.

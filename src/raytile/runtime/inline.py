@@ -20,7 +20,7 @@ import threading
 from typing import Any, Iterator, Sequence
 
 from raytile.runtime import tracing
-from raytile.runtime.executor import Executor, ProgressSink, TaskHandle
+from raytile.runtime.executor import Executor, ProgressSink, TaskHandle, TaskNotRun
 from raytile.runtime.params import PartitionResult, PartitionTask
 from raytile.runtime.part_runner import run_partition
 
@@ -74,13 +74,19 @@ def _one_blas_thread() -> Iterator[None]:
                 _blas_saved.clear()
 
 
+class _Cancelled(Exception):
+    """Raised at a tile of a task whose run was cancelled (internal)."""
+
+
 class _InlineHandle(TaskHandle):
-    def __init__(self, task, version, params, progress):
+    def __init__(self, task, version, params, progress, cancelled: set[str]):
         super().__init__(task, version)
         self.params = params
         self.progress = progress
+        self.cancelled_runs = cancelled  # the executor's: run ids cancelled while their task runs
         self.outcome: PartitionResult | None = None
         self.error: BaseException | None = None
+        self.stopped = False  # its run was cancelled at one of its tiles: it did not run to its end
         self.done = False
 
     def run(self) -> None:
@@ -88,10 +94,13 @@ class _InlineHandle(TaskHandle):
             return
         task = self.task
         assert task is not None  # the inline executor has no flushes
-        on_tile = None
-        if self.progress is not None:
-            run_id, sink = self.params.run_id, self.progress
-            on_tile = lambda frames: sink(run_id, frames)  # noqa: E731
+        run_id, sink, cancelled = self.params.run_id, self.progress, self.cancelled_runs
+
+        def on_tile(frames: int) -> None:
+            if run_id in cancelled:  # Ctrl-C or run.cancel(): stop here, not at the partition's end
+                raise _Cancelled()
+            if sink is not None:
+                sink(run_id, frames)
         if task.frames is not None:  # a stream's partition: its frames came with it
             task.partition.data = task.frames  # type: ignore[attr-defined]
         try:
@@ -100,6 +109,8 @@ class _InlineHandle(TaskHandle):
                                  "raytile.pid": os.getpid(), "raytile.params_version": self.params.version},
             ):
                 self.outcome = run_partition(task, self.params, on_tile=on_tile, threads_per_worker=_CPUS)
+        except _Cancelled:
+            self.stopped = True
         except BaseException as e:  # delivered by result()
             self.error = e
         self.done = True
@@ -113,19 +124,26 @@ class InlineExecutor(Executor):
 
     def __init__(self) -> None:
         self._wakeups: dict[str, threading.Event] = {}
+        self._cancelled: set[str] = set()
 
     def start_run(self, run_id: str, wakeup: threading.Event) -> None:
         self._wakeups[run_id] = wakeup
 
+    def cancel_run(self, run_id: str) -> None:
+        """The running task of ``run_id`` stops at its next tile (called from the consumer's thread)."""
+        if run_id in self._wakeups:  # a run over already leaves nothing behind
+            self._cancelled.add(run_id)
+
     def finish_run(self, run_id: str) -> None:
         self._wakeups.pop(run_id, None)
+        self._cancelled.discard(run_id)
 
     def put_params(self, params: Any) -> Any:
         return params
 
     def submit(self, task: PartitionTask, params_handle: Any, version: int,
                progress: ProgressSink | None = None) -> TaskHandle:
-        return _InlineHandle(task, version, params_handle, progress)
+        return _InlineHandle(task, version, params_handle, progress, self._cancelled)
 
     def wait(self, run_id: str, handles: Sequence[TaskHandle], timeout: float) -> list[TaskHandle]:
         if not handles:  # nothing to run (a stream's next partition has not arrived): sleep until woken
@@ -139,6 +157,8 @@ class InlineExecutor(Executor):
 
     def result(self, handle: TaskHandle) -> list[PartitionResult]:
         assert isinstance(handle, _InlineHandle) and handle.done
+        if handle.stopped:  # its run was cancelled: the coordinator ends the run at its next turn
+            raise TaskNotRun(f"{handle.describe()} stopped: its run was cancelled")
         if handle.error is not None:
             raise handle.error
         assert handle.outcome is not None

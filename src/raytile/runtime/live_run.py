@@ -156,6 +156,7 @@ class LiveRun:
         with self._lock:
             self._cancelled = True
             self._coordinator.cancel()
+        self._executor.cancel_run(self.run_id)  # an inline task stops at its next tile
 
     def only_final_result(self) -> None:
         """Publish only the final result from now on (the caller waits for the end anyway)."""

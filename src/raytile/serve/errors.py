@@ -27,6 +27,10 @@ class ServeError(RaytileError):
         self.field = field
         self.detail = detail
 
+    def headers(self) -> dict[str, str]:
+        """Response headers that go with the error (none but a 429's ``Retry-After``)."""
+        return {}
+
     def body(self) -> dict[str, Any]:
         """The JSON body of the response: ``{"error": ..., "detail": ..., "field": ...}``."""
         out: dict[str, Any] = {"error": self.error, "detail": str(self)}
@@ -78,7 +82,15 @@ class PayloadTooLarge(ServeError):
 
 
 class TooManyRuns(ServeError):
-    """429: ``max_runs`` runs are going on already."""
+    """429: ``max_runs`` runs are going on already; ``retry_after_s`` (whole seconds, >= 1) goes out as
+    the ``Retry-After`` header (RFC 9110: how long the client should wait before asking again)."""
 
     status = 429
     error = "too_many_runs"
+
+    def __init__(self, field: str | None, detail: str, retry_after_s: int = 1):
+        super().__init__(field, detail)
+        self.retry_after_s = max(1, int(retry_after_s))
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}

@@ -17,7 +17,9 @@ newer ones ended.
 from __future__ import annotations
 
 import asyncio
+import math
 import re
+import statistics
 import time
 import traceback
 from typing import Any, Sequence
@@ -29,7 +31,7 @@ from raytile.runtime.results import UDFResults
 from raytile.runtime.run import UDFRun
 from raytile.serve.errors import NotFound, TooManyRuns
 
-__all__ = ["ServedRun", "RunRegistry", "STATUS_RUNNING", "STATUS_FINISHED", "STATUS_CANCELLED", "STATUS_ERROR",
+__all__ = ["ServedRun", "RunRegistry", "retry_after_s", "STATUS_RUNNING", "STATUS_FINISHED", "STATUS_CANCELLED", "STATUS_ERROR",
            "error_info"]
 
 #: A served run's ``status`` as clients read it (JSON strings; not the runtime's FINISHED end-of-run sentinel).
@@ -157,6 +159,23 @@ class ServedRun:
         }
 
 
+#: The longest ``Retry-After`` a 429 gives (s): a client told to wait longer would rather poll.
+MAX_RETRY_AFTER_S = 30
+
+
+def retry_after_s(running_for: Sequence[float], durations: Sequence[float]) -> int:
+    """Whole seconds until a run slot likely frees: the typical run (the median of the ``durations``
+    of runs that ended, 1 s if none did) less how long the oldest of the runs going on (``running_for``)
+    has run already; at least 1, at most :data:`MAX_RETRY_AFTER_S`.
+
+    >>> retry_after_s([4.0, 1.0], [6.0, 5.0, 7.0])
+    2
+    """
+    typical = statistics.median(durations) if durations else 1.0
+    left = typical - max(running_for, default=0.0)
+    return int(min(MAX_RETRY_AFTER_S, max(1, math.ceil(left))))
+
+
 class RunRegistry:
     """The runs of one replica by id; counts runs going on against ``max_runs``."""
 
@@ -170,9 +189,15 @@ class RunRegistry:
         return [r for r in self.runs.values() if not r.over]
 
     def reserve(self) -> None:
-        """Take a slot for a run being set up; raises TooManyRuns (429) if none is free."""
-        if len(self.active()) + self._reserved >= self.max_runs:
-            raise TooManyRuns(None, f"{self.max_runs} runs are going on already; retry when one ends")
+        """Take a slot for a run being set up; raises TooManyRuns (429) if none is free, with the
+        seconds until one likely is (:func:`retry_after_s`)."""
+        active = self.active()
+        if len(active) + self._reserved >= self.max_runs:
+            now = time.time()
+            wait = retry_after_s([now - r.created for r in active],
+                                 [r.ended - r.created for r in self.runs.values() if r.ended is not None])
+            raise TooManyRuns(None, f"{self.max_runs} runs are going on already; retry in {wait} s, when one "
+                                    "ends", retry_after_s=wait)
         self._reserved += 1
 
     def release(self) -> None:

@@ -23,6 +23,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 from starlette.requests import HTTPConnection
 
 from raytile.common.errors import RaytileError
+from raytile.serve.backlog import SocketBacklog
 from raytile.serve.encoding import BUFFER_MODES, ndjson, npy_bytes, sse
 from raytile.serve.errors import BadRequest, ServeError
 from raytile.serve.registry import ServedRun
@@ -156,7 +157,8 @@ async def _stream_response(service: Service, served: ServedRun, request: Request
         raise BadRequest("max_rate_hz", f"must be a number > 0, got {max_rate_hz!r}")
     use_sse = "text/event-stream" in request.headers.get("accept", "")
     encode = sse if use_sse else ndjson
-    messages = service.messages(served, buffers, f"/v1/runs/{served.id}", max_rate_hz)
+    messages = service.messages(served, buffers, f"/v1/runs/{served.id}", max_rate_hz,
+                                backlog=SocketBacklog(request.scope.get("server"), request.scope.get("client")))
     try:
         first = await messages.__anext__()
     except asyncio.CancelledError:  # the client left before the first message
@@ -198,7 +200,8 @@ async def run_socket(websocket: WebSocket, run_id: str, buffers: str = "inline",
         served = _run(service, run_id)
         if buffers not in BUFFER_MODES:
             raise BadRequest("buffers", f"must be one of {list(BUFFER_MODES)}, got {buffers!r}")
-        messages = service.messages(served, buffers, f"/v1/runs/{served.id}")
+        messages = service.messages(served, buffers, f"/v1/runs/{served.id}",
+                                    backlog=SocketBacklog(websocket.scope.get("server"), websocket.scope.get("client")))
     except ServeError as e:  # accepted, then closed: a browser sees the code (a refused handshake shows nothing)
         await websocket.accept()
         await websocket.close(code=4000 + e.status, reason=f"{e.error}: {e.detail}"[:120])
@@ -262,7 +265,7 @@ def make_api() -> FastAPI:
 
     @api.exception_handler(ServeError)
     async def serve_error(request: Request, exc: ServeError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
 
     @api.exception_handler(RaytileError)
     async def raytile_error(request: Request, exc: RaytileError) -> JSONResponse:

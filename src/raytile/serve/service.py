@@ -28,6 +28,7 @@ import numpy as np
 
 from raytile.common.errors import RunEnded
 from raytile.runtime.context import Context
+from raytile.serve.backlog import SocketBacklog
 from raytile.serve.config import ServeConfig
 from raytile.serve.dataset_cache import DataSetCache
 from raytile.serve.datasets import DATASET_SCHEMA, npy_header, open_dataset, resolve_dataset, served_formats
@@ -43,6 +44,8 @@ __all__ = ["Service", "RUN_SCHEMA", "PATCH_SCHEMA", "INLINE_ENCODE_BYTES"]
 
 #: Messages whose buffers add up to more than this are encoded in a thread, not in the event loop.
 INLINE_ENCODE_BYTES = 1 << 20
+#: How often a stream whose client has not taken its previous messages looks at its socket again (s).
+BACKLOG_POLL_S = 0.05
 
 RUN_SCHEMA = {
     "type": "object", "required": ["dataset", "udfs"], "additionalProperties": False,
@@ -194,10 +197,13 @@ class Service:
         return msg
 
     async def messages(self, served: ServedRun, mode: str = "inline", url_base: str = "",
-                       rate_hz: float | None = None) -> AsyncGenerator[dict[str, Any], None]:
+                       rate_hz: float | None = None,
+                       backlog: SocketBacklog | None = None) -> AsyncGenerator[dict[str, Any], None]:
         """The run's stream: the latest state whenever it changed, partial results at most ``rate_hz``
         a second; the last message, sent as soon as the run ends, has ``final: true`` and the end
-        status (and ``error`` if the run failed)."""
+        status (and ``error`` if the run failed). With the client's ``backlog``, a partial result
+        waits until the client took the previous messages off its connection (a slow reader skips
+        states, and its final message is not queued behind them: see serve/backlog.py)."""
         if mode not in BUFFER_MODES:
             raise BadRequest("buffers", f"must be one of {list(BUFFER_MODES)}, got {mode!r}")
         rate = served.rate_hz if rate_hz is None else min(served.rate_hz, rate_hz)
@@ -211,6 +217,8 @@ class Service:
             if delay > 0 and not served.over:
                 # latest wins: what arrives meanwhile replaces, never queues; the run's end comes at once
                 await served.wait_over(delay)
+            while backlog is not None and not served.over and not backlog.free():
+                await served.wait_over(BACKLOG_POLL_S)  # the socket is full: the newest state goes later
             sent = served.seq
             part = served.latest
             size = sum(b.data.nbytes for bufs in part.buffers for b in bufs.values()) if part else 0
