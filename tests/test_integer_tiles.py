@@ -15,10 +15,11 @@ import pytest
 import scipy.sparse as sp
 
 from raytile.runtime.plan import input_dtype
-from raytile.udf import UDF, ApplyMasksUDF, CoMUDF, StdDevUDF, SumUDF
+from raytile.udf import UDF, ApplyMasksUDF, CoMUDF, LogsumUDF, StdDevUDF, SumSigUDF, SumUDF
 from raytile.udf import integer_tiles
 from raytile.udf.integer_tiles import (
-    dot_rows_into, frame_moments_into, is_integer_tile, load_kernels, pixel_moments_into, sum_frames_into,
+    dot_rows_into, frame_moments_into, is_integer_tile, load_kernels, log_frames_into, pixel_moments_into,
+    sum_frames_into, sum_pixels_into,
 )
 
 SMALL_INTS = ["uint8", "int8", "uint16", "int16"]
@@ -38,6 +39,23 @@ def test_kernels_match_numpy(rng, dtype, frames):
     dot_rows_into(tile, rows, prod)
     ref = 1 + tile.astype(np.float64) @ rows.T.astype(np.float64)
     np.testing.assert_allclose(prod, ref, rtol=1e-5, atol=1e-3 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("dtype", SMALL_INTS)
+@pytest.mark.parametrize("out_dtype", ["float32", "float64"])
+def test_frame_sums_and_logs_match_numpy(rng, dtype, out_dtype):
+    info = np.iinfo(dtype)
+    tile = rng.integers(info.min, info.max, size=(5, 300), endpoint=True).astype(dtype)
+    tile[0, :2] = info.min, info.max  # the whole table: log(2**bits)
+    sums = np.full(5, 3, out_dtype)
+    sum_pixels_into(tile, sums)
+    exact = tile.astype(np.int64).sum(axis=1) + 3
+    np.testing.assert_array_equal(sums, exact.astype(out_dtype))  # the exact sum, rounded once
+    logs = np.ones(300, out_dtype)
+    log_frames_into(tile, logs)
+    f = tile.astype(np.float64)
+    ref = 1 + np.log(f - f.min(axis=1, keepdims=True) + 1).sum(axis=0)
+    np.testing.assert_allclose(logs, ref, rtol=1e-6 if out_dtype == "float32" else 1e-14)
 
 
 REAL = ["uint8", "uint16", "int16", "uint32", "int64", "float32", "float64"]
@@ -102,7 +120,8 @@ def test_load_kernels_readies_the_detector_dtypes_as_runs_call_them():
     assert {("uint8", "C", "float32", "C"), ("uint16", "C", "float32", "C")} <= ready
     ready = {str(sig[0].dtype) for sig in integer_tiles._dot_rows.signatures if sig[1].layout == "C"}
     assert {"uint8", "uint16"} <= ready
-    for kernel in (integer_tiles._frame_moments, integer_tiles._pixel_moments):
+    for kernel in (integer_tiles._frame_moments, integer_tiles._pixel_moments, integer_tiles._sum_pixels,
+                   integer_tiles._log_frames):
         ready = {str(sig[0].dtype) for sig in kernel.signatures if all(a.layout == "C" for a in sig if hasattr(a, "layout"))}
         assert {"uint8", "uint16"} <= ready
 
@@ -119,6 +138,14 @@ def test_kernels_refuse_what_they_do_not_do():
         dot_rows_into(tile, np.zeros((1, 4), np.float64), np.zeros((2, 1), np.float32))
     with pytest.raises(ValueError, match="do not fit"):
         dot_rows_into(tile, np.zeros((1, 5), np.float32), np.zeros((2, 1), np.float32))
+    with pytest.raises(ValueError, match="16-bit"):
+        sum_pixels_into(tile.astype(np.int32), np.zeros(2, np.float32))
+    with pytest.raises(ValueError, match="shaped"):
+        sum_pixels_into(tile, np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="16-bit"):
+        log_frames_into(tile.astype(np.float32), np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="shaped"):
+        log_frames_into(tile, np.zeros(2, np.float32))
     with pytest.raises(ValueError, match="C-contiguous 3D"):
         frame_moments_into(tile, np.zeros((2, 4)), np.zeros((2, 4)), 0, np.zeros((2, 3)))
     with pytest.raises(ValueError, match="xweights"):
@@ -173,7 +200,8 @@ def test_sum_and_masks_read_integer_frames_as_they_are(inline_ctx):
     assert input_dtype([shifted], np.uint16) == np.float32
     assert input_dtype([ApplyMasksUDF(mask_factories=[lambda: _ring((16, 16))], preferred_dtype=np.int64)],
                        np.uint16) == np.int64
-    assert input_dtype([SumUDF(), StdDevUDF(), CoMUDF.with_params(r=5.0)], np.uint16) == np.uint16
+    assert input_dtype([SumUDF(), StdDevUDF(), CoMUDF.with_params(r=5.0), SumSigUDF(), LogsumUDF()],
+                       np.uint16) == np.uint16
 
 
 @pytest.mark.parametrize("dtype", ["uint16", "uint8", "int32"])

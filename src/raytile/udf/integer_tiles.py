@@ -10,6 +10,10 @@ tile once and convert each value as they go:
 
 - :func:`sum_frames_into`: ``out += tile.sum(axis=0)`` (SumUDF)
 - :func:`dot_rows_into`: ``out += tile @ rows.T`` (ApplyMasksEngine, dense masks)
+- :func:`sum_pixels_into`: ``out += tile.sum(axis=1)`` (SumSigUDF), each frame's sum
+  exact in int64 and rounded once into ``out``
+- :func:`log_frames_into`: ``out += log(frame - frame.min() + 1)`` summed over the
+  frames (LogsumUDF), the logs looked up in a table of every value a frame can hold
 
 For 8- and 16-bit integers into float32 (the dtype LiberTEM reads such
 data in); sums are exact while they stay integers below 2**24, products
@@ -43,14 +47,15 @@ copy, deviations and merge took over 25x).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 
 from raytile.common.numba import cached_njit
 
-__all__ = ["is_integer_tile", "is_real_tile", "sum_frames_into", "dot_rows_into", "frame_moments_into",
-           "pixel_moments_into", "load_kernels"]
+__all__ = ["is_integer_tile", "is_real_tile", "sum_frames_into", "dot_rows_into", "sum_pixels_into",
+           "log_frames_into", "frame_moments_into", "pixel_moments_into", "load_kernels"]
 
 #: fastmath for kernels that read float tiles: reordered sums and fused multiply-adds, but NaN and inf
 #: keep their meaning (a NaN pixel gives a NaN result, as in numpy).
@@ -115,6 +120,32 @@ def _dot_rows(tile, rows, out):  # pragma: no cover (numba)
             for i in range(mask.shape[0]):
                 acc += np.float32(row[i]) * mask[i]
             out[f, j] += acc
+
+
+# Integers of up to 16 bits add up exactly in int64 (numpy's float32 reduction converts in chunks
+# first and rounds as it goes).
+@cached_njit(nogil=True, fastmath=True)
+def _sum_pixels(tile, out):  # pragma: no cover (numba)
+    for f in range(tile.shape[0]):
+        row = tile[f]
+        acc = 0
+        for i in range(row.shape[0]):
+            acc += np.int64(row[i])
+        out[f] += acc
+
+
+# log(v - min + 1) for integer v is log(k + 1) with k = v - min in [0, span]: one table lookup a pixel
+# instead of a float conversion, a subtraction and a float32 log.
+@cached_njit(nogil=True, fastmath=True)
+def _log_frames(tile, table, out):  # pragma: no cover (numba)
+    for f in range(tile.shape[0]):
+        row = tile[f]
+        low = row[0]
+        for i in range(row.shape[0]):
+            low = min(low, row[i])
+        base = np.int64(low)
+        for i in range(row.shape[0]):
+            out[i] += table[np.int64(row[i]) - base]
 
 
 # One pass over each frame: per row the weighted sum and the x-weighted sum (two multiply-adds a
@@ -226,6 +257,51 @@ def dot_rows_into(tile: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
     _dot_rows(tile, rows, out)
 
 
+def sum_pixels_into(tile: np.ndarray, out: np.ndarray) -> None:
+    """``out += tile.sum(axis=1)``: ``tile`` ``(frames, pixels)`` of 8- or 16-bit integers, ``out``
+    ``(frames,)`` float32 or float64; each frame's sum is exact (int64) before it is added to ``out``."""
+    if not (isinstance(tile, np.ndarray) and tile.ndim == 2 and tile.dtype.kind in "ui" and tile.dtype.itemsize <= 2
+            and tile.flags.c_contiguous):
+        raise ValueError(f"sum_pixels_into: tile ({tile.dtype}, {tile.shape}) must be 2D C-contiguous 8- or "
+                         "16-bit integers")
+    if not (out.dtype in (np.float32, np.float64) and out.shape == tile.shape[:1] and out.flags.c_contiguous):
+        raise ValueError(f"sum_pixels_into: out ({out.dtype}, {out.shape}) must be C-contiguous float32 or "
+                         f"float64 shaped ({tile.shape[0]},)")
+    _sum_pixels(tile, out)
+
+
+def log_table(dtype: Any, out_dtype: Any) -> np.ndarray:
+    """``log(k + 1)`` for every ``k`` an 8- or 16-bit integer frame minus its minimum can take, computed
+    in float64 and rounded to ``out_dtype`` (read-only, cached)."""
+    return _log_table(np.dtype(dtype).itemsize, np.dtype(out_dtype))
+
+
+@functools.lru_cache(maxsize=8)
+def _log_table(itemsize: int, out_dtype: np.dtype) -> np.ndarray:
+    table = np.log1p(np.arange(2 ** (8 * itemsize), dtype=np.float64)).astype(out_dtype)
+    table.flags.writeable = False
+    return table
+
+
+def log_frames_into(tile: np.ndarray, out: np.ndarray) -> None:
+    """``out += sum over frames of log(frame - frame.min() + 1)``: ``tile`` ``(frames, pixels)`` of 8- or
+    16-bit integers, ``out`` ``(pixels,)`` float32 or float64.
+
+    The logs come from :func:`log_table`: each is float64's log rounded
+    once to ``out``'s dtype (numpy's float32 log may be one unit in the last
+    place off).
+    """
+    if not (isinstance(tile, np.ndarray) and tile.ndim == 2 and tile.dtype.kind in "ui" and tile.dtype.itemsize <= 2
+            and tile.flags.c_contiguous):
+        raise ValueError(f"log_frames_into: tile ({tile.dtype}, {tile.shape}) must be 2D C-contiguous 8- or "
+                         "16-bit integers")
+    if not (out.dtype in (np.float32, np.float64) and out.shape == tile.shape[1:] and out.flags.c_contiguous):
+        raise ValueError(f"log_frames_into: out ({out.dtype}, {out.shape}) must be C-contiguous float32 or "
+                         f"float64 shaped ({tile.shape[1]},)")
+    if tile.shape[1]:
+        _log_frames(tile, log_table(tile.dtype, out.dtype), out)
+
+
 def frame_moments_into(tile: np.ndarray, weights: np.ndarray, xweights: np.ndarray, y0: int,
                        out: np.ndarray) -> None:
     """``out[f] += (sum(I * weights), sum((y0 + y) * I * weights), sum(I * xweights))`` for each frame ``I``
@@ -286,3 +362,5 @@ def load_kernels() -> None:
         dot_rows_into(tile, np.zeros((1, 1), np.float32), np.zeros((1, 1), np.float32))
         frame_moments_into(tile.reshape(1, 1, 1), np.zeros((1, 1)), np.zeros((1, 1)), 0, np.zeros((1, 3)))
         pixel_moments_into(tile, np.zeros(1, np.int64), np.zeros(1), np.zeros(1))
+        sum_pixels_into(tile, np.zeros(1, np.float32))
+        log_frames_into(tile, np.zeros(1, np.float32))
