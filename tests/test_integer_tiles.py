@@ -19,7 +19,7 @@ from raytile.udf import UDF, ApplyMasksUDF, CoMUDF, LogsumUDF, StdDevUDF, SumSig
 from raytile.udf import integer_tiles
 from raytile.udf.integer_tiles import (
     dot_rows_into, frame_moments_into, is_integer_tile, load_kernels, log_frames_into, pixel_moments_into,
-    sum_frames_into, sum_pixels_into,
+    region_lanes, region_moments_into, sum_frames_into, sum_pixels_into,
 )
 
 SMALL_INTS = ["uint8", "int8", "uint16", "int16"]
@@ -83,6 +83,25 @@ def test_frame_moments_match_numpy(rng, dtype, frames):
     np.testing.assert_allclose(out, ref, rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", SMALL_INTS)
+def test_region_moments_are_exact(rng, dtype):
+    info = np.iinfo(dtype)
+    tile = rng.integers(info.min, info.max, size=(3, 40, 37), endpoint=True).astype(dtype)
+    region = (rng.random((40, 37)) > 0.4).astype(np.float64)
+    out = np.full((3, 3), 2.0)
+    region_moments_into(tile, region_lanes(region), 5, 7, out)
+    v = tile.astype(np.int64) * region.astype(np.int64)  # exact integers
+    y, x = np.mgrid[5:45, 7:44]
+    ref = np.stack([v.sum(axis=(1, 2)), (v * y).sum(axis=(1, 2)), (v * x).sum(axis=(1, 2))], axis=1) + 2
+    np.testing.assert_array_equal(out, ref.astype(np.float64))
+
+
+def test_region_lanes_only_for_zeros_and_ones():
+    assert region_lanes(np.array([[0.0, 1.0], [1.0, 0.5]])) is None
+    assert region_lanes(np.ones(3)) is None  # not 2D
+    np.testing.assert_array_equal(region_lanes(np.array([[0.0, 1.0]])), [[0, -1]])
+
+
 @pytest.mark.parametrize("dtype", REAL)
 @pytest.mark.parametrize("split", [(9,), (1, 8), (4, 1, 4), (6, 3)])  # tiles of these depths, in turn
 def test_pixel_moments_match_numpy(rng, dtype, split):
@@ -121,7 +140,7 @@ def test_load_kernels_readies_the_detector_dtypes_as_runs_call_them():
     ready = {str(sig[0].dtype) for sig in integer_tiles._dot_rows.signatures if sig[1].layout == "C"}
     assert {"uint8", "uint16"} <= ready
     for kernel in (integer_tiles._frame_moments, integer_tiles._pixel_moments, integer_tiles._sum_pixels,
-                   integer_tiles._log_frames):
+                   integer_tiles._log_frames, integer_tiles._region_moments):
         ready = {str(sig[0].dtype) for sig in kernel.signatures if all(a.layout == "C" for a in sig if hasattr(a, "layout"))}
         assert {"uint8", "uint16"} <= ready
 
@@ -152,6 +171,11 @@ def test_kernels_refuse_what_they_do_not_do():
         frame_moments_into(tile.reshape(2, 2, 2), np.zeros((2, 2)), np.zeros((2, 3)), 0, np.zeros((2, 3)))
     with pytest.raises(ValueError, match="out"):
         frame_moments_into(tile.reshape(2, 2, 2), np.zeros((2, 2)), np.zeros((2, 2)), 0, np.zeros((2, 3), np.float32))
+    with pytest.raises(ValueError, match="8- or 16-bit"):
+        region_moments_into(tile.reshape(2, 2, 2).astype(np.float32), np.zeros((2, 2), np.int32), 0, 0,
+                            np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="lanes"):
+        region_moments_into(tile.reshape(2, 2, 2), np.zeros((2, 2), np.int64), 0, 0, np.zeros((2, 3)))
     with pytest.raises(ValueError, match="C-contiguous 2D"):
         pixel_moments_into(tile.astype(np.complex64), np.zeros(4, np.int64), np.zeros(4), np.zeros(4))
     with pytest.raises(ValueError, match="count"):

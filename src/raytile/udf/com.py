@@ -24,7 +24,7 @@ from raytile.common.errors import UDFException
 from raytile.common import coordinates
 from raytile.udf._tiles import TILE_BACKENDS
 from raytile.udf.base import BACKEND_CUPY, BACKEND_NUMPY, UDF
-from raytile.udf.integer_tiles import frame_moments_into, is_real_tile
+from raytile.udf.integer_tiles import frame_moments_into, is_real_tile, region_lanes, region_moments_into
 from raytile.udf.maskengine import ApplyMasksEngine
 from raytile.udf.worker_cache import scope_key
 
@@ -402,16 +402,18 @@ class CoMUDF(UDF):
         backend = BACKEND_CUPY if self.meta.array_backend in CUPY_BACKENDS else BACKEND_NUMPY
         cache = self.meta.worker_cache
 
-        def make() -> tuple[MaskContainer, np.ndarray, np.ndarray]:
+        def make() -> tuple[MaskContainer, np.ndarray, np.ndarray, np.ndarray | None]:
             masks = MaskContainer(factory, dtype=np.float64, use_sparse=False, count=3, backend=backend)
             # once per params version on a worker, when cached; the region and the region times x are
             # the moments kernel's weights (the y moment is taken per row)
             stack = np.asarray(masks.computed_masks) if backend == BACKEND_NUMPY else np.zeros((3, 1, 1))
-            return masks, np.ascontiguousarray(stack[0], np.float64), np.ascontiguousarray(stack[2], np.float64)
+            region = np.ascontiguousarray(stack[0], np.float64)
+            return masks, region, np.ascontiguousarray(stack[2], np.float64), region_lanes(region)
 
-        masks, region, xregion = make() if cache is None else cache.get_or_make(
+        masks, region, xregion, lanes = make() if cache is None else cache.get_or_make(
             ("CoMUDF.moments", cy, cx, float(self.params.r), ri) + scope_key(self.meta, backend), make)
-        return {"engine": ApplyMasksEngine(masks, self.meta), "region": region, "xregion": xregion}
+        return {"engine": ApplyMasksEngine(masks, self.meta), "region": region, "xregion": xregion,
+                "lanes": lanes}
 
     def process_tile(self, tile) -> None:
         out = self.results.moments
@@ -423,6 +425,14 @@ class CoMUDF(UDF):
             # the tile to float64 and multiplying it with the three masks, 256x256 uint16 frames)
             td = self.task_data
             window = sig.get()
+            if td.lanes is not None and frames.dtype.itemsize <= 2 and frames.dtype.kind in "ui":
+                # 8/16-bit frames in a 0/1 region (disks, rings): exact int32 row and column sums,
+                # 2-3x less time a frame again
+                lanes = td.lanes[window]
+                if not lanes.flags.c_contiguous:
+                    lanes = np.ascontiguousarray(lanes)
+                region_moments_into(frames, lanes, sig.origin[0], sig.origin[1], out)
+                return
             region, xregion = td.region[window], td.xregion[window]
             if not region.flags.c_contiguous:  # a tile cut within rows
                 region, xregion = np.ascontiguousarray(region), np.ascontiguousarray(xregion)
