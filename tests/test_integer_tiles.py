@@ -18,7 +18,7 @@ from raytile.runtime.plan import input_dtype
 from raytile.udf import UDF, ApplyMasksUDF, CoMUDF, LogsumUDF, StdDevUDF, SumSigUDF, SumUDF
 from raytile.udf import integer_tiles
 from raytile.udf.integer_tiles import (
-    dot_rows_into, frame_moments_into, is_integer_tile, load_kernels, log_frames_into, pixel_moments_into,
+    dot_rows_into, frame_moments_into, is_integer_tile, load_kernels, multiply_frame_into, pixel_moments_into,
     region_lanes, region_moments_into, sum_frames_into, sum_pixels_into,
 )
 
@@ -51,11 +51,21 @@ def test_frame_sums_and_logs_match_numpy(rng, dtype, out_dtype):
     sum_pixels_into(tile, sums)
     exact = tile.astype(np.int64).sum(axis=1) + 3
     np.testing.assert_array_equal(sums, exact.astype(out_dtype))  # the exact sum, rounded once
-    logs = np.ones(300, out_dtype)
-    log_frames_into(tile, logs)
     f = tile.astype(np.float64)
-    ref = 1 + np.log(f - f.min(axis=1, keepdims=True) + 1).sum(axis=0)
-    np.testing.assert_allclose(logs, ref, rtol=1e-6 if out_dtype == "float32" else 1e-14)
+    terms = f - f.min(axis=1, keepdims=True) + 1
+    product = np.full(300, np.nan)
+    for i, frame in enumerate(tile):
+        multiply_frame_into(frame, product, fresh=i == 0)  # fresh: what was there before is dropped
+    np.testing.assert_allclose(product, terms.prod(axis=0), rtol=1e-14)
+
+
+def test_products_of_as_many_frames_as_promised_stay_finite():
+    top = np.array([0, 65535], np.uint16)  # terms 1 and 2**16, the largest a 16-bit frame gives
+    product = np.empty(2)
+    for i in range(integer_tiles.PRODUCT_FRAMES):
+        multiply_frame_into(top, product, fresh=i == 0)
+    assert np.isfinite(product).all()
+    np.testing.assert_allclose(np.log(product), [0.0, integer_tiles.PRODUCT_FRAMES * np.log(2.0**16)], rtol=1e-14)
 
 
 REAL = ["uint8", "uint16", "int16", "uint32", "int64", "float32", "float64"]
@@ -140,7 +150,7 @@ def test_load_kernels_readies_the_detector_dtypes_as_runs_call_them():
     ready = {str(sig[0].dtype) for sig in integer_tiles._dot_rows.signatures if sig[1].layout == "C"}
     assert {"uint8", "uint16"} <= ready
     for kernel in (integer_tiles._frame_moments, integer_tiles._pixel_moments, integer_tiles._sum_pixels,
-                   integer_tiles._log_frames, integer_tiles._region_moments):
+                   integer_tiles._multiply_frame, integer_tiles._region_moments):
         ready = {str(sig[0].dtype) for sig in kernel.signatures if all(a.layout == "C" for a in sig if hasattr(a, "layout"))}
         assert {"uint8", "uint16"} <= ready
 
@@ -162,9 +172,9 @@ def test_kernels_refuse_what_they_do_not_do():
     with pytest.raises(ValueError, match="shaped"):
         sum_pixels_into(tile, np.zeros(4, np.float32))
     with pytest.raises(ValueError, match="16-bit"):
-        log_frames_into(tile.astype(np.float32), np.zeros(4, np.float32))
+        multiply_frame_into(tile[0].astype(np.float32), np.zeros(4), True)
     with pytest.raises(ValueError, match="shaped"):
-        log_frames_into(tile, np.zeros(2, np.float32))
+        multiply_frame_into(tile[0], np.zeros(2), True)
     with pytest.raises(ValueError, match="C-contiguous 3D"):
         frame_moments_into(tile, np.zeros((2, 4)), np.zeros((2, 4)), 0, np.zeros((2, 3)))
     with pytest.raises(ValueError, match="xweights"):

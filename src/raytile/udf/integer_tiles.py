@@ -12,8 +12,10 @@ tile once and convert each value as they go:
 - :func:`dot_rows_into`: ``out += tile @ rows.T`` (ApplyMasksEngine, dense masks)
 - :func:`sum_pixels_into`: ``out += tile.sum(axis=1)`` (SumSigUDF), each frame's sum
   exact in int64 and rounded once into ``out``
-- :func:`log_frames_into`: ``out += log(frame - frame.min() + 1)`` summed over the
-  frames (LogsumUDF), the logs looked up in a table of every value a frame can hold
+- :func:`multiply_frame_into`: ``product *= frame - frame.min() + 1`` per pixel in
+  float64, so that one log serves up to 63 frames (LogsumUDF: the sum of the
+  logs is the log of the product; 2x less time a frame than a table of logs,
+  4x less than numpy's float32 log, and closer to float64's logs)
 
 For 8- and 16-bit integers into float32 (the dtype LiberTEM reads such
 data in); sums are exact while they stay integers below 2**24, products
@@ -50,7 +52,6 @@ moments 3.5x (numpy's float64 copy, deviations and merge took over 25x).
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
@@ -58,7 +59,7 @@ import numpy as np
 from raytile.common.numba import cached_njit
 
 __all__ = ["is_integer_tile", "is_real_tile", "sum_frames_into", "dot_rows_into", "sum_pixels_into",
-           "log_frames_into", "frame_moments_into", "region_lanes", "region_moments_into", "pixel_moments_into",
+           "multiply_frame_into", "PRODUCT_FRAMES", "frame_moments_into", "region_lanes", "region_moments_into", "pixel_moments_into",
            "load_kernels"]
 
 #: fastmath for kernels that read float tiles: reordered sums and fused multiply-adds, but NaN and inf
@@ -138,18 +139,23 @@ def _sum_pixels(tile, out):  # pragma: no cover (numba)
         out[f] += acc
 
 
-# log(v - min + 1) for integer v is log(k + 1) with k = v - min in [0, span]: one table lookup a pixel
-# instead of a float conversion, a subtraction and a float32 log.
+#: Frames whose ``frame - frame.min() + 1`` terms (at most 2**16 for 16-bit data) one float64 product
+#: per pixel holds: 2**(16 * 63) < 2**1024.
+PRODUCT_FRAMES = 63
+
+
 @cached_njit(nogil=True, fastmath=True)
-def _log_frames(tile, table, out):  # pragma: no cover (numba)
-    for f in range(tile.shape[0]):
-        row = tile[f]
-        low = row[0]
-        for i in range(row.shape[0]):
-            low = min(low, row[i])
-        base = np.int64(low)
-        for i in range(row.shape[0]):
-            out[i] += table[np.int64(row[i]) - base]
+def _multiply_frame(frame, product, fresh):  # pragma: no cover (numba)
+    low = frame[0]
+    for i in range(frame.shape[0]):
+        low = min(low, frame[i])
+    base = np.float64(1) - np.float64(low)
+    if fresh:
+        for i in range(frame.shape[0]):
+            product[i] = np.float64(frame[i]) + base
+    else:
+        for i in range(frame.shape[0]):
+            product[i] *= np.float64(frame[i]) + base
 
 
 # One pass over each frame: per row the weighted sum and the x-weighted sum (two multiply-adds a
@@ -304,36 +310,19 @@ def sum_pixels_into(tile: np.ndarray, out: np.ndarray) -> None:
     _sum_pixels(tile, out)
 
 
-def log_table(dtype: Any, out_dtype: Any) -> np.ndarray:
-    """``log(k + 1)`` for every ``k`` an 8- or 16-bit integer frame minus its minimum can take, computed
-    in float64 and rounded to ``out_dtype`` (read-only, cached)."""
-    return _log_table(np.dtype(dtype).itemsize, np.dtype(out_dtype))
-
-
-@functools.lru_cache(maxsize=8)
-def _log_table(itemsize: int, out_dtype: np.dtype) -> np.ndarray:
-    table = np.log1p(np.arange(2 ** (8 * itemsize), dtype=np.float64)).astype(out_dtype)
-    table.flags.writeable = False
-    return table
-
-
-def log_frames_into(tile: np.ndarray, out: np.ndarray) -> None:
-    """``out += sum over frames of log(frame - frame.min() + 1)``: ``tile`` ``(frames, pixels)`` of 8- or
-    16-bit integers, ``out`` ``(pixels,)`` float32 or float64.
-
-    The logs come from :func:`log_table`: each is float64's log rounded
-    once to ``out``'s dtype (numpy's float32 log may be one unit in the last
-    place off).
-    """
-    if not (isinstance(tile, np.ndarray) and tile.ndim == 2 and tile.dtype.kind in "ui" and tile.dtype.itemsize <= 2
-            and tile.flags.c_contiguous):
-        raise ValueError(f"log_frames_into: tile ({tile.dtype}, {tile.shape}) must be 2D C-contiguous 8- or "
-                         "16-bit integers")
-    if not (out.dtype in (np.float32, np.float64) and out.shape == tile.shape[1:] and out.flags.c_contiguous):
-        raise ValueError(f"log_frames_into: out ({out.dtype}, {out.shape}) must be C-contiguous float32 or "
-                         f"float64 shaped ({tile.shape[1]},)")
-    if tile.shape[1]:
-        _log_frames(tile, log_table(tile.dtype, out.dtype), out)
+def multiply_frame_into(frame: np.ndarray, product: np.ndarray, fresh: bool) -> None:
+    """``product *= frame - frame.min() + 1`` (``=`` if ``fresh``): ``frame`` ``(pixels,)`` of 8- or 16-bit
+    integers, ``product`` ``(pixels,)`` float64. ``log(product)`` is then the sum of the frames' logs, to
+    float64 rounding, for up to :data:`PRODUCT_FRAMES` frames."""
+    if not (isinstance(frame, np.ndarray) and frame.ndim == 1 and frame.dtype.kind in "ui"
+            and frame.dtype.itemsize <= 2 and frame.flags.c_contiguous):
+        raise ValueError(f"multiply_frame_into: frame ({frame.dtype}, {frame.shape}) must be 1D C-contiguous "
+                         "8- or 16-bit integers")
+    if not (product.dtype == np.float64 and product.shape == frame.shape and product.flags.c_contiguous):
+        raise ValueError(f"multiply_frame_into: product ({product.dtype}, {product.shape}) must be C-contiguous "
+                         f"float64 shaped {frame.shape}")
+    if frame.size:
+        _multiply_frame(frame, product, bool(fresh))
 
 
 def frame_moments_into(tile: np.ndarray, weights: np.ndarray, xweights: np.ndarray, y0: int,
@@ -426,4 +415,4 @@ def load_kernels() -> None:
         region_moments_into(tile.reshape(1, 1, 1), np.zeros((1, 1), np.int32), 0, 0, np.zeros((1, 3)))
         pixel_moments_into(tile, np.zeros(1, np.int64), np.zeros(1), np.zeros(1))
         sum_pixels_into(tile, np.zeros(1, np.float32))
-        log_frames_into(tile, np.zeros(1, np.float32))
+        multiply_frame_into(tile[0], np.zeros(1), True)
