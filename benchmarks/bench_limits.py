@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     nbytes = path.stat().st_size
     frames = int(np.prod(nav))
     t_warm = warm_page_cache(path)
-    print(f"file {path}: {nbytes / 2**30:.3f} GiB, nav {nav} sig {sig} uint16; warm read {nbytes / t_warm / 1e9:.2f} GB/s")
+    print(f"file {path}: {nbytes / 2**30:.3f} GiB, nav {nav} sig {sig} uint16; "
+          f"warm read {nbytes / t_warm / 1e9:.2f} GB/s")
     print(f"{os.cpu_count()} cpus, load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}; "
           f"{n} workers, best of {repeat} rounds, GB = 1e9 bytes")
 
@@ -263,8 +264,9 @@ def main(argv: list[str] | None = None) -> int:
                         touch[what] = min(touch[what], time.perf_counter() - t0)
                 for label in contexts:
                     case.times[label] = min(case.times.get(label, float("inf")), run(label, case))
-            print(f"  {case.name:<16}" + "".join(f"{label} {nbytes / t / 1e9 if not case.roi else picked_bytes / t / 1e9:6.2f}  "
-                                                 for label, t in case.times.items()), flush=True)
+            size_of = picked_bytes if case.roi else nbytes
+            print(f"  {case.name:<16}" + "".join(f"{label} {size_of / t / 1e9:6.2f}  " for label, t in case.times.items()),
+                  flush=True)
     finally:
         pool.close()
         for label, ctx in contexts.items():

@@ -151,7 +151,8 @@ def test_load_kernels_readies_the_detector_dtypes_as_runs_call_them():
     assert {"uint8", "uint16"} <= ready
     for kernel in (integer_tiles._frame_moments, integer_tiles._pixel_moments, integer_tiles._sum_pixels,
                    integer_tiles._multiply_frame, integer_tiles._region_moments):
-        ready = {str(sig[0].dtype) for sig in kernel.signatures if all(a.layout == "C" for a in sig if hasattr(a, "layout"))}
+        ready = {str(sig[0].dtype) for sig in kernel.signatures
+                 if all(a.layout == "C" for a in sig if hasattr(a, "layout"))}
         assert {"uint8", "uint16"} <= ready
 
 

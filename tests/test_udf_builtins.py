@@ -388,6 +388,24 @@ def test_com_default_centre_and_empty_frames(inline_ctx, rng):
     np.testing.assert_allclose(res["raw_shifts"].data.reshape(-1, 2), ref - [8.0, 6.0], rtol=1e-6, atol=1e-12)
 
 
+class _EngineOnlyCoM(CoMUDF):
+    """A subclass with task data of its own (only the mask engine), as ports of LiberTEM's CoM may have."""
+
+    def get_task_data(self):
+        return {"engine": super().get_task_data()["engine"]}
+
+
+def test_com_kernels_and_mask_engine_agree(inline_ctx, rng):
+    data = make_data(rng, "uint16")
+    frames = data.reshape(-1, *SIG).astype(np.float64)
+    ds = inline_ctx.load("memory", data=data, num_partitions=2)
+    ref = com_reference(frames, 7.0, 5.0, 6.0, 1.0)
+    for cls in (CoMUDF, _EngineOnlyCoM):
+        udf = cls.with_params(cy=7.0, cx=5.0, r=6.0, ri=1.0)
+        res = inline_ctx.run_udf(dataset=ds, udf=udf)
+        np.testing.assert_allclose(res["raw_com"].data.reshape(-1, 2), ref, rtol=1e-6)
+
+
 def test_com_needs_2d_signal(inline_ctx, rng):
     ds = inline_ctx.load("memory", data=rng.random((4, 5, 16)).astype(np.float32), sig_dims=1)
     with pytest.raises(UDFException, match="CoMUDF needs a 2D signal"):

@@ -420,10 +420,12 @@ class CoMUDF(UDF):
         sig = self.meta.sig_slice.sig
         h, w = sig.shape.to_tuple()
         frames = tile.reshape((tile.shape[0], h, w)) if isinstance(tile, np.ndarray) else tile
-        if is_real_tile(frames, 3) and isinstance(out, np.ndarray) and out.flags.c_contiguous:
+        td = self.task_data
+        weights = getattr(td, "region", None)  # (None in a subclass with task data of its own: the engine)
+        if (weights is not None and is_real_tile(frames, 3) and isinstance(out, np.ndarray)
+                and out.flags.c_contiguous):
             # one float64 pass over the frames as they are (measured 4x less time a frame than converting
             # the tile to float64 and multiplying it with the three masks, 256x256 uint16 frames)
-            td = self.task_data
             window = sig.get()
             if td.lanes is not None and frames.dtype.itemsize <= 2 and frames.dtype.kind in "ui":
                 # 8/16-bit frames in a 0/1 region (disks, rings): exact int32 row and column sums,
@@ -433,7 +435,7 @@ class CoMUDF(UDF):
                     lanes = np.ascontiguousarray(lanes)
                 region_moments_into(frames, lanes, sig.origin[0], sig.origin[1], out)
                 return
-            region, xregion = td.region[window], td.xregion[window]
+            region, xregion = weights[window], td.xregion[window]
             if not region.flags.c_contiguous:  # a tile cut within rows
                 region, xregion = np.ascontiguousarray(region), np.ascontiguousarray(xregion)
             frame_moments_into(frames, region, xregion, sig.origin[0], out)
