@@ -15,9 +15,12 @@ import pytest
 import scipy.sparse as sp
 
 from raytile.runtime.plan import input_dtype
-from raytile.udf import UDF, ApplyMasksUDF, SumUDF
+from raytile.udf import UDF, ApplyMasksUDF, CoMUDF, LogsumUDF, StdDevUDF, SumSigUDF, SumUDF
 from raytile.udf import integer_tiles
-from raytile.udf.integer_tiles import dot_rows_into, is_integer_tile, load_kernels, sum_frames_into
+from raytile.udf.integer_tiles import (
+    dot_rows_into, frame_moments_into, is_integer_tile, load_kernels, multiply_frame_into, pixel_moments_into,
+    region_lanes, region_moments_into, sum_frames_into, sum_pixels_into,
+)
 
 SMALL_INTS = ["uint8", "int8", "uint16", "int16"]
 
@@ -38,6 +41,107 @@ def test_kernels_match_numpy(rng, dtype, frames):
     np.testing.assert_allclose(prod, ref, rtol=1e-5, atol=1e-3 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("dtype", SMALL_INTS)
+@pytest.mark.parametrize("out_dtype", ["float32", "float64"])
+def test_frame_sums_and_logs_match_numpy(rng, dtype, out_dtype):
+    info = np.iinfo(dtype)
+    tile = rng.integers(info.min, info.max, size=(5, 300), endpoint=True).astype(dtype)
+    tile[0, :2] = info.min, info.max  # the whole table: log(2**bits)
+    sums = np.full(5, 3, out_dtype)
+    sum_pixels_into(tile, sums)
+    exact = tile.astype(np.int64).sum(axis=1) + 3
+    np.testing.assert_array_equal(sums, exact.astype(out_dtype))  # the exact sum, rounded once
+    f = tile.astype(np.float64)
+    terms = f - f.min(axis=1, keepdims=True) + 1
+    product = np.full(300, np.nan)
+    for i, frame in enumerate(tile):
+        multiply_frame_into(frame, product, fresh=i == 0)  # fresh: what was there before is dropped
+    np.testing.assert_allclose(product, terms.prod(axis=0), rtol=1e-14)
+
+
+def test_products_of_as_many_frames_as_promised_stay_finite():
+    top = np.array([0, 65535], np.uint16)  # terms 1 and 2**16, the largest a 16-bit frame gives
+    product = np.empty(2)
+    for i in range(integer_tiles.PRODUCT_FRAMES):
+        multiply_frame_into(top, product, fresh=i == 0)
+    assert np.isfinite(product).all()
+    np.testing.assert_allclose(np.log(product), [0.0, integer_tiles.PRODUCT_FRAMES * np.log(2.0**16)], rtol=1e-14)
+
+
+REAL = ["uint8", "uint16", "int16", "uint32", "int64", "float32", "float64"]
+
+
+def _frames(rng, dtype, shape):
+    if np.dtype(dtype).kind == "f":
+        return (1e6 + rng.normal(0, 3, size=shape)).astype(dtype)  # a large offset: cancellation shows
+    info = np.iinfo(dtype)
+    return rng.integers(max(info.min, -2**40), min(info.max, 2**40), size=shape, endpoint=True).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", REAL)
+@pytest.mark.parametrize("frames", [1, 4, 6])
+def test_frame_moments_match_numpy(rng, dtype, frames):
+    tile = _frames(rng, dtype, (frames, 5, 7))
+    region = rng.random((5, 7)) * (rng.random((5, 7)) > 0.3)
+    xregion = region * np.arange(7)
+    out = np.ones((frames, 3))
+    frame_moments_into(tile, region, xregion, 3, out)
+    f = tile.astype(np.float64)
+    ys = (3 + np.arange(5))[:, None]
+    ref = 1 + np.stack([(f * region).sum(axis=(1, 2)), (f * region * ys).sum(axis=(1, 2)),
+                        (f * xregion).sum(axis=(1, 2))], axis=1)
+    np.testing.assert_allclose(out, ref, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", SMALL_INTS)
+def test_region_moments_are_exact(rng, dtype):
+    info = np.iinfo(dtype)
+    tile = rng.integers(info.min, info.max, size=(3, 40, 37), endpoint=True).astype(dtype)
+    region = (rng.random((40, 37)) > 0.4).astype(np.float64)
+    out = np.full((3, 3), 2.0)
+    region_moments_into(tile, region_lanes(region), 5, 7, out)
+    v = tile.astype(np.int64) * region.astype(np.int64)  # exact integers
+    y, x = np.mgrid[5:45, 7:44]
+    ref = np.stack([v.sum(axis=(1, 2)), (v * y).sum(axis=(1, 2)), (v * x).sum(axis=(1, 2))], axis=1) + 2
+    np.testing.assert_array_equal(out, ref.astype(np.float64))
+
+
+def test_region_lanes_only_for_zeros_and_ones():
+    assert region_lanes(np.array([[0.0, 1.0], [1.0, 0.5]])) is None
+    assert region_lanes(np.ones(3)) is None  # not 2D
+    np.testing.assert_array_equal(region_lanes(np.array([[0.0, 1.0]])), [[0, -1]])
+
+
+@pytest.mark.parametrize("dtype", REAL)
+@pytest.mark.parametrize("split", [(9,), (1, 8), (4, 1, 4), (6, 3)])  # tiles of these depths, in turn
+def test_pixel_moments_match_numpy(rng, dtype, split):
+    data = _frames(rng, dtype, (9, 300))
+    count, sums, m2 = np.zeros(300, np.int64), np.zeros(300), np.zeros(300)
+    start = 0
+    for depth in split:
+        pixel_moments_into(data[start:start + depth], count, sums, m2)
+        start += depth
+    f = data.astype(np.float64)
+    assert np.all(count == 9)
+    if np.dtype(dtype).kind == "f":
+        np.testing.assert_allclose(sums, f.sum(axis=0), rtol=1e-14)
+    else:  # integer sums below 2**53: exact
+        np.testing.assert_array_equal(sums, data.astype(object).sum(axis=0).astype(np.float64))
+    np.testing.assert_allclose(m2 / 9, f.var(axis=0), rtol=1e-9)
+
+
+def test_pixel_moments_keep_nan_and_merge_into_running_values(rng):
+    data = rng.normal(5, 2, size=(8, 6))
+    data[3, 2] = np.nan  # fastmath must not assume NaN away: numpy gives NaN for that pixel
+    count, sums, m2 = np.zeros(6, np.int64), np.zeros(6), np.zeros(6)
+    pixel_moments_into(data[:5], count, sums, m2)
+    pixel_moments_into(data[5:], count, sums, m2)
+    assert np.isnan(m2[2]) and np.isnan(sums[2])
+    keep = np.arange(6) != 2
+    np.testing.assert_allclose(m2[keep] / 8, data[:, keep].var(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(sums[keep], data[:, keep].sum(axis=0), rtol=1e-14)
+
+
 def test_load_kernels_readies_the_detector_dtypes_as_runs_call_them():
     load_kernels()
     ready = {(str(sig[0].dtype), sig[0].layout, str(sig[1].dtype), sig[1].layout)
@@ -45,6 +149,11 @@ def test_load_kernels_readies_the_detector_dtypes_as_runs_call_them():
     assert {("uint8", "C", "float32", "C"), ("uint16", "C", "float32", "C")} <= ready
     ready = {str(sig[0].dtype) for sig in integer_tiles._dot_rows.signatures if sig[1].layout == "C"}
     assert {"uint8", "uint16"} <= ready
+    for kernel in (integer_tiles._frame_moments, integer_tiles._pixel_moments, integer_tiles._sum_pixels,
+                   integer_tiles._multiply_frame, integer_tiles._region_moments):
+        ready = {str(sig[0].dtype) for sig in kernel.signatures
+                 if all(a.layout == "C" for a in sig if hasattr(a, "layout"))}
+        assert {"uint8", "uint16"} <= ready
 
 
 def test_kernels_refuse_what_they_do_not_do():
@@ -59,6 +168,31 @@ def test_kernels_refuse_what_they_do_not_do():
         dot_rows_into(tile, np.zeros((1, 4), np.float64), np.zeros((2, 1), np.float32))
     with pytest.raises(ValueError, match="do not fit"):
         dot_rows_into(tile, np.zeros((1, 5), np.float32), np.zeros((2, 1), np.float32))
+    with pytest.raises(ValueError, match="16-bit"):
+        sum_pixels_into(tile.astype(np.int32), np.zeros(2, np.float32))
+    with pytest.raises(ValueError, match="shaped"):
+        sum_pixels_into(tile, np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="16-bit"):
+        multiply_frame_into(tile[0].astype(np.float32), np.zeros(4), True)
+    with pytest.raises(ValueError, match="shaped"):
+        multiply_frame_into(tile[0], np.zeros(2), True)
+    with pytest.raises(ValueError, match="C-contiguous 3D"):
+        frame_moments_into(tile, np.zeros((2, 4)), np.zeros((2, 4)), 0, np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="xweights"):
+        frame_moments_into(tile.reshape(2, 2, 2), np.zeros((2, 2)), np.zeros((2, 3)), 0, np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="out"):
+        frame_moments_into(tile.reshape(2, 2, 2), np.zeros((2, 2)), np.zeros((2, 2)), 0, np.zeros((2, 3), np.float32))
+    with pytest.raises(ValueError, match="8- or 16-bit"):
+        region_moments_into(tile.reshape(2, 2, 2).astype(np.float32), np.zeros((2, 2), np.int32), 0, 0,
+                            np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="lanes"):
+        region_moments_into(tile.reshape(2, 2, 2), np.zeros((2, 2), np.int64), 0, 0, np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="C-contiguous 2D"):
+        pixel_moments_into(tile.astype(np.complex64), np.zeros(4, np.int64), np.zeros(4), np.zeros(4))
+    with pytest.raises(ValueError, match="count"):
+        pixel_moments_into(tile, np.zeros(4), np.zeros(4), np.zeros(4))
+    with pytest.raises(ValueError, match="m2"):
+        pixel_moments_into(tile, np.zeros(4, np.int64), np.zeros(4), np.zeros(8)[::2])
     assert not is_integer_tile(tile.astype(np.float32), np.float32)
     assert not is_integer_tile(tile[:, ::2], np.float32)  # not contiguous
     assert not is_integer_tile(tile, np.float64)
@@ -101,6 +235,8 @@ def test_sum_and_masks_read_integer_frames_as_they_are(inline_ctx):
     assert input_dtype([shifted], np.uint16) == np.float32
     assert input_dtype([ApplyMasksUDF(mask_factories=[lambda: _ring((16, 16))], preferred_dtype=np.int64)],
                        np.uint16) == np.int64
+    assert input_dtype([SumUDF(), StdDevUDF(), CoMUDF.with_params(r=5.0), SumSigUDF(), LogsumUDF()],
+                       np.uint16) == np.uint16
 
 
 @pytest.mark.parametrize("dtype", ["uint16", "uint8", "int32"])

@@ -86,8 +86,10 @@ class FrameProbe(_Probe):
 
 
 class SmallTileProbe(_Probe):
+    # 128 bytes: tiles cut in the signal in every dtype, uint8 included (a 16x12 frame is 192 pixels);
+    # the built-ins all read uint8 data as it is
     def get_tiling_preferences(self):
-        return {"depth": 3, "total_size": 512}
+        return {"depth": 3, "total_size": 128}
 
     def process_tile(self, tile):
         self._record(tile)
@@ -156,7 +158,7 @@ def test_builtins_match_numpy(ctx, rng, tmp_path, fmt, dtype, use_roi, tiling):
     if tiling == "frame":
         assert probe["max_tile"].data[0] == frame_px and probe["units"].data[0] == n
     elif tiling == "small":
-        assert probe["max_tile"].data[0] * np.dtype(dtype).itemsize <= 512
+        assert probe["max_tile"].data[0] * np.dtype(dtype).itemsize <= 128
         assert probe["units"].data[0] > n
     else:
         assert probe["units"].data[0] == n_parts
@@ -384,6 +386,24 @@ def test_com_default_centre_and_empty_frames(inline_ctx, rng):
     np.testing.assert_array_equal(got[0], [8.0, 6.0])
     np.testing.assert_allclose(got, ref, rtol=1e-6)
     np.testing.assert_allclose(res["raw_shifts"].data.reshape(-1, 2), ref - [8.0, 6.0], rtol=1e-6, atol=1e-12)
+
+
+class _EngineOnlyCoM(CoMUDF):
+    """A subclass with task data of its own (only the mask engine), as ports of LiberTEM's CoM may have."""
+
+    def get_task_data(self):
+        return {"engine": super().get_task_data()["engine"]}
+
+
+def test_com_kernels_and_mask_engine_agree(inline_ctx, rng):
+    data = make_data(rng, "uint16")
+    frames = data.reshape(-1, *SIG).astype(np.float64)
+    ds = inline_ctx.load("memory", data=data, num_partitions=2)
+    ref = com_reference(frames, 7.0, 5.0, 6.0, 1.0)
+    for cls in (CoMUDF, _EngineOnlyCoM):
+        udf = cls.with_params(cy=7.0, cx=5.0, r=6.0, ri=1.0)
+        res = inline_ctx.run_udf(dataset=ds, udf=udf)
+        np.testing.assert_allclose(res["raw_com"].data.reshape(-1, 2), ref, rtol=1e-6)
 
 
 def test_com_needs_2d_signal(inline_ctx, rng):

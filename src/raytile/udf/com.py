@@ -24,6 +24,7 @@ from raytile.common.errors import UDFException
 from raytile.common import coordinates
 from raytile.udf._tiles import TILE_BACKENDS
 from raytile.udf.base import BACKEND_CUPY, BACKEND_NUMPY, UDF
+from raytile.udf.integer_tiles import frame_moments_into, is_real_tile, region_lanes, region_moments_into
 from raytile.udf.maskengine import ApplyMasksEngine
 from raytile.udf.worker_cache import scope_key
 
@@ -368,6 +369,11 @@ class CoMUDF(UDF):
     def get_backends(self) -> tuple[str, ...]:
         return TILE_BACKENDS
 
+    def get_preferred_input_dtype(self) -> Any:
+        # the data as it is: dense numpy tiles are weighed in float64 as they are read (no float copy),
+        # others converted to float64 by the mask engine
+        return self.USE_NATIVE_DTYPE
+
     def get_result_buffers(self):
         if len(self.meta.dataset_shape.sig) != 2:
             raise UDFException(
@@ -396,17 +402,44 @@ class CoMUDF(UDF):
         backend = BACKEND_CUPY if self.meta.array_backend in CUPY_BACKENDS else BACKEND_NUMPY
         cache = self.meta.worker_cache
 
-        def make() -> MaskContainer:
+        def make() -> tuple[MaskContainer, np.ndarray, np.ndarray, np.ndarray | None]:
             masks = MaskContainer(factory, dtype=np.float64, use_sparse=False, count=3, backend=backend)
-            masks.computed_masks  # noqa: B018 (once per params version on a worker, when cached)
-            return masks
+            # once per params version on a worker, when cached; the region and the region times x are
+            # the moments kernel's weights (the y moment is taken per row)
+            stack = np.asarray(masks.computed_masks) if backend == BACKEND_NUMPY else np.zeros((3, 1, 1))
+            region = np.ascontiguousarray(stack[0], np.float64)
+            return masks, region, np.ascontiguousarray(stack[2], np.float64), region_lanes(region)
 
-        masks = make() if cache is None else cache.get_or_make(
+        masks, region, xregion, lanes = make() if cache is None else cache.get_or_make(
             ("CoMUDF.moments", cy, cx, float(self.params.r), ri) + scope_key(self.meta, backend), make)
-        return {"engine": ApplyMasksEngine(masks, self.meta)}
+        return {"engine": ApplyMasksEngine(masks, self.meta), "region": region, "xregion": xregion,
+                "lanes": lanes}
 
     def process_tile(self, tile) -> None:
         out = self.results.moments
+        sig = self.meta.sig_slice.sig
+        h, w = sig.shape.to_tuple()
+        frames = tile.reshape((tile.shape[0], h, w)) if isinstance(tile, np.ndarray) else tile
+        td = self.task_data
+        weights = getattr(td, "region", None)  # (None in a subclass with task data of its own: the engine)
+        if (weights is not None and is_real_tile(frames, 3) and isinstance(out, np.ndarray)
+                and out.flags.c_contiguous):
+            # one float64 pass over the frames as they are (measured 4x less time a frame than converting
+            # the tile to float64 and multiplying it with the three masks, 256x256 uint16 frames)
+            window = sig.get()
+            if td.lanes is not None and frames.dtype.itemsize <= 2 and frames.dtype.kind in "ui":
+                # 8/16-bit frames in a 0/1 region (disks, rings): exact int32 row and column sums,
+                # 2-3x less time a frame again
+                lanes = td.lanes[window]
+                if not lanes.flags.c_contiguous:
+                    lanes = np.ascontiguousarray(lanes)
+                region_moments_into(frames, lanes, sig.origin[0], sig.origin[1], out)
+                return
+            region, xregion = weights[window], td.xregion[window]
+            if not region.flags.c_contiguous:  # a tile cut within rows
+                region, xregion = np.ascontiguousarray(region), np.ascontiguousarray(xregion)
+            frame_moments_into(frames, region, xregion, sig.origin[0], out)
+            return
         out += self.task_data.engine.process_tile(tile)
 
     # -- results -------------------------------------------------------------------------------

@@ -10,10 +10,33 @@ tile once and convert each value as they go:
 
 - :func:`sum_frames_into`: ``out += tile.sum(axis=0)`` (SumUDF)
 - :func:`dot_rows_into`: ``out += tile @ rows.T`` (ApplyMasksEngine, dense masks)
+- :func:`sum_pixels_into`: ``out += tile.sum(axis=1)`` (SumSigUDF), each frame's sum
+  exact in int64 and rounded once into ``out``
+- :func:`multiply_frame_into`: ``product *= frame - frame.min() + 1`` per pixel in
+  float64, so that one log serves up to 63 frames (LogsumUDF: the sum of the
+  logs is the log of the product; 2x less time a frame than a table of logs,
+  2-2.5x less than numpy's float32 log, and closer to float64's logs)
 
 For 8- and 16-bit integers into float32 (the dtype LiberTEM reads such
 data in); sums are exact while they stay integers below 2**24, products
 add up in another order than BLAS does, in the same precision.
+
+Two more reduce tiles of any real dtype (integers of any width, float32,
+float64) in float64, the precision their UDFs promise:
+
+- :func:`frame_moments_into`: each frame's intensity and its y and x
+  moments inside a weighted region (CoMUDF), row by row: the y moment is the
+  row's sum times its y, so a frame is read once for all three;
+  :func:`region_moments_into` does the same for 8/16-bit frames and a region
+  of 0s and 1s (CoMUDF's disks and rings) exactly, in int32 lanes: row sums
+  and column sums, weighed by y and x per frame;
+- :func:`pixel_moments_into`: per pixel, the count, sum and sum of squared
+  deviations of the frames, merged into running values (StdDevUDF).
+
+Measured on 256x256 uint16 frames hot in cache, against the sum kernel in
+the same process: moments 7x its time a frame, region moments 2-3x
+(converting to float64 and BLAS with the three masks took 15-20x), pixel
+moments 3.5x (numpy's float64 copy, deviations and merge took over 25x).
 
 >>> import numpy as np
 >>> tile = np.arange(12, dtype=np.uint16).reshape(3, 4)
@@ -35,7 +58,14 @@ import numpy as np
 
 from raytile.common.numba import cached_njit
 
-__all__ = ["is_integer_tile", "sum_frames_into", "dot_rows_into", "load_kernels"]
+__all__ = ["is_integer_tile", "is_real_tile", "sum_frames_into", "dot_rows_into", "sum_pixels_into",
+           "multiply_frame_into", "PRODUCT_FRAMES", "frame_moments_into", "region_lanes", "region_moments_into",
+           "pixel_moments_into",
+           "load_kernels"]
+
+#: fastmath for kernels that read float tiles: reordered sums and fused multiply-adds, but NaN and inf
+#: keep their meaning (a NaN pixel gives a NaN result, as in numpy).
+_FLOAT_FASTMATH = {"reassoc", "contract", "arcp", "nsz"}
 
 
 def is_integer_tile(flat: Any, out_dtype: Any) -> bool:
@@ -43,6 +73,13 @@ def is_integer_tile(flat: Any, out_dtype: Any) -> bool:
     float32: what these kernels do. (Wider integers give float64 results; they are converted first.)"""
     return (isinstance(flat, np.ndarray) and flat.ndim == 2 and flat.dtype.kind in "ui"
             and flat.dtype.itemsize <= 2 and flat.flags.c_contiguous and np.dtype(out_dtype) == np.float32)
+
+
+def is_real_tile(arr: Any, ndim: int) -> bool:
+    """True if ``arr`` is a C-contiguous ``ndim``-D numpy array of integers or floats (no bool, no
+    complex): what :func:`frame_moments_into` and :func:`pixel_moments_into` read."""
+    return (isinstance(arr, np.ndarray) and arr.ndim == ndim and arr.dtype.kind in "uif"
+            and arr.flags.c_contiguous)
 
 
 # Values are cast to float32 explicitly: numba adds an integer to a float32 in float64 otherwise, at half
@@ -91,6 +128,147 @@ def _dot_rows(tile, rows, out):  # pragma: no cover (numba)
             out[f, j] += acc
 
 
+# Integers of up to 16 bits add up exactly in int64 (numpy's float32 reduction converts in chunks
+# first and rounds as it goes).
+@cached_njit(nogil=True, fastmath=True)
+def _sum_pixels(tile, out):  # pragma: no cover (numba)
+    for f in range(tile.shape[0]):
+        row = tile[f]
+        acc = 0
+        for i in range(row.shape[0]):
+            acc += np.int64(row[i])
+        out[f] += acc
+
+
+#: Frames whose ``frame - frame.min() + 1`` terms (at most 2**16 for 16-bit data) one float64 product
+#: per pixel holds: 2**(16 * 63) < 2**1024.
+PRODUCT_FRAMES = 63
+
+
+@cached_njit(nogil=True, fastmath=True)
+def _multiply_frame(frame, product, fresh):  # pragma: no cover (numba)
+    low = frame[0]
+    for i in range(frame.shape[0]):
+        low = min(low, frame[i])
+    base = np.float64(1) - np.float64(low)
+    if fresh:
+        for i in range(frame.shape[0]):
+            product[i] = np.float64(frame[i]) + base
+    else:
+        for i in range(frame.shape[0]):
+            product[i] *= np.float64(frame[i]) + base
+
+
+# One pass over each frame: per row the weighted sum and the x-weighted sum (two multiply-adds a
+# pixel, in float64); the y moment is each row's sum times its y.
+@cached_njit(nogil=True, fastmath=_FLOAT_FASTMATH)
+def _frame_moments(tile, weights, xweights, y0, out):  # pragma: no cover (numba)
+    n, h, w = tile.shape
+    for f in range(n):
+        total = 0.0
+        ymom = 0.0
+        xmom = 0.0
+        for y in range(h):
+            row = tile[f, y]
+            m = weights[y]
+            mx = xweights[y]
+            rs = 0.0
+            rx = 0.0
+            for x in range(w):
+                v = np.float64(row[x])
+                rs += v * m[x]
+                rx += v * mx[x]
+            total += rs
+            ymom += np.float64(y0 + y) * rs
+            xmom += rx
+        out[f, 0] += total
+        out[f, 1] += ymom
+        out[f, 2] += xmom
+
+
+# A 0/1 region as lane masks (-1 inside, 0 outside): a pixel is masked by a bitwise and. Column sums
+# stay in int32 (h * 65535 < 2**31 for h < 32768) in L1; row sums too; both exact, then weighed by x
+# and y in float64 (exact below 2**53).
+@cached_njit(nogil=True, fastmath=True)
+def _region_moments(tile, lanes, y0, x0, out):  # pragma: no cover (numba)
+    n, h, w = tile.shape
+    cols = np.empty(w, np.int32)
+    for f in range(n):
+        for x in range(w):
+            cols[x] = 0
+        total = 0.0
+        ymom = 0.0
+        for y in range(h):
+            row = tile[f, y]
+            inside = lanes[y]
+            rs = np.int32(0)
+            for x in range(w):
+                v = np.int32(row[x]) & inside[x]
+                cols[x] += v
+                rs += v
+            total += np.float64(rs)
+            ymom += np.float64(y0 + y) * np.float64(rs)
+        xmom = 0.0
+        for x in range(w):
+            xmom += np.float64(x0 + x) * np.float64(cols[x])
+        out[f, 0] += total
+        out[f, 1] += ymom
+        out[f, 2] += xmom
+
+
+# Per block of pixels (their running values stay in L1), the tile's frames as deviations from its
+# first frame: sum d and sum d**2 in float64 (exact for integer data below 2**53), four frames a
+# pass; then the tile's M2 = sum d**2 - (sum d)**2 / n, merged into the running (count, sum, M2) by
+# Chan et al.'s formula. The shift is one of the tile's own values, so (sum d)**2 / n is at most n
+# times M2: the subtraction loses no more than log2(n + 1) bits, and a large offset none.
+_BLOCK = 1024
+
+
+@cached_njit(nogil=True, fastmath=_FLOAT_FASTMATH)
+def _pixel_moments(tile, count, sums, m2):  # pragma: no cover (numba)
+    n, px = tile.shape
+    s1 = np.empty(_BLOCK)
+    s2 = np.empty(_BLOCK)
+    for b in range(0, px, _BLOCK):
+        k = min(_BLOCK, px - b)
+        first = tile[0, b:b + k]
+        for i in range(k):
+            s1[i] = 0.0
+            s2[i] = 0.0
+        f = 1
+        while f + 4 <= n:
+            r0, r1 = tile[f, b:b + k], tile[f + 1, b:b + k]
+            r2, r3 = tile[f + 2, b:b + k], tile[f + 3, b:b + k]
+            for i in range(k):
+                shift = np.float64(first[i])
+                d0 = np.float64(r0[i]) - shift
+                d1 = np.float64(r1[i]) - shift
+                d2 = np.float64(r2[i]) - shift
+                d3 = np.float64(r3[i]) - shift
+                s1[i] += (d0 + d1) + (d2 + d3)
+                s2[i] += (d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3)
+            f += 4
+        for f in range(f, n):
+            row = tile[f, b:b + k]
+            for i in range(k):
+                d = np.float64(row[i]) - np.float64(first[i])
+                s1[i] += d
+                s2[i] += d * d
+        for i in range(k):
+            j = b + i
+            sum_b = np.float64(first[i]) * n + s1[i]
+            m2_b = s2[i] - s1[i] * s1[i] / n
+            n_a = count[j]
+            if n_a == 0:
+                sums[j] = sum_b
+                m2[j] = m2_b
+            else:
+                delta = sum_b / n - sums[j] / n_a
+                sums[j] += sum_b
+                m2[j] += m2_b + delta * delta * (n_a * n / (n_a + n))
+            count[j] += n
+
+
 def _check(flat: np.ndarray, out: np.ndarray, name: str) -> None:
     if not is_integer_tile(flat, out.dtype):
         raise ValueError(f"{name}: tile ({flat.dtype}, {flat.shape}) must be 2D C-contiguous 8- or 16-bit "
@@ -120,6 +298,108 @@ def dot_rows_into(tile: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
     _dot_rows(tile, rows, out)
 
 
+def sum_pixels_into(tile: np.ndarray, out: np.ndarray) -> None:
+    """``out += tile.sum(axis=1)``: ``tile`` ``(frames, pixels)`` of 8- or 16-bit integers, ``out``
+    ``(frames,)`` float32 or float64; each frame's sum is exact (int64) before it is added to ``out``."""
+    if not (isinstance(tile, np.ndarray) and tile.ndim == 2 and tile.dtype.kind in "ui" and tile.dtype.itemsize <= 2
+            and tile.flags.c_contiguous):
+        raise ValueError(f"sum_pixels_into: tile ({tile.dtype}, {tile.shape}) must be 2D C-contiguous 8- or "
+                         "16-bit integers")
+    if not (out.dtype in (np.float32, np.float64) and out.shape == tile.shape[:1] and out.flags.c_contiguous):
+        raise ValueError(f"sum_pixels_into: out ({out.dtype}, {out.shape}) must be C-contiguous float32 or "
+                         f"float64 shaped ({tile.shape[0]},)")
+    _sum_pixels(tile, out)
+
+
+def multiply_frame_into(frame: np.ndarray, product: np.ndarray, fresh: bool) -> None:
+    """``product *= frame - frame.min() + 1`` (``=`` if ``fresh``): ``frame`` ``(pixels,)`` of 8- or 16-bit
+    integers, ``product`` ``(pixels,)`` float64. ``log(product)`` is then the sum of the frames' logs, to
+    float64 rounding, for up to :data:`PRODUCT_FRAMES` frames."""
+    if not (isinstance(frame, np.ndarray) and frame.ndim == 1 and frame.dtype.kind in "ui"
+            and frame.dtype.itemsize <= 2 and frame.flags.c_contiguous):
+        raise ValueError(f"multiply_frame_into: frame ({frame.dtype}, {frame.shape}) must be 1D C-contiguous "
+                         "8- or 16-bit integers")
+    if not (product.dtype == np.float64 and product.shape == frame.shape and product.flags.c_contiguous):
+        raise ValueError(f"multiply_frame_into: product ({product.dtype}, {product.shape}) must be C-contiguous "
+                         f"float64 shaped {frame.shape}")
+    if frame.size:
+        _multiply_frame(frame, product, bool(fresh))
+
+
+def frame_moments_into(tile: np.ndarray, weights: np.ndarray, xweights: np.ndarray, y0: int,
+                       out: np.ndarray) -> None:
+    """``out[f] += (sum(I * weights), sum((y0 + y) * I * weights), sum(I * xweights))`` for each frame ``I``
+    of ``tile``: ``tile`` ``(frames, h, w)`` of a real dtype, ``weights`` and ``xweights`` ``(h, w)``
+    float64 (a region, and the region times each pixel's x), ``out`` ``(frames, 3)`` float64.
+
+    ``y0`` is the y of the tile's first row, so that a tile cut in the
+    signal weighs its rows with their y in the whole frame.
+    """
+    if not is_real_tile(tile, 3):
+        raise ValueError(f"frame_moments_into: tile ({tile.dtype}, {tile.shape}) must be a C-contiguous "
+                         "3D array of integers or floats")
+    for name, arr in (("weights", weights), ("xweights", xweights)):
+        if not (isinstance(arr, np.ndarray) and arr.dtype == np.float64 and arr.shape == tile.shape[1:]
+                and arr.flags.c_contiguous):
+            raise ValueError(f"frame_moments_into: {name} ({arr.dtype}, {arr.shape}) must be C-contiguous "
+                             f"float64 of the tile's frame shape {tile.shape[1:]}")
+    if not (out.dtype == np.float64 and out.shape == (tile.shape[0], 3) and out.flags.c_contiguous):
+        raise ValueError(f"frame_moments_into: out ({out.dtype}, {out.shape}) must be C-contiguous float64 "
+                         f"shaped ({tile.shape[0]}, 3)")
+    _frame_moments(tile, weights, xweights, int(y0), out)
+
+
+def region_lanes(region: np.ndarray) -> np.ndarray | None:
+    """``region`` as the lane masks :func:`region_moments_into` takes (int32, -1 inside, 0 outside), or
+    None if ``region`` holds anything but 0s and 1s."""
+    region = np.asarray(region)
+    if region.ndim != 2 or not np.all((region == 0) | (region == 1)):
+        return None
+    return np.where(region == 1, np.int32(-1), np.int32(0)).astype(np.int32)
+
+
+def region_moments_into(tile: np.ndarray, lanes: np.ndarray, y0: int, x0: int, out: np.ndarray) -> None:
+    """:func:`frame_moments_into` for 8- or 16-bit frames and a region of 0s and 1s, exactly:
+    ``lanes`` ``(h, w)`` from :func:`region_lanes`, ``(y0, x0)`` the tile's first pixel in the frame,
+    ``out`` ``(frames, 3)`` float64 += (intensity, y moment, x moment) inside the region."""
+    if not (is_real_tile(tile, 3) and tile.dtype.kind in "ui" and tile.dtype.itemsize <= 2):
+        raise ValueError(f"region_moments_into: tile ({tile.dtype}, {tile.shape}) must be a C-contiguous 3D "
+                         "array of 8- or 16-bit integers")
+    if not (isinstance(lanes, np.ndarray) and lanes.dtype == np.int32 and lanes.shape == tile.shape[1:]
+            and lanes.flags.c_contiguous):
+        raise ValueError(f"region_moments_into: lanes ({lanes.dtype}, {lanes.shape}) must be C-contiguous int32 "
+                         f"of the tile's frame shape {tile.shape[1:]}")
+    if max(tile.shape[1:], default=0) >= 2**15:
+        raise ValueError(f"region_moments_into: frames {tile.shape[1:]} too large for int32 row and column sums")
+    if not (out.dtype == np.float64 and out.shape == (tile.shape[0], 3) and out.flags.c_contiguous):
+        raise ValueError(f"region_moments_into: out ({out.dtype}, {out.shape}) must be C-contiguous float64 "
+                         f"shaped ({tile.shape[0]}, 3)")
+    _region_moments(tile, lanes, int(y0), int(x0), out)
+
+
+def pixel_moments_into(tile: np.ndarray, count: np.ndarray, sums: np.ndarray, m2: np.ndarray) -> None:
+    """Merge the frames of ``tile`` ``(frames, pixels)`` (a real dtype) into running per-pixel moments:
+    ``count`` (int64) frames seen, ``sums`` (float64) their sum, ``m2`` (float64) their sum of squared
+    deviations from the mean, all ``(pixels,)`` and updated in place.
+
+    Pixels with ``count == 0`` take the tile's values. The result equals
+    numpy's two-pass ``sum``/``var * n`` of all frames seen to float64
+    rounding, also for data with a large offset (see the comment above
+    ``_pixel_moments``).
+    """
+    if not is_real_tile(tile, 2):
+        raise ValueError(f"pixel_moments_into: tile ({tile.dtype}, {tile.shape}) must be a C-contiguous "
+                         "2D array of integers or floats")
+    px = tile.shape[1]
+    for name, arr, dtype in (("count", count, np.int64), ("sums", sums, np.float64), ("m2", m2, np.float64)):
+        if not (isinstance(arr, np.ndarray) and arr.dtype == dtype and arr.shape == (px,)
+                and arr.flags.c_contiguous):
+            raise ValueError(f"pixel_moments_into: {name} ({arr.dtype}, {arr.shape}) must be C-contiguous "
+                             f"{np.dtype(dtype)} shaped ({px},)")
+    if tile.shape[0]:
+        _pixel_moments(tile, count, sums, m2)
+
+
 def load_kernels() -> None:
     """Compile the kernels for uint8 and uint16 tiles, or load them from numba's on-disk cache.
 
@@ -132,3 +412,8 @@ def load_kernels() -> None:
         tile = np.zeros((1, 1), dtype)
         sum_frames_into(tile, np.zeros(1, np.float32))
         dot_rows_into(tile, np.zeros((1, 1), np.float32), np.zeros((1, 1), np.float32))
+        frame_moments_into(tile.reshape(1, 1, 1), np.zeros((1, 1)), np.zeros((1, 1)), 0, np.zeros((1, 3)))
+        region_moments_into(tile.reshape(1, 1, 1), np.zeros((1, 1), np.int32), 0, 0, np.zeros((1, 3)))
+        pixel_moments_into(tile, np.zeros(1, np.int64), np.zeros(1), np.zeros(1))
+        sum_pixels_into(tile, np.zeros(1, np.float32))
+        multiply_frame_into(tile[0], np.zeros(1), True)
