@@ -563,3 +563,9 @@ class DataSet(metaclass=DataSetType):
         if self._meta is None:
             return f"<{type(self).__name__} (not initialized)>"
         return f"<{type(self).__name__} shape={self.shape.to_tuple()} dtype={self.dtype}>"
+
+
+# LiberTEM's modules under ``libertem.io.dataset`` (``.memory``, ``.base``, ``.hdf5``, ``.raw``,
+# ``.raw_csr``, ``.npy``) are found at their ported paths (``raytile.io.dataset.memory`` ...) in the
+# package io/_dataset: this module stays one module and lends that directory as its package path.
+__path__ = [__import__("os").path.join(__import__("os").path.dirname(__file__), "_dataset")]

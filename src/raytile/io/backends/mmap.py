@@ -50,6 +50,10 @@ def map_frames(path: str, job: FramesJob, f: FrameFile) -> np.ndarray:
 class MMapBackend(IOBackend):
     name = "mmap"
 
+    def __init__(self, enable_readahead_hints: bool = False):
+        #: LiberTEM's parameter, accepted for porting; the kernel's default readahead is used.
+        self.enable_readahead_hints = bool(enable_readahead_hints)
+
     def _frame_blocks(self, job: FramesJob) -> Generator[FrameBlock, None, None]:
         maps: dict[int, np.ndarray] = {}
 

@@ -165,7 +165,7 @@ class DectrisDataSet(DataSet):
         "sig_shape": {"type": "shape"},
         "sync_offset": {"type": "int"},
         "decoder": {"type": "choice", "choices": ["bitshuffle", "hdf5plugin"]},
-        "io_backend": {"type": "choice", "choices": ["mmap", "buffered", "direct"]},
+        "io_backend": {"type": "io_backend", "choices": ["mmap", "buffered", "direct"]},
     }
 
     def __init__(self, path: str, nav_shape: tuple[int, ...] | None = None, sig_shape: tuple[int, ...] | None = None,
