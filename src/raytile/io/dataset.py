@@ -539,6 +539,10 @@ class DataSet(metaclass=DataSetType):
             return max(1, min(int(self._num_partitions), self.shape.nav.size))
         return choose_num_partitions(self.shape, self.dtype, self._num_workers, self._partition_bytes)
 
+    def set_num_cores(self, cores: int) -> None:
+        """LiberTEM's way to say how many workers will read: at least that many partitions by default."""
+        self._num_workers = max(1, int(cores))
+
     def get_slices(self) -> list[Slice]:
         return partition_slices(self.shape.flatten_nav(), self.num_partitions)
 

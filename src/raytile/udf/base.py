@@ -525,4 +525,6 @@ def __getattr__(name: str) -> Any:
         from raytile.udf.noop import NoOpUDF
 
         return NoOpUDF
+    if name == "UDFProtocol":  # LiberTEM's interface of a UDF (its constants): raytile's UDF class
+        return UDF
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
