@@ -8,6 +8,7 @@ None) and ``sync_offset``, and its ``.data`` is the array as given.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -84,9 +85,14 @@ class MemoryDataSet(_memory.MemoryDataSet):
         self.sync_offset = int(sync_offset)
         self.check_cast = check_cast
         self.base_shape = base_shape
-        super().__init__(data=_shift_frames(data, sig_dims, self.sync_offset) if sync_offset else data,
-                         sig_dims=sig_dims, nav_shape=nav_shape, sig_shape=sig_shape,
-                         num_partitions=num_partitions)
+        # raytile's own memory format may take tileshape and sync_offset itself; else they are done here
+        own = inspect.signature(_memory.MemoryDataSet.__init__).parameters
+        extra: dict[str, Any] = {k: v for k, v in (("tileshape", tileshape), ("sync_offset", self.sync_offset))
+                                 if k in own}
+        if self.sync_offset and "sync_offset" not in own:
+            data = _shift_frames(data, sig_dims, self.sync_offset)
+        super().__init__(data=data, sig_dims=sig_dims, nav_shape=nav_shape, sig_shape=sig_shape,
+                         num_partitions=num_partitions, **extra)
         self.initialize(None)
 
     @property
