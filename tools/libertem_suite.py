@@ -32,10 +32,12 @@ import argparse
 import ast
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import textwrap
+import time
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -295,6 +297,7 @@ markers =
     compilation: LiberTEM: numba compilation benchmarks
     benchmark: LiberTEM: benchmarks
 asyncio_mode = auto
+asyncio_default_fixture_loop_scope = function
 timeout = 120
 filterwarnings =
     error:coords should be an ndarray:DeprecationWarning
@@ -400,15 +403,38 @@ def run_mode(workdir: Path, mode: str, paths: list[str], exclusions: list[Exclus
     if junit.exists():
         junit.unlink()
     with open(log, "wb") as out:
-        try:
-            subprocess.run(cmd, cwd=workdir, env=env, timeout=timeout, stdout=out, stderr=subprocess.STDOUT)
-        except subprocess.TimeoutExpired:
-            print(f"[{mode}] pytest ran past {timeout:.0f} s and was stopped", file=sys.stderr)
+        proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        _wait(proc, junit, timeout, mode)
     if not junit.exists():
         tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
         print(f"[{mode}] pytest reported no results; the end of {log}:", *tail, sep="\n", file=sys.stderr)
         return {}
     return read_junit(junit)
+
+
+def _wait(proc: subprocess.Popen, junit: Path, timeout: float, mode: str, linger: float = 60.0) -> None:
+    """Wait for pytest; stop its process group past ``timeout``, or ``linger`` s after it wrote its
+    report and did not exit (measured: a session that used Ray can hang in interpreter shutdown)."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        now = time.monotonic()
+        done_at = junit.stat().st_mtime if junit.exists() else None
+        if now > deadline or (done_at is not None and time.time() - done_at > linger):
+            if now > deadline:
+                print(f"[{mode}] pytest ran past {timeout:.0f} s and was stopped", file=sys.stderr)
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(10)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            return
+        time.sleep(1.0)
 
 
 def print_table(mode: str, per: dict[str, Counts], show_failures: bool) -> float:
