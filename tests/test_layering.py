@@ -15,10 +15,10 @@ SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "raytile"
 #: ``raytile.masks`` (pure numpy over common) on the lowest floor, ``raytile.corrections`` (re-exports
 #: io's CorrectionSet) and ``raytile.compat`` (rewrites users' imports) with the applications.
 FLOORS: list[set[str]] = [
-    {"common", "masks", "viz", "figures"},  # viz, figures: images from arrays (numpy, matplotlib)
+    {"common", "masks", "viz", "figures", "utils"},  # viz, figures: images from arrays; utils: LiberTEM's helpers
     {"udf", "io"},
-    {"analysis"},  # LiberTEM's Analysis API over UDFs and data sets; the Context mixes it in
-    {"runtime"},
+    {"analysis", "warnings"},  # LiberTEM's Analysis API over UDFs and data sets; the Context mixes it in
+    {"runtime", "executor"},  # executor: LiberTEM's executor paths (InlineJobExecutor)
     {"actors", "pipeline", "serve", "live", "corrections", "compat"},
     {"cli", "api", "__init__", "__main__"},  # api: LiberTEM's libertem.api path (Context)
 ]

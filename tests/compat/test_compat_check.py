@@ -61,6 +61,17 @@ def test_rewrite_imports_touches_import_statements_only():
     ("x = 1; import libertem.udf; y = 'libertem'\n",
      "x = 1; import raytile.udf; import raytile as libertem; y = 'libertem'\n"),
     ("s = 'é'; from libertem.udf import UDF\n", "s = 'é'; from raytile.udf import UDF\n"),
+    # LiberTEM-live: ``libertem_live`` -> ``raytile.live``
+    ("import libertem_live\n", "import raytile.live as libertem_live\n"),
+    ("import libertem_live.api as lt_live\n", "import raytile.live.api as lt_live\n"),
+    ("import libertem_live.api\n", "import raytile.live.api; import raytile.live as libertem_live\n"),
+    ("from libertem_live.api import LiveContext\n", "from raytile.live.api import LiveContext\n"),
+    ("from libertem_live import api\n", "from raytile.live import api\n"),
+    ("import libertem_live, libertem\n", "import raytile.live as libertem_live, raytile as libertem\n"),
+    ("import libertem_live.api, libertem.udf\n",
+     "import raytile.live.api, raytile.udf; import raytile as libertem; import raytile.live as libertem_live\n"),
+    ("import libertem_liveish\nfrom libertem_liveish import x\n",
+     "import libertem_liveish\nfrom libertem_liveish import x\n"),
 ])
 def test_rewrite_imports_cases(src, want):
     assert rewrite_imports(src) == want
@@ -73,6 +84,18 @@ def test_rewritten_import_keeps_the_bound_name_working():
                          "import libertem.api\nctx_cls = libertem.api.Context\n"), ns)
     assert ns["udf_cls"] is rt.ApplyMasksUDF
     assert ns["ctx_cls"] is rt.Context
+
+
+def test_rewritten_libertem_live_import_binds_raytile_live():
+    """``import libertem_live.api`` binds ``libertem_live``; after the rewrite it is ``raytile.live``."""
+    import raytile.live.api
+
+    ns: dict = {}
+    exec(rewrite_imports("import libertem_live.api\nctx_cls = libertem_live.api.LiveContext\n"
+                         "from libertem_live.api import LiveContext\n"), ns)
+    assert ns["ctx_cls"] is raytile.live.api.LiveContext
+    assert ns["LiveContext"] is raytile.live.api.LiveContext
+    assert ns["libertem_live"] is raytile.live
 
 
 def test_find_unmapped_names_each_missing_name():

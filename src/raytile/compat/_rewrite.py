@@ -1,7 +1,7 @@
 """Rewrite a LiberTEM UDF's imports to raytile and check that every imported name exists.
 
-The porting rule is: replace ``libertem`` by ``raytile`` in every import line,
-nothing else. :func:`rewrite_imports` does exactly that (on import statements
+The porting rule is: replace ``libertem`` by ``raytile`` (and ``libertem_live``
+by ``raytile.live``) in every import line, nothing else. :func:`rewrite_imports` does exactly that (on import statements
 only, found with :mod:`ast`, so strings, comments and code stay as they are);
 :func:`find_unmapped` imports each rewritten module and looks up each imported
 name, so a user learns before running what raytile lacks.
@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 __all__ = ["Unmapped", "rewrite_imports", "find_unmapped", "load_ported"]
 
-_SOURCE_PKG = "libertem"
 _TARGET_PKG = "raytile"
-_WORD = re.compile(r"\blibertem\b")
+#: Package names rewritten in import statements, and what they become.
+_SOURCES = {"libertem": "raytile", "libertem_live": "raytile.live"}
+_SOURCE_RE = "(libertem_live|libertem)\\b"
 
 
 @dataclass(frozen=True)
@@ -36,8 +37,18 @@ class Unmapped:
         return f"line {self.lineno}: {what}: {self.reason}"
 
 
+def _source_of(name: str | None) -> str | None:
+    """The source package (a key of ``_SOURCES``) that module ``name`` belongs to, if any."""
+    if name is None:
+        return None
+    for src in _SOURCES:
+        if name == src or name.startswith(src + "."):
+            return src
+    return None
+
+
 def _is_source_module(name: str | None) -> bool:
-    return name is not None and (name == _SOURCE_PKG or name.startswith(_SOURCE_PKG + "."))
+    return _source_of(name) is not None
 
 
 def _is_target_module(name: str | None) -> bool:
@@ -51,6 +62,8 @@ def _import_nodes(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
 def rewrite_imports(source: str) -> str:
     """``source`` with ``libertem`` replaced by ``raytile`` in its import statements only.
 
+    ``libertem_live`` becomes ``raytile.live`` the same way.
+
     Covers ``import libertem.x [as y]``, ``from libertem.x import ...`` (also over
     several lines and inside functions) and ``import numpy, libertem.x``.
     Relative imports and every other occurrence of the word are left alone.
@@ -58,14 +71,16 @@ def rewrite_imports(source: str) -> str:
     """
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
-    spans: list[tuple[int, int, int, int, bool]] = []
+    spans: list[tuple[int, int, int, int, frozenset[str]]] = []
     for node in _import_nodes(tree):
-        binds = False  # ``import libertem.x`` binds the name ``libertem``: keep it bound (to raytile)
+        # ``import libertem.x`` binds the name ``libertem``: keep it bound (to raytile)
+        binds: frozenset[str] = frozenset()
         if isinstance(node, ast.ImportFrom):
             hit = node.level == 0 and _is_source_module(node.module)
         else:
             hit = any(_is_source_module(alias.name) for alias in node.names)
-            binds = any(_is_source_module(alias.name) and alias.asname is None for alias in node.names)
+            binds = frozenset(src for alias in node.names if alias.asname is None
+                              and (src := _source_of(alias.name)) is not None)
         if hit and node.end_lineno is not None and node.end_col_offset is not None:
             spans.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, binds))
     # Last statement first, so earlier offsets stay valid. ast offsets are UTF-8 byte offsets.
@@ -82,35 +97,38 @@ def rewrite_imports(source: str) -> str:
     return "".join(lines)
 
 
-def _rewrite_statement(stmt: str, binds: bool = False) -> str:
-    """One import statement's text with the package name replaced in module names only.
+def _rewrite_statement(stmt: str, binds: frozenset[str] = frozenset()) -> str:
+    """One import statement's text with the package names replaced in module names only.
 
-    ``binds``: the statement binds the name ``libertem`` itself (``import libertem`` or
-    ``import libertem.udf``, no ``as``). The name stays bound, to raytile, so that code
+    ``binds``: the source packages whose name the statement binds itself (``import libertem``
+    or ``import libertem.udf``, no ``as``). The name stays bound, to its target, so that code
     reading ``libertem.udf.masks.ApplyMasksUDF`` keeps working: ``import libertem``
     becomes ``import raytile as libertem``, and ``import libertem.udf`` becomes
-    ``import raytile.udf; import raytile as libertem`` (on the same line).
+    ``import raytile.udf; import raytile as libertem`` (on the same line); likewise
+    ``import libertem_live.api`` becomes ``import raytile.live.api; import raytile.live as libertem_live``.
     """
     if stmt.startswith("from"):
         # ``from libertem.x import a as libertem``: only the module part after ``from``.
-        m = re.match(r"from(\s+)(libertem\b)", stmt)
+        m = re.match(r"from(\s+)" + _SOURCE_RE, stmt)
         if m is None:
             return stmt
-        return stmt[: m.start(2)] + _TARGET_PKG + stmt[m.end(2):]
+        return stmt[: m.start(2)] + _SOURCES[m.group(2)] + stmt[m.end(2):]
     # ``import a, libertem.x as y``: module names, never the ``as`` names.
-    if binds:
-        bare = re.compile(r"((?:(?<=import)|(?<=,))\s*)libertem(?=\s*(?:,|$))")
+    suffix = ""
+    for src in sorted(binds):
+        bare = re.compile(r"((?:(?<=import)|(?<=,))\s*)" + src + r"(?=\s*(?:,|$))")
         if bare.search(stmt):
-            return _rewrite_statement(bare.sub(lambda m: m.group(1) + f"{_TARGET_PKG} as {_SOURCE_PKG}", stmt))
-        return _rewrite_statement(stmt) + f"; import {_TARGET_PKG} as {_SOURCE_PKG}"
+            stmt = bare.sub(r"\g<1>" + f"{_SOURCES[src]} as {src}", stmt)
+        else:
+            suffix += f"; import {_SOURCES[src]} as {src}"
     out: list[str] = []
     pos = 0
-    for m in re.finditer(r"(?:(?<=import)|(?<=,))(\s*\(?\s*)(libertem\b)", stmt):
+    for m in re.finditer(r"(?:(?<=import)|(?<=,))(\s*\(?\s*)" + _SOURCE_RE, stmt):
         out.append(stmt[pos: m.start(2)])
-        out.append(_TARGET_PKG)
+        out.append(_SOURCES[m.group(2)])
         pos = m.end(2)
     out.append(stmt[pos:])
-    return "".join(out)
+    return "".join(out) + suffix
 
 
 def _import(module: str) -> types.ModuleType | Exception:

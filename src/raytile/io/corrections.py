@@ -397,3 +397,8 @@ def reference_correct(frames: np.ndarray, corrections: CorrectionSet) -> np.ndar
     if mask is not None:
         patch_pixels(out, mask)
     return out
+
+
+# LiberTEM's ``libertem.io.corrections.detector`` (``correct``, ``RepairValueError``) is found at its
+# ported path raytile.io.corrections.detector in the package io/_corrections, lent as this module's path.
+__path__ = [__import__("os").path.join(__import__("os").path.dirname(__file__), "_corrections")]

@@ -539,6 +539,10 @@ class DataSet(metaclass=DataSetType):
             return max(1, min(int(self._num_partitions), self.shape.nav.size))
         return choose_num_partitions(self.shape, self.dtype, self._num_workers, self._partition_bytes)
 
+    def set_num_cores(self, cores: int) -> None:
+        """LiberTEM's way to say how many workers will read: at least that many partitions by default."""
+        self._num_workers = max(1, int(cores))
+
     def get_slices(self) -> list[Slice]:
         return partition_slices(self.shape.flatten_nav(), self.num_partitions)
 
@@ -563,3 +567,9 @@ class DataSet(metaclass=DataSetType):
         if self._meta is None:
             return f"<{type(self).__name__} (not initialized)>"
         return f"<{type(self).__name__} shape={self.shape.to_tuple()} dtype={self.dtype}>"
+
+
+# LiberTEM's modules under ``libertem.io.dataset`` (``.memory``, ``.base``, ``.hdf5``, ``.raw``,
+# ``.raw_csr``, ``.npy``) are found at their ported paths (``raytile.io.dataset.memory`` ...) in the
+# package io/_dataset: this module stays one module and lends that directory as its package path.
+__path__ = [__import__("os").path.join(__import__("os").path.dirname(__file__), "_dataset")]

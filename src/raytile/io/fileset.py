@@ -272,7 +272,7 @@ class FileDataSet(DataSet):
 
     initialize_on_worker = True
     partition_class = FilePartition
-    params_schema = {"io_backend": {"type": "choice", "choices": sorted(BACKENDS)}}
+    params_schema = {"io_backend": {"type": "io_backend", "choices": sorted(BACKENDS)}}
 
     def __init__(self, io_backend: str | None = None, storage_options: Any = None, **kwargs):
         super().__init__(**kwargs)

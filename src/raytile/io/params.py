@@ -152,6 +152,16 @@ def check_choice(value: Any, spec: ParamSpec) -> str:
     return value
 
 
+def check_io_backend(value: Any, spec: ParamSpec) -> str:
+    """An IO backend's name (one of ``spec["choices"]``), given by name or as a backend object
+    (``io_backend=MMapBackend()``, as LiberTEM takes it)."""
+    from raytile.io.backends import IOBackend, backend_name
+
+    if isinstance(value, IOBackend):
+        value = backend_name(value)
+    return check_choice(value, spec)
+
+
 def check_array(value: Any, spec: ParamSpec) -> Any:
     """An array with ``shape`` and ``dtype`` (numpy, CuPy, sparse, scipy.sparse), kept as it is."""
     if not hasattr(value, "shape") or not hasattr(value, "dtype"):
@@ -190,6 +200,7 @@ CHECKS: dict[str, Callable[[Any, ParamSpec], Any]] = {
     "paths": check_paths,
     "choice": check_choice,
     "storage_options": check_storage_options,
+    "io_backend": check_io_backend,
     "array": check_array,
     "iterable": check_iterable,
     "callable": check_callable,

@@ -112,9 +112,10 @@ class Context(AnalysisMethods, NotebookMethods):
         self.close()
 
     # -- data ----------------------------------------------------------------
-    def load(self, format: str, **kwargs: Any) -> DataSet:
-        """Open a data set: ``format`` is "memory", "raw", "npy", ... and kwargs its parameters."""
-        ds = get_format(format)(**kwargs)
+    def load(self, format: str, *args: Any, **kwargs: Any) -> DataSet:
+        """Open a data set: ``format`` is "memory", "raw", "npy", ... and args/kwargs its parameters
+        (positional ones in the order of the format's constructor, as LiberTEM takes them)."""
+        ds = get_format(format)(*args, **kwargs)
         ds.initialize(self._host)
         self._host.prepare_dataset(ds)
         return ds

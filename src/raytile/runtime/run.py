@@ -12,7 +12,7 @@ of making them pile up.
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, NoReturn, Sequence
 
 import anyio
 import anyio.to_thread
@@ -198,7 +198,42 @@ class UDFRun:
             pass
         return self._final()
 
+    # -- generator protocol: LiberTEM's run_udf_iter returns a (async) generator -------------------
+    def close(self) -> None:
+        """End the run as ``generator.close()`` does: cancelled unless it is over; nothing is raised."""
+        if not self._exhausted:
+            self.cancel()
+            self._exhausted = True
+            self._coordinator.join(JOIN_TIMEOUT_S)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> NoReturn:
+        """``generator.throw()``: the run is ended (:meth:`close`) and the exception raised to the caller."""
+        self.close()
+        raise _exception(typ, val, tb)
+
+    async def aclose(self) -> None:
+        """``async_generator.aclose()``: :meth:`close` without blocking the event loop."""
+        await anyio.to_thread.run_sync(self.close)
+
+    async def athrow(self, typ: Any, val: Any = None, tb: Any = None) -> NoReturn:
+        """``async_generator.athrow()``: the run is ended (:meth:`aclose`) and the exception raised."""
+        await self.aclose()
+        raise _exception(typ, val, tb)
+
     def _final(self) -> UDFResults:
         if self.last is None:
             raise UDFRunCancelled(f"run {self.run_id[:8]} produced no results")
         return self.last
+
+
+def _exception(typ: Any, val: Any = None, tb: Any = None) -> BaseException:
+    """The exception ``generator.throw(typ, val, tb)`` raises: an instance, or the class called with ``val``."""
+    if isinstance(typ, BaseException):
+        exc = typ
+    elif isinstance(val, BaseException):
+        exc = val
+    elif val is None:
+        exc = typ()
+    else:
+        exc = typ(*val) if isinstance(val, tuple) else typ(val)
+    return exc.with_traceback(tb) if tb is not None else exc

@@ -125,6 +125,14 @@ class ApplyMasksUDF(UDF):
                          mask_count=mask_count, mask_dtype=mask_dtype, preferred_dtype=preferred_dtype,
                          backends=None if backends is None else tuple(backends), shifts=shifts)
 
+    @property
+    def masks(self) -> MaskContainer:
+        """The masks as a :class:`MaskContainer` for this run's array backend (LiberTEM's ``masks``).
+
+        Needs ``self.meta`` (set while the UDF runs), as in LiberTEM.
+        """
+        return self._masks(BACKEND_CUPY if self.meta.array_backend in CUPY_BACKENDS else BACKEND_NUMPY)
+
     def _masks(self, backend: str = BACKEND_NUMPY) -> MaskContainer:
         """The masks as a container for array backend ``backend``.
 

@@ -523,3 +523,14 @@ def check_cast(src: Any, dest: Any, name: str | None = None) -> None:
     if not np.can_cast(src_dtype, dest_dtype, casting="safe"):
         what = "" if name is None else f" {name}"
         raise UnsafeCastError(f"cannot merge{what}: {src_dtype} does not fit safely into {dest_dtype}")
+
+
+def __getattr__(name: str) -> Any:
+    """``NoOpUDF`` at LiberTEM's path ``libertem.udf.base`` (it lives in udf/noop.py, which imports this)."""
+    if name == "NoOpUDF":
+        from raytile.udf.noop import NoOpUDF
+
+        return NoOpUDF
+    if name == "UDFProtocol":  # LiberTEM's interface of a UDF (its constants): raytile's UDF class
+        return UDF
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

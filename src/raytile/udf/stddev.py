@@ -10,7 +10,7 @@ from raytile.udf._tiles import TILE_BACKENDS, dense, flat2d, is_pydata_sparse, i
 from raytile.udf.base import UDF
 from raytile.udf.integer_tiles import is_real_tile, pixel_moments_into
 
-__all__ = ["StdDevUDF", "merge_moments"]
+__all__ = ["StdDevUDF", "merge_moments", "run_stddev", "consolidate_result"]
 
 
 def merge_moments(n_a, sum_a, m2_a, n_b, sum_b, m2_b, xp=np):
@@ -151,3 +151,19 @@ class StdDevUDF(UDF):
             "varsum": m2.copy(),
             "num_frames": np.asarray(self.results.num_frames).copy(),
         }
+
+
+def consolidate_result(udf_result: Any) -> dict[str, Any]:
+    """A :class:`StdDevUDF` result as plain values: ``num_frames`` an int, the rest sig-shaped arrays."""
+    out = {k: udf_result[k].data for k in ("varsum", "sum", "var", "std", "mean")}
+    out["num_frames"] = int(np.asarray(udf_result["num_frames"].data).reshape(-1)[0])
+    return out
+
+
+def run_stddev(ctx: Any, dataset: Any, roi: Any = None, progress: bool = False,
+               use_numba: bool = True) -> dict[str, Any]:
+    """Run :class:`StdDevUDF` on ``dataset`` and return :func:`consolidate_result` of it (LiberTEM's helper).
+
+    ``use_numba`` is accepted for porting; raytile's StdDevUDF has one implementation.
+    """
+    return consolidate_result(ctx.run_udf(dataset=dataset, udf=StdDevUDF(), roi=roi, progress=progress))

@@ -31,10 +31,20 @@ from raytile.io.backends.buffered import BufferedBackend, DirectBackend
 from raytile.io.backends.mmap import MMapBackend
 
 BACKENDS = {"mmap": MMapBackend, "buffered": BufferedBackend, "direct": DirectBackend}
+for _id, _cls in BACKENDS.items():  # LiberTEM's registry of backend ids
+    IOBackend.registry.setdefault(_id, _cls)
+    _cls.id_ = _id
 
 
-def get_backend(name: str) -> IOBackend:
-    cls = BACKENDS.get(str(name).lower())
+def backend_name(requested: "str | IOBackend") -> str:
+    """A backend's name from its name or from a backend object (LiberTEM's ``io_backend=MMapBackend()``)."""
+    if isinstance(requested, IOBackend):
+        return requested.name or str(requested.id_)
+    return str(requested).lower()
+
+
+def get_backend(name: "str | IOBackend") -> IOBackend:
+    cls = BACKENDS.get(backend_name(name))
     if cls is None:
         raise DataSetException(f"unknown io_backend {name!r}; choose one of {sorted(BACKENDS)}")
     return cls()
@@ -47,10 +57,10 @@ def physical_memory() -> int | None:
         return None
 
 
-def choose_backend(nbytes: int, requested: str | None = None) -> str:
-    """The backend name for a data set of ``nbytes`` (``requested`` wins if given)."""
+def choose_backend(nbytes: int, requested: "str | IOBackend | None" = None) -> str:
+    """The backend name for a data set of ``nbytes`` (``requested``, a name or backend object, wins if given)."""
     if requested is not None:
-        name = str(requested).lower()
+        name = backend_name(requested)
         if name not in BACKENDS:
             raise DataSetException(f"unknown io_backend {requested!r}; choose one of {sorted(BACKENDS)}")
         return name
@@ -61,4 +71,4 @@ def choose_backend(nbytes: int, requested: str | None = None) -> str:
 
 
 __all__ = ["FrameFile", "FramesJob", "IOBackend", "RangesJob", "ReadJob", "MMapBackend", "BufferedBackend", "DirectBackend", "BACKENDS",
-           "get_backend", "choose_backend"]
+           "get_backend", "choose_backend", "backend_name"]

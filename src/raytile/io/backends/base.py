@@ -166,9 +166,37 @@ class TileSlices:
 
 
 class IOBackend:
-    """Reads a :class:`ReadJob`'s tiles. Subclasses implement :meth:`_blocks` and :meth:`_frame_blocks`."""
+    """Reads a :class:`ReadJob`'s tiles. Subclasses implement :meth:`_blocks` and :meth:`_frame_blocks`.
+
+    An instance may be passed as a format's ``io_backend=`` (as in LiberTEM); the format keeps its
+    :attr:`name` and each partition makes its own. ``class X(IOBackend, id_="x")`` registers a
+    subclass under an id, as LiberTEM's ``IOBackend`` does.
+    """
 
     name = ""
+    #: LiberTEM's registry of backend classes by id (``id_=`` of a subclass).
+    registry: dict[str, type["IOBackend"]] = {}
+    id_: str | None = None
+
+    def __init_subclass__(cls, id_: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if id_ is not None:
+            IOBackend.registry[id_] = cls
+            cls.id_ = id_
+
+    @classmethod
+    def platform_supported(cls) -> bool:
+        """Whether this backend works on this platform (all of raytile's do; ``direct`` falls back)."""
+        return True
+
+    @classmethod
+    def get_supported(cls) -> list[str]:
+        """The ids of the registered backends that work on this platform."""
+        return [k for k, v in cls.registry.items() if v.platform_supported()]
+
+    @classmethod
+    def get_cls_by_id(cls, id_: str) -> "type[IOBackend] | None":
+        return cls.registry.get(id_)
 
     def get_tiles(self, job: RangesJob) -> Iterator[DataTile]:
         """Tiles of a read range job: read ranges decoded by numba."""

@@ -57,7 +57,9 @@ class BufferedBackend(IOBackend):
     name = "buffered"
     align = 1
 
-    def __init__(self):
+    def __init__(self, max_buffer_size: int = 16 * 2**20):
+        #: LiberTEM's parameter, accepted for porting; raytile sizes its two buffers per nav block.
+        self.max_buffer_size = int(max_buffer_size)
         self._fds: dict[int, int] = {}
         self._paths: list[str] = []
 
@@ -164,8 +166,8 @@ class DirectBackend(BufferedBackend):
     name = "direct"
     align = ALIGN
 
-    def __init__(self):
-        super().__init__()
+    def __init__(self, max_buffer_size: int = 16 * 2**20):
+        super().__init__(max_buffer_size)
         self.direct_ok: dict[str, bool] = {}
 
     def _open_fd(self, path: str) -> int:

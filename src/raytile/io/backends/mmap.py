@@ -87,6 +87,10 @@ def _touched_files(job: RangesJob) -> range:
 class MMapBackend(IOBackend):
     name = "mmap"
 
+    def __init__(self, enable_readahead_hints: bool = False):
+        #: LiberTEM's parameter, accepted for porting; the kernel's default readahead is used.
+        self.enable_readahead_hints = bool(enable_readahead_hints)
+
     def _frame_blocks(self, job: FramesJob) -> Generator[FrameBlock, None, None]:
         maps: dict[int, np.ndarray | None] = {}  # None: the file is read with preadv (not leased)
         leases = ReadLeases()

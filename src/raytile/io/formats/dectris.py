@@ -168,7 +168,7 @@ class DectrisDataSet(DataSet):
         "sig_shape": {"type": "shape"},
         "sync_offset": {"type": "int"},
         "decoder": {"type": "choice", "choices": ["bitshuffle", "hdf5plugin"]},
-        "io_backend": {"type": "choice", "choices": ["mmap", "buffered", "direct"]},
+        "io_backend": {"type": "io_backend", "choices": ["mmap", "buffered", "direct"]},
         **REMOTE_PARAMS,
     }
 

@@ -280,7 +280,7 @@ class H5DataSet(DataSet):
         "ds_path": {"type": "str", "required": True},
         "sig_dims": {"type": "int", "min": 1},
         "nav_shape": {"type": "shape"},
-        "io_backend": {"type": "choice", "choices": sorted(BACKENDS)},
+        "io_backend": {"type": "io_backend", "choices": sorted(BACKENDS)},
         **REMOTE_PARAMS,
     }
 

@@ -1,0 +1,5 @@
+"""``libertem.analysis.raw`` at its ported path: :class:`PickFrameAnalysis`."""
+
+from raytile.analysis.pick import PickFrameAnalysis
+
+__all__ = ["PickFrameAnalysis"]
