@@ -86,9 +86,14 @@ def apply_correction(y_centers: np.ndarray, x_centers: np.ndarray, scan_rotation
     mat = correction_matrix(scan_rotation, flip_y)
     if not forward:
         mat = np.linalg.inv(mat)
-    y = np.asarray(y_centers, dtype=np.float64)
-    x = np.asarray(x_centers, dtype=np.float64)
+    y, x = _float_or_complex(y_centers), _float_or_complex(x_centers)
     return mat[0, 0] * y + mat[0, 1] * x, mat[1, 0] * y + mat[1, 1] * x
+
+
+def _float_or_complex(a: Any) -> np.ndarray:
+    """``a`` as float64, or complex128 if it is complex: the imaginary part of complex shifts is kept."""
+    arr = np.asarray(a)
+    return arr.astype(np.complex128 if arr.dtype.kind == "c" else np.float64, copy=False)
 
 
 def divergence(y_centers: np.ndarray, x_centers: np.ndarray) -> np.ndarray:
