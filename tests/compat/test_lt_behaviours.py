@@ -12,6 +12,8 @@ import pytest
 
 lt_api = pytest.importorskip("libertem.api", reason="LiberTEM is not installed (pip install -e '.[test]')")
 
+import libertem.udf.base as lt_udf  # noqa: E402
+
 import raytile as rt  # noqa: E402
 
 
@@ -34,3 +36,71 @@ def test_com_analysis_of_complex_data_keeps_the_imaginary_part(lt_ctx, inline_ct
     for key in ref.keys():
         np.testing.assert_allclose(got[key].raw_data, ref[key].raw_data, rtol=1e-6)
     assert got.x_imag.raw_data[0, 0] == pytest.approx(-0.5)  # scipy.ndimage.center_of_mass: 1.5-0.5j
+
+
+class _PreparedMerge:
+    """preprocess sets up an object buffer (a list) merge extends; merge counts merges without a valid mask."""
+
+    def get_result_buffers(self):
+        return {
+            "sums": self.buffer(kind="single", dtype=object),
+            "no_mask": self.buffer(kind="single", dtype=np.int64),
+            "mask_sizes": self.buffer(kind="single", dtype=np.int64),
+        }
+
+    def preprocess(self):
+        self.results.sums[0] = []
+
+    def process_partition(self, partition):
+        self.results.sums[0].append(float(partition.sum()))
+
+    def merge(self, dest, src):
+        mask = self.meta.get_valid_nav_mask()
+        dest.no_mask[:] += src.no_mask + (mask is None)
+        dest.mask_sizes[:] = max(int(dest.mask_sizes[0]), 0 if mask is None else mask.size)
+        dest.sums[0] = dest.sums[0] + src.sums[0]
+
+
+class LtPreparedMergeUDF(_PreparedMerge, lt_udf.UDF):
+    pass
+
+
+class RtPreparedMergeUDF(_PreparedMerge, rt.UDF):
+    pass
+
+
+def test_merge_gets_what_preprocess_set_up_and_a_valid_nav_mask(lt_ctx, ctx):
+    data = np.random.default_rng(3).random((8, 6, 5, 5)).astype(np.float32)
+    roi = np.ones((8, 6), dtype=bool)
+    roi[2, 1:4] = False
+    ref = lt_ctx.run_udf(dataset=lt_ctx.load("memory", data=data, num_partitions=8), udf=LtPreparedMergeUDF(), roi=roi)
+    got = ctx.run_udf(dataset=ctx.load("memory", data=data, num_partitions=8), udf=RtPreparedMergeUDF(), roi=roi)
+    assert sorted(got["sums"].data[0]) == pytest.approx(sorted(ref["sums"].data[0]), rel=1e-5)
+    assert len(ref["sums"].data[0]) == 8
+    assert got["no_mask"].data[0] == ref["no_mask"].data[0] == 0
+    assert got["mask_sizes"].data[0] == ref["mask_sizes"].data[0] == roi.sum()
+
+
+def test_empty_shape_has_size_zero():
+    from libertem.common.shape import Shape as LtShape
+
+    from raytile.common.shape import Shape
+
+    for dims, sig_dims in [((), 0), ((16, 16), 2), ((3, 16, 16), 2)]:
+        assert Shape(dims, sig_dims=sig_dims).nav.size == LtShape(dims, sig_dims=sig_dims).nav.size
+        assert Shape(dims, sig_dims=sig_dims).size == LtShape(dims, sig_dims=sig_dims).size
+    assert Shape((), sig_dims=0).size == 0
+
+
+def test_rgb_from_2dvector_of_a_zero_vector_is_mid_grey():
+    from libertem.viz.base import rgb_from_2dvector as lt_rgb
+
+    from raytile.viz import rgb_from_2dvector
+
+    np.testing.assert_array_equal(rgb_from_2dvector(0, 0), lt_rgb(0, 0))
+    y = np.array([[0.0, 1.0], [0.0, -2.0]])
+    x = np.array([[0.0, 0.0], [3.0, 0.0]])
+    got, ref = rgb_from_2dvector(y, x), lt_rgb(y, x)
+    assert got.shape == ref.shape and got.dtype == ref.dtype
+    np.testing.assert_array_equal(got[0, 0], ref[0, 0])  # the zero vector: (127, 127, 127)
+    assert len(set(got[1, 0].tolist())) > 1 and len(set(ref[1, 0].tolist())) > 1  # coloured, not grey
