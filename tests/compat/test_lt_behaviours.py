@@ -104,3 +104,41 @@ def test_rgb_from_2dvector_of_a_zero_vector_is_mid_grey():
     assert got.shape == ref.shape and got.dtype == ref.dtype
     np.testing.assert_array_equal(got[0, 0], ref[0, 0])  # the zero vector: (127, 127, 127)
     assert len(set(got[1, 0].tolist())) > 1 and len(set(ref[1, 0].tolist())) > 1  # coloured, not grey
+
+
+# --- crashes on input LiberTEM accepts -------------------------------------------------------------------------
+
+DATA = np.random.default_rng(1).random((4, 5, 8, 8)).astype(np.float32)
+
+
+def _lt_sum(lt_ctx, roi, **load):
+    from libertem.udf.sum import SumUDF
+
+    return lt_ctx.run_udf(dataset=lt_ctx.load("memory", data=DATA, **load), udf=SumUDF(), roi=roi)["intensity"].data
+
+
+@pytest.mark.parametrize("kind", ["sparse.COO", "scipy.sparse", "coordinates", "int", "float"])
+def test_roi_given_as_libertem_accepts_it(lt_ctx, ctx, kind):
+    import warnings
+
+    import scipy.sparse
+    import sparse
+
+    dense = np.eye(4, 5, dtype=bool)
+    roi = {"sparse.COO": lambda: sparse.COO.from_numpy(dense), "scipy.sparse": lambda: scipy.sparse.coo_matrix(dense),
+           "coordinates": lambda: [((i, i), True) for i in range(4)], "int": lambda: dense.astype(int),
+           "float": lambda: dense.astype(np.float32)}[kind]
+    with warnings.catch_warnings(record=True) as lt_warned:
+        warnings.simplefilter("always")
+        ref = _lt_sum(lt_ctx, roi())
+    with warnings.catch_warnings(record=True) as rt_warned:
+        warnings.simplefilter("always")
+        got = ctx.run_udf(dataset=ctx.load("memory", data=DATA), udf=rt.SumUDF(), roi=roi())["intensity"].data
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+    np.testing.assert_allclose(got, DATA[dense].sum(axis=0), rtol=1e-5)
+
+    def roi_warnings(ws):
+        return [(w.category, str(w.message)) for w in ws if "ROI dtype" in str(w.message)]
+
+    assert roi_warnings(rt_warned) == roi_warnings(lt_warned)
+    assert bool(roi_warnings(rt_warned)) == (kind in ("int", "float"))
