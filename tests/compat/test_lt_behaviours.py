@@ -142,3 +142,21 @@ def test_roi_given_as_libertem_accepts_it(lt_ctx, ctx, kind):
 
     assert roi_warnings(rt_warned) == roi_warnings(lt_warned)
     assert bool(roi_warnings(rt_warned)) == (kind in ("int", "float"))
+
+
+@pytest.mark.parametrize("sparse_masks", [False, True])
+def test_apply_masks_with_one_callable_returning_a_list(lt_ctx, ctx, sparse_masks):
+    import sparse
+    from libertem.udf.masks import ApplyMasksUDF as LtApplyMasksUDF
+
+    m1 = np.ones((8, 8), dtype=np.float32)
+    m2 = np.zeros((8, 8), dtype=np.float32)
+    m2[2:4, 1:6] = 1
+    masks = [sparse.COO.from_numpy(m) for m in (m1, m2)] if sparse_masks else [m1, m2]
+    # LiberTEM takes a list of dense masks (a list of sparse ones fails there): its result is the reference
+    ref = lt_ctx.run_udf(dataset=lt_ctx.load("memory", data=DATA),
+                         udf=LtApplyMasksUDF(mask_factories=lambda: [m1, m2]))["intensity"].data
+    got = ctx.run_udf(dataset=ctx.load("memory", data=DATA),
+                      udf=rt.ApplyMasksUDF(mask_factories=lambda: list(masks)))["intensity"].data
+    np.testing.assert_allclose(got, ref, rtol=1e-5)
+    np.testing.assert_allclose(got[..., 1], DATA[..., 2:4, 1:6].sum(axis=(-1, -2)), rtol=1e-5)
