@@ -160,3 +160,50 @@ def test_apply_masks_with_one_callable_returning_a_list(lt_ctx, ctx, sparse_mask
                       udf=rt.ApplyMasksUDF(mask_factories=lambda: list(masks)))["intensity"].data
     np.testing.assert_allclose(got, ref, rtol=1e-5)
     np.testing.assert_allclose(got[..., 1], DATA[..., 2:4, 1:6].sum(axis=(-1, -2)), rtol=1e-5)
+
+
+class _TileDepths:
+    """The deepest and the smallest tile, and the signal size of the tiles, seen by process_tile."""
+
+    def get_result_buffers(self):
+        return {"depth": self.buffer(kind="single", extra_shape=(3,), dtype=np.int64)}
+
+    def preprocess(self):
+        self.results.depth[:] = (0, 10**9, 0)
+
+    def process_tile(self, tile):
+        d = self.results.depth
+        d[:] = (max(d[0], tile.shape[0]), min(d[1], tile.shape[0]), max(d[2], int(np.prod(tile.shape[1:]))))
+
+    def merge(self, dest, src):
+        dest.depth[:] = (max(dest.depth[0], src.depth[0]), min(dest.depth[1], src.depth[1]),
+                         max(dest.depth[2], src.depth[2]))
+
+
+class LtTileDepthsUDF(_TileDepths, lt_udf.UDF):
+    pass
+
+
+class RtTileDepthsUDF(_TileDepths, rt.UDF):
+    pass
+
+
+@pytest.mark.parametrize("sync_offset", [0, 3, -2])
+def test_memory_tileshape_and_sync_offset(lt_ctx, ctx, sync_offset):
+    from libertem.udf.sum import SumUDF as LtSumUDF
+    from libertem.udf.sumsigudf import SumSigUDF as LtSumSigUDF
+
+    load = dict(tileshape=(2, 8, 8), sync_offset=sync_offset, num_partitions=2)
+    lt_ds, ds = lt_ctx.load("memory", data=DATA, **load), ctx.load("memory", data=DATA, **load)
+    ref = lt_ctx.run_udf(dataset=lt_ds, udf=[LtSumUDF(), LtSumSigUDF(), LtTileDepthsUDF()])
+    got = ctx.run_udf(dataset=ds, udf=[rt.SumUDF(), rt.SumSigUDF(), RtTileDepthsUDF()])
+    np.testing.assert_allclose(got[0]["intensity"].data, ref[0]["intensity"].data, rtol=1e-5)
+    np.testing.assert_allclose(got[1]["intensity"].data, ref[1]["intensity"].data, rtol=1e-5)
+    # tiles of depth 2 (LiberTEM's partitions may end in a shorter one), whole frames
+    np.testing.assert_array_equal(got[2]["depth"].data[[0, 2]], ref[2]["depth"].data[[0, 2]])
+    assert tuple(got[2]["depth"].data[[0, 2]]) == (2, 64)
+    flat = DATA.reshape(20, 8, 8)
+    shifted = np.zeros_like(flat)
+    lo, hi = max(sync_offset, 0), min(20, 20 + sync_offset)
+    shifted[lo - sync_offset:hi - sync_offset] = flat[lo:hi]
+    np.testing.assert_allclose(got[1]["intensity"].data.reshape(-1), shifted.sum(axis=(1, 2)), rtol=1e-5)
