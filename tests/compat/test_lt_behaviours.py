@@ -207,3 +207,47 @@ def test_memory_tileshape_and_sync_offset(lt_ctx, ctx, sync_offset):
     lo, hi = max(sync_offset, 0), min(20, 20 + sync_offset)
     shifted[lo - sync_offset:hi - sync_offset] = flat[lo:hi]
     np.testing.assert_allclose(got[1]["intensity"].data.reshape(-1), shifted.sum(axis=(1, 2)), rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def h5file(tmp_path_factory):
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path_factory.mktemp("h5") / "scan.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("small/cube", data=DATA[:2])  # smaller: not the one LiberTEM picks
+        f.create_dataset("entry/contiguous", data=DATA * 2)
+        f.create_dataset("entry/chunked", data=DATA, chunks=(1, 1, 8, 8))
+        f.create_dataset("entry/gzip", data=DATA, chunks=(1, 2, 8, 8), compression="gzip")
+    return str(path)
+
+
+def test_hdf5_without_ds_path_reads_the_data_set_libertem_picks(lt_ctx, ctx, h5file):
+    from libertem.udf.sumsigudf import SumSigUDF as LtSumSigUDF
+
+    lt_ds = lt_ctx.load("hdf5", path=h5file)
+    ds = ctx.load("hdf5", path=h5file)
+    assert ds.shape.to_tuple() == tuple(lt_ds.shape)
+    ref = lt_ctx.run_udf(dataset=lt_ds, udf=LtSumSigUDF())["intensity"].data
+    got = ctx.run_udf(dataset=ds, udf=rt.SumSigUDF())["intensity"].data
+    np.testing.assert_allclose(got, ref, rtol=1e-5)
+
+
+@pytest.mark.parametrize("ds_path", ["entry/contiguous", "entry/chunked", "entry/gzip"])
+@pytest.mark.parametrize("sync_offset", [3, -2])
+def test_hdf5_sync_offset_and_sig_shape(lt_ctx, ctx, h5file, ds_path, sync_offset):
+    from libertem.udf.sumsigudf import SumSigUDF as LtSumSigUDF
+
+    load = dict(path=h5file, ds_path=ds_path, sync_offset=sync_offset, sig_shape=(8, 8))
+    ref = lt_ctx.run_udf(dataset=lt_ctx.load("hdf5", **load), udf=LtSumSigUDF())["intensity"].data
+    got = ctx.run_udf(dataset=ctx.load("hdf5", **load), udf=rt.SumSigUDF())["intensity"].data
+    np.testing.assert_allclose(got, ref, rtol=1e-5)
+    assert np.count_nonzero(got) == 20 - abs(sync_offset)
+
+
+def test_hdf5_sig_shape_other_than_the_data_sets_is_refused(lt_ctx, inline_ctx, h5file):
+    from libertem.io.dataset.base import DataSetException as LtDataSetException
+
+    with pytest.raises(LtDataSetException):
+        lt_ctx.load("hdf5", path=h5file, ds_path="entry/chunked", sig_shape=(64,))
+    with pytest.raises(rt.DataSetException, match=r"sig_shape \(64,\) is not the dataset's signal shape \(8, 8\)"):
+        inline_ctx.load("hdf5", path=h5file, ds_path="entry/chunked", sig_shape=(64,))
