@@ -251,3 +251,91 @@ def test_hdf5_sig_shape_other_than_the_data_sets_is_refused(lt_ctx, inline_ctx, 
         lt_ctx.load("hdf5", path=h5file, ds_path="entry/chunked", sig_shape=(64,))
     with pytest.raises(rt.DataSetException, match=r"sig_shape \(64,\) is not the dataset's signal shape \(8, 8\)"):
         inline_ctx.load("hdf5", path=h5file, ds_path="entry/chunked", sig_shape=(64,))
+
+
+@pytest.fixture(scope="module")
+def files_8x8x8x8(tmp_path_factory):
+    d = tmp_path_factory.mktemp("raw")
+    data = np.random.default_rng(2).random((8, 8, 8, 8)).astype(np.float32)
+    np.save(d / "data.npy", data)
+    data.tofile(d / "data.raw")
+    return {"npy": str(d / "data.npy"), "raw": str(d / "data.raw")}
+
+
+@pytest.mark.parametrize("fmt", ["raw", "npy"])
+@pytest.mark.parametrize("sig_shape", [(4, 4), (3, 3), (5, 7)])
+def test_raw_and_npy_with_a_sig_shape_libertem_reads(lt_ctx, ctx, files_8x8x8x8, fmt, sig_shape):
+    """Frames of another shape than written, also ones that leave a part frame at the end (cut off)."""
+    from libertem.udf.sum import SumUDF as LtSumUDF
+
+    load = dict(path=files_8x8x8x8[fmt], sig_shape=sig_shape)
+    if fmt == "raw":
+        load.update(nav_shape=(8, 8), dtype="float32")
+    lt_ds = lt_ctx.load(fmt, **load)
+    ref = lt_ctx.run_udf(dataset=lt_ds, udf=LtSumUDF())["intensity"].data
+    ds = ctx.load(fmt, **load)
+    assert ds.shape.to_tuple() == tuple(lt_ds.shape)
+    got = ctx.run_udf(dataset=ds, udf=rt.SumUDF())["intensity"].data
+    np.testing.assert_allclose(got, ref, rtol=1e-5)
+    flat = np.load(files_8x8x8x8["npy"]).reshape(-1)
+    n = 64 * int(np.prod(sig_shape))
+    np.testing.assert_allclose(got, flat[:n].reshape((64,) + sig_shape).sum(axis=0), rtol=1e-5)
+
+
+def test_raw_deprecated_parameters_with_libertems_future_warning(lt_ctx, ctx, files_8x8x8x8):
+    import warnings
+
+    from libertem.udf.sum import SumUDF as LtSumUDF
+
+    load = dict(path=files_8x8x8x8["raw"], scan_size=(4, 16), detector_size=(8, 8), dtype="float32",
+                enable_direct=True)
+    results, warned = [], []
+    for c, udf in ((lt_ctx, LtSumUDF()), (ctx, rt.SumUDF())):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            ds = c.load("raw", **load)
+        results.append((tuple(ds.shape), c.run_udf(dataset=ds, udf=udf)["intensity"].data))
+        warned.append(sorted(str(x.message) for x in w if x.category is FutureWarning))
+    assert results[0][0] == results[1][0] == (4, 16, 8, 8)
+    np.testing.assert_allclose(results[1][1], results[0][1], rtol=1e-5)
+    assert warned[1] == warned[0] and len(warned[0]) == 3
+    from libertem.io.dataset.base import DataSetException as LtDataSetException
+
+    with pytest.raises((ValueError, LtDataSetException)):
+        lt_ctx.load("raw", path=files_8x8x8x8["raw"], scan_size=(8, 8), nav_shape=(8, 8), sig_shape=(8, 8),
+                    dtype="float32")
+    with pytest.raises(rt.ConfigValidationError, match="give nav_shape or scan_size, not both"):
+        ctx.load("raw", path=files_8x8x8x8["raw"], scan_size=(8, 8), nav_shape=(8, 8), sig_shape=(8, 8),
+                 dtype="float32")
+
+
+def test_auto_udf_monitor(lt_ctx, ctx):
+    from libertem.udf.auto import AutoUDF as LtAutoUDF
+
+    from raytile.udf.auto import AutoUDF
+
+    ref = lt_ctx.run_udf(dataset=lt_ctx.load("memory", data=DATA, num_partitions=3),
+                         udf=LtAutoUDF(f=lambda frame: frame.sum(axis=0), monitor=True))
+    got = ctx.run_udf(dataset=ctx.load("memory", data=DATA, num_partitions=3),
+                      udf=AutoUDF(f=lambda frame: frame.sum(axis=0), monitor=True))
+    assert sorted(got) == sorted(ref) == ["monitor", "result"]
+    np.testing.assert_allclose(got["result"].data, ref["result"].data, rtol=1e-6)
+    np.testing.assert_allclose(got["monitor"].data, ref["monitor"].data, rtol=1e-6)
+    np.testing.assert_allclose(got["monitor"].data, DATA[-1, -1].sum(axis=0), rtol=1e-6)  # the last frame's
+
+
+def test_detect_params_takes_libertems_executor_argument(files_8x8x8x8, h5file):
+    from libertem.executor.inline import InlineJobExecutor
+    from libertem.io.dataset.hdf5 import H5DataSet as LtH5DataSet
+    from libertem.io.dataset.npy import NPYDataSet as LtNPYDataSet
+
+    from raytile.io.formats.hdf5 import H5DataSet
+    from raytile.io.formats.npy import NPYDataSet
+
+    executor = InlineJobExecutor()
+    for lt_cls, cls, path, keys in ((LtNPYDataSet, NPYDataSet, files_8x8x8x8["npy"], ["path"]),
+                                    (LtH5DataSet, H5DataSet, h5file, ["path", "ds_path"])):
+        ref = lt_cls.detect_params(path, executor)["parameters"]
+        got = cls.detect_params(path, executor)
+        assert got == cls.detect_params(path)
+        assert {k: str(got[k]).lstrip("/") for k in keys} == {k: str(ref[k]).lstrip("/") for k in keys}
