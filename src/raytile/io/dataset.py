@@ -375,6 +375,16 @@ def iter_array_tiles(
             yield DataTile(data, tile_slice, scheme_idx)
 
 
+def _taking_executor(detect: Callable[..., Any]) -> Callable[..., Any]:
+    """A format's ``detect_params(cls, path)`` that also takes LiberTEM's ``executor`` argument."""
+    @functools.wraps(detect)
+    def detect_params(cls: Any, path: str, executor: Any = None, **kwargs: Any) -> Any:
+        return detect(cls, path, **kwargs)
+
+    setattr(detect_params, "takes_executor", True)
+    return detect_params
+
+
 class DataSetType(ABCMeta):
     """Metaclass of :class:`DataSet`: calling a format class validates its arguments first.
 
@@ -504,9 +514,18 @@ class DataSet(metaclass=DataSetType):
             kwargs[name] = value
         return validate_params(owner, cls.get_params_schema(), kwargs)
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("detect_params")
+        if isinstance(own, classmethod) and not getattr(own.__func__, "takes_executor", False):
+            setattr(cls, "detect_params", classmethod(_taking_executor(own.__func__)))
+
     @classmethod
-    def detect_params(cls, path: str) -> dict[str, Any] | None:
+    def detect_params(cls, path: str, executor: Any = None) -> dict[str, Any] | None:
         """The constructor parameters this format finds in the file at ``path``, or None if not its file.
+
+        ``executor`` is accepted as LiberTEM passes it (``detect_params(path, executor)``) and not used:
+        the header is read where this is called. Formats override it with ``(cls, path)``.
 
         Used by ``ctx.load("auto", path=...)`` (:mod:`raytile.io.formats.auto`):
         formats look at the extension, magic bytes and header only (no full
