@@ -521,11 +521,11 @@ class DataSet(metaclass=DataSetType):
             setattr(cls, "detect_params", classmethod(_taking_executor(own.__func__)))
 
     @classmethod
-    def detect_params(cls, path: str, executor: Any = None) -> dict[str, Any] | None:
+    def detect_params(cls, path: str) -> dict[str, Any] | None:
         """The constructor parameters this format finds in the file at ``path``, or None if not its file.
 
-        ``executor`` is accepted as LiberTEM passes it (``detect_params(path, executor)``) and not used:
-        the header is read where this is called. Formats override it with ``(cls, path)``.
+        LiberTEM's ``executor`` argument (``detect_params(path, executor)``) is accepted too and not
+        used (the header is read where this is called): ``__init_subclass__`` wraps every override.
 
         Used by ``ctx.load("auto", path=...)`` (:mod:`raytile.io.formats.auto`):
         formats look at the extension, magic bytes and header only (no full
@@ -602,3 +602,7 @@ class DataSet(metaclass=DataSetType):
         if self._meta is None:
             return f"<{type(self).__name__} (not initialized)>"
         return f"<{type(self).__name__} shape={self.shape.to_tuple()} dtype={self.dtype}>"
+
+
+# the base's own detect_params takes LiberTEM's executor argument too (__init_subclass__ wraps subclasses')
+setattr(DataSet, "detect_params", classmethod(_taking_executor(DataSet.__dict__["detect_params"].__func__)))
