@@ -24,10 +24,13 @@ def files(tmp_path, rng):
 
 
 def test_raw_sig_shape_does_not_fit_file_size(inline_ctx, files):
-    # LiberTEM reads the whole frames and cuts off the rest: a warning says so
+    # LiberTEM reads the whole frames and cuts off the rest: here they are too few for nav_shape
     _, raw, _ = files
-    with pytest.warns(DataSetWarning, match=rf"{re.escape(str(raw))}.*not a multiple of the frame size.*\(8, 7\)"):
+    with pytest.raises(DataSetException, match=rf"{re.escape(str(raw))}: file holds 17 frames of \(8, 7\) uint16, "
+                                               r"but nav_shape \(4, 5\) needs 20"):
         inline_ctx.load("raw", path=raw, nav_shape=NAV, sig_shape=(8, 7), dtype="uint16")
+    with pytest.warns(DataSetWarning, match=rf"{re.escape(str(raw))}.*not a multiple of the frame size.*\(8, 7\)"):
+        inline_ctx.load("raw", path=raw, nav_shape=(17,), sig_shape=(8, 7), dtype="uint16")
 
 
 def test_raw_nav_shape_too_large_for_file(inline_ctx, files):
