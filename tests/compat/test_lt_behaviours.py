@@ -339,3 +339,67 @@ def test_detect_params_takes_libertems_executor_argument(files_8x8x8x8, h5file):
         got = cls.detect_params(path, executor)
         assert got == cls.detect_params(path)
         assert {k: str(got[k]).lstrip("/") for k in keys} == {k: str(ref[k]).lstrip("/") for k in keys}
+
+
+# --- exception types -------------------------------------------------------------------------------------------
+
+
+class _RaisesKeyError:
+    def get_result_buffers(self):
+        return {"a": self.buffer(kind="nav")}
+
+    def process_frame(self, frame):
+        raise KeyError("no such thing")
+
+
+class LtRaisesKeyErrorUDF(_RaisesKeyError, lt_udf.UDF):
+    pass
+
+
+class RtRaisesKeyErrorUDF(_RaisesKeyError, rt.UDF):
+    pass
+
+
+class _UndeclaredBuffer:
+    def get_result_buffers(self):
+        return {"a": self.buffer(kind="nav")}
+
+    def process_frame(self, frame):
+        self.results.b[:] = 1
+
+
+class LtUndeclaredBufferUDF(_UndeclaredBuffer, lt_udf.UDF):
+    pass
+
+
+class RtUndeclaredBufferUDF(_UndeclaredBuffer, rt.UDF):
+    pass
+
+
+def _raised(fn):
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - the type is what the test compares
+        return e
+    raise AssertionError("nothing raised")
+
+
+@pytest.mark.parametrize("case", ["KeyError in process_frame", "undeclared buffer", "no UDF", "CoM on 1D nav"])
+def test_exceptions_keep_libertems_type_and_raytiles_context(lt_ctx, ctx, case):
+    from libertem.udf.com import CoMUDF as LtCoMUDF
+
+    from raytile.udf.com import CoMUDF
+
+    data = DATA if case != "CoM on 1D nav" else DATA.reshape(20, 8, 8)
+    lt_ds, ds = lt_ctx.load("memory", data=data), ctx.load("memory", data=data)
+    lt_udf_, rt_udf_ = {"KeyError in process_frame": (LtRaisesKeyErrorUDF, RtRaisesKeyErrorUDF),
+                        "undeclared buffer": (LtUndeclaredBufferUDF, RtUndeclaredBufferUDF),
+                        "no UDF": (lambda: [], lambda: []),
+                        "CoM on 1D nav": (lambda: LtCoMUDF.with_params(), lambda: CoMUDF.with_params())}[case]
+    ref = _raised(lambda: lt_ctx.run_udf(dataset=lt_ds, udf=lt_udf_()))
+    got = _raised(lambda: ctx.run_udf(dataset=ds, udf=rt_udf_()))
+    assert isinstance(got, type(ref))  # ``except KeyError`` (ValueError, AttributeError) works as in LiberTEM
+    assert isinstance(got, rt.UDFException)
+    if case in ("KeyError in process_frame", "undeclared buffer"):
+        assert f"{rt_udf_.__name__}.process_frame raised" in str(got) and "partition" in str(got)
+        assert got.worker_traceback and "process_frame" in got.worker_traceback

@@ -20,7 +20,7 @@ from sparseconverter import CUPY_BACKENDS
 
 from raytile import masks as _masks
 from raytile.common.container import MaskContainer
-from raytile.common.errors import UDFException
+from raytile.common.errors import UDFException, udf_exception_class
 from raytile.common import coordinates
 from raytile.udf._tiles import TILE_BACKENDS
 from raytile.udf.base import BACKEND_CUPY, BACKEND_NUMPY, UDF
@@ -374,10 +374,15 @@ class CoMUDF(UDF):
         return TILE_BACKENDS
 
     def get_result_buffers(self):
-        if len(self.meta.dataset_shape.sig) != 2:
-            raise UDFException(
-                f"{type(self).__name__} needs a 2D signal, got sig shape {self.meta.dataset_shape.sig.to_tuple()}"
-            )
+        # LiberTEM's ValueError (a UDFException too, with raytile's message)
+        shape = self.meta.dataset_shape
+        if len(shape.sig) != 2:
+            raise udf_exception_class(ValueError)(
+                f"{type(self).__name__} needs a 2D signal, got sig shape {shape.sig.to_tuple()}")
+        if len(shape.nav) != 2:
+            raise udf_exception_class(ValueError)(
+                f"{type(self).__name__} needs a 2D nav shape (LiberTEM's CoMUDF only works with 2D nav shape), "
+                f"got nav shape {shape.nav.to_tuple()}")
         f64 = "float64"
         return {
             # (intensity, y moment, x moment) per frame, merged like any nav buffer
@@ -498,15 +503,10 @@ class CoMUDF(UDF):
             "field_x": field[:, 1].copy(),
             "regression": regression,
         }
-        nav = self.meta.dataset_shape.nav.to_tuple()
-        if len(nav) == 2:
-            grid = np.full(nav + (2,), np.nan)  # no field outside the ROI (LiberTEM's NaN-filled buffer)
-            grid[coords[:, 0], coords[:, 1]] = field
-            derived = self.get_field_results(field_y=grid[..., 0], field_x=grid[..., 1])
-            for name, arr in derived.items():
-                results[name] = np.asarray(arr)[coords[:, 0], coords[:, 1]].astype(np.float64)
-        else:
-            results["magnitude"] = magnitude(field[:, 0], field[:, 1])
-            results["divergence"] = np.full(len(m), np.nan)
-            results["curl"] = np.full(len(m), np.nan)
+        nav = self.meta.dataset_shape.nav.to_tuple()  # 2D (get_result_buffers checks)
+        grid = np.full(nav + (2,), np.nan)  # no field outside the ROI (LiberTEM's NaN-filled buffer)
+        grid[coords[:, 0], coords[:, 1]] = field
+        derived = self.get_field_results(field_y=grid[..., 0], field_x=grid[..., 1])
+        for name, arr in derived.items():
+            results[name] = np.asarray(arr)[coords[:, 0], coords[:, 1]].astype(np.float64)
         return results
