@@ -403,3 +403,20 @@ def test_exceptions_keep_libertems_type_and_raytiles_context(lt_ctx, ctx, case):
     if case in ("KeyError in process_frame", "undeclared buffer"):
         assert f"{rt_udf_.__name__}.process_frame raised" in str(got) and "partition" in str(got)
         assert got.worker_traceback and "process_frame" in got.worker_traceback
+
+
+# --- semantics -------------------------------------------------------------------------------------------------
+
+
+def test_com_udf_params_com_params():
+    from libertem.udf.com import CoMUDF as LtCoMUDF
+
+    from raytile.udf.com import CoMUDF
+
+    kw = dict(cy=1.5, cx=2.5, r=3.0, ri=0.5, scan_rotation=12.0, flip_y=True)
+    ref = LtCoMUDF.with_params(**kw).params.com_params
+    got = CoMUDF.with_params(**kw).params.com_params
+    assert got._fields == ref._fields
+    assert [getattr(got, f) for f in got._fields if f != "regression"] == \
+        [getattr(ref, f) for f in ref._fields if f != "regression"]
+    assert int(got.regression) == int(ref.regression)

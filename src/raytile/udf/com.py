@@ -23,7 +23,7 @@ from raytile.common.container import MaskContainer
 from raytile.common.errors import UDFException, udf_exception_class
 from raytile.common import coordinates
 from raytile.udf._tiles import TILE_BACKENDS
-from raytile.udf.base import BACKEND_CUPY, BACKEND_NUMPY, UDF
+from raytile.udf.base import BACKEND_CUPY, BACKEND_NUMPY, UDF, UDFData
 from raytile.udf.maskengine import ApplyMasksEngine
 from raytile.udf.worker_cache import scope_key
 
@@ -266,6 +266,15 @@ def moment_masks(sig: tuple[int, ...], cy: float, cx: float, r: float, ri: float
     return np.stack([region, y * region, x * region])
 
 
+class _CoMParamsData(UDFData):
+    """A CoMUDF's parameters, with LiberTEM's ``com_params`` (a :class:`CoMParams`) made from them."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "com_params":
+            return CoMParams(**{f: self._data[f] for f in CoMParams._fields})
+        return super().__getattr__(name)
+
+
 class CoMUDF(UDF):
     """Centre of mass of every frame, optionally within a disk or ring around ``(cy, cx)``.
 
@@ -300,8 +309,8 @@ class CoMUDF(UDF):
       over the whole scan grid). Positions outside the ROI have a NaN field
       there, as in LiberTEM, so a position whose differences reach one
       outside the ROI (the next row or column) is NaN too. Positions not
-      merged yet count as zero field. NaN for scans that are not 2D
-      (LiberTEM refuses those);
+      merged yet count as zero field. Scans that are not 2D are refused
+      with a ValueError, as in LiberTEM;
     - ``regression`` (single, ``(3, 2)``): the regression subtracted, fitted
       over the merged positions (all of the ROI once the run is done); a
       mean over no positions is NaN, as LiberTEM's;
@@ -322,6 +331,15 @@ class CoMUDF(UDF):
         if com_params is not None:
             flat.update(self._unpack_com_params(com_params))
         super().__init__(**flat)
+
+    @property
+    def params(self) -> UDFData:
+        """The parameters; ``params.com_params`` is them as LiberTEM's :class:`CoMParams` (as given)."""
+        return self._params
+
+    @params.setter
+    def params(self, value: UDFData) -> None:
+        self._params = _CoMParamsData(value._data)
 
     @staticmethod
     def _unpack_com_params(com_params: Any) -> dict[str, Any]:
