@@ -80,9 +80,9 @@ def test_plan_block_reads_coalesces_and_aligns():
 # -- bad files ----------------------------------------------------------------
 
 def test_truncated_raw_file_in_a_set(inline_ctx, tmp_path):
-    np.zeros((3, 4, 4), np.uint16).tofile(tmp_path / "a0.raw")
-    (tmp_path / "a1.raw").write_bytes(b"\0" * 50)  # not whole frames
-    with pytest.raises(DataSetException, match=r"a1\.raw.*not a multiple of the frame size"):
+    (tmp_path / "a0.raw").write_bytes(b"\0" * 50)  # not whole frames, and not the last file
+    np.zeros((3, 4, 4), np.uint16).tofile(tmp_path / "a1.raw")
+    with pytest.raises(DataSetException, match=r"a0\.raw.*not a multiple of the frame size"):
         inline_ctx.load("raw", path=str(tmp_path / "a*.raw"), nav_shape=(4,), sig_shape=(4, 4), dtype="uint16")
 
 

@@ -7,7 +7,7 @@ parameter that was wrong, so a user can act on the message alone.
 from __future__ import annotations
 
 __all__ = [
-    "RaytileError", "DataSetException", "UDFException", "UnsafeCastError", "UDFRunCancelled", "BackendError",
+    "RaytileError", "DataSetException", "UDFException", "udf_exception_class", "UnsafeCastError", "UDFRunCancelled", "BackendError",
     "ExecutorError", "CoordinatorDied", "ConfigValidationError", "RepairValueError", "StageFailed", "PipelineStateError", "StageActorDied",
     "DataSetWarning",
     "AcquisitionError",
@@ -35,15 +35,57 @@ class UDFException(RaytileError):
     partition and carries the worker's formatted traceback in ``worker_traceback``.
     """
 
+    #: The type of the exception the UDF raised, for the classes :func:`udf_exception_class` makes.
+    raised_type: type[BaseException] | None = None
+
     def __init__(self, message: str, worker_traceback: str | None = None):
         super().__init__(message)
         self.worker_traceback = worker_traceback
 
     def __str__(self) -> str:
-        base = super().__str__()
+        base = BaseException.__str__(self)  # not KeyError's quoting, for the classes made below
         if self.worker_traceback:
             return f"{base}\n\nWorker traceback:\n{self.worker_traceback}"
         return base
+
+    def __reduce__(self) -> tuple:
+        # the classes made by udf_exception_class are rebuilt by name of the raised type (they are not
+        # importable themselves): such an error crosses from a Ray worker like any other
+        return (_rebuild_udf_exception, (self.raised_type, BaseException.__str__(self), self.worker_traceback),
+                self.__dict__)
+
+
+_UDF_EXCEPTION_CLASSES: dict[type, type[UDFException]] = {}
+
+
+def udf_exception_class(raised: type[BaseException]) -> type[UDFException]:
+    """A subclass of both :class:`UDFException` and ``raised``: what a UDF method raised stays catchable as
+    its own type (``except KeyError`` around ``run_udf``, as in LiberTEM) while carrying raytile's context.
+
+    Plain :class:`UDFException` for types that cannot be combined (not an ``Exception``, a layout
+    conflict, a type that refuses a message argument).
+
+    >>> issubclass(udf_exception_class(KeyError), (UDFException, KeyError))
+    True
+    """
+    if not issubclass(raised, Exception) or issubclass(raised, UDFException):
+        return UDFException
+    cls = _UDF_EXCEPTION_CLASSES.get(raised)
+    if cls is None:
+        try:
+            cls = type(f"UDFException[{raised.__name__}]", (UDFException, raised),
+                       {"__module__": __name__, "raised_type": raised})
+            cls("probe")
+        except Exception:
+            cls = UDFException
+        _UDF_EXCEPTION_CLASSES[raised] = cls
+    return cls
+
+
+def _rebuild_udf_exception(raised: type[BaseException] | None, message: str,
+                           worker_traceback: str | None) -> UDFException:
+    cls = UDFException if raised is None else udf_exception_class(raised)
+    return cls(message, worker_traceback=worker_traceback)
 
 
 class UnsafeCastError(UDFException, TypeError):

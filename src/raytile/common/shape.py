@@ -68,9 +68,13 @@ class Shape:
     def size(self) -> int:
         """Number of elements, a Python ``int``.
 
-        The empty shape has size 1, like ``numpy.empty(()).size`` (LiberTEM says 0).
+        The empty shape (no dims, e.g. the nav of a sig-only shape) covers nothing: size 0, as in
+        LiberTEM (``numpy.empty(()).size`` would say 1).
+
+        >>> Shape((), sig_dims=0).size, Shape((16, 16), sig_dims=2).nav.size
+        (0, 0)
         """
-        return math.prod(self._dims)
+        return math.prod(self._dims) if self._dims else 0
 
     def flatten_nav(self) -> "Shape":
         """All navigation dims merged into one; unchanged if there are none.

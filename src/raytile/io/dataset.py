@@ -56,10 +56,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence, TypeVar, cast, runtime_checkable
 
 import numpy as np
+import sparseconverter
 
 from raytile.common.errors import ConfigValidationError, DataSetException, DataSetWarning
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
+from raytile.common.sparse import to_dense, to_sparse
 from raytile.common.tiling import DataTile, TilingScheme
 from raytile.io.corrections import CorrectionSet
 from raytile.io.params import ParamSpec, show, validate_params
@@ -141,21 +143,39 @@ def choose_num_partitions(
 
 
 def validate_roi(roi: Any, shape: Shape) -> np.ndarray | None:
-    """Check an ROI against the nav shape; return it as a flat bool array (or None)."""
+    """Check an ROI against the nav shape; return it as a flat bool array (or None).
+
+    Accepted as LiberTEM accepts them: a dense array, a sparse array (``sparse.COO``,
+    ``scipy.sparse``...), a list of ``((y, x), value)`` entries with one truth value, and
+    a non-bool array, cast to bool with LiberTEM's ``UserWarning``.
+    """
     if roi is None:
         return None
     nav = shape.nav.to_tuple()
     try:
+        if isinstance(roi, (list, tuple)) and roi and _is_coordinate_list(roi):
+            roi = to_dense(to_sparse(roi, shape=nav))
+        elif not isinstance(roi, np.ndarray) and sparseconverter.get_backend(roi) is not None:
+            roi = to_dense(roi)
         roi = np.asarray(roi)
-    except ValueError:  # a ragged nested list
+    except ValueError:  # a ragged nested list, coordinates with mixed truth values
         raise DataSetException(f"roi must be a boolean array of the nav shape {nav}, got {show(roi)}") from None
     if roi.dtype != bool:
-        raise DataSetException(f"roi must be a boolean array, got dtype {roi.dtype}")
+        if roi.dtype.kind not in "biuf":
+            raise DataSetException(f"roi must be a boolean array, got dtype {roi.dtype}")
+        warnings.warn(f"ROI dtype is {roi.dtype}, expected bool. Attempting cast to bool.", stacklevel=3)
+        roi = roi.astype(bool)
     if roi.shape != nav and roi.shape != (math.prod(nav),):
         raise DataSetException(
             f"roi shape {roi.shape} does not match the data set's nav shape {nav}"
         )
     return roi.reshape(-1)
+
+
+def _is_coordinate_list(roi: Sequence[Any]) -> bool:
+    """``[((y, x), True), ...]`` or one coordinate ``(y, x)``: an ROI given sparsely (see ``to_sparse``)."""
+    return all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in roi) or all(
+        isinstance(e, (list, tuple)) and len(e) == 2 and isinstance(e[0], (list, tuple)) for e in roi)
 
 
 class Partition(ABC):
@@ -355,6 +375,16 @@ def iter_array_tiles(
             yield DataTile(data, tile_slice, scheme_idx)
 
 
+def _taking_executor(detect: Callable[..., Any]) -> Callable[..., Any]:
+    """A format's ``detect_params(cls, path)`` that also takes LiberTEM's ``executor`` argument."""
+    @functools.wraps(detect)
+    def detect_params(cls: Any, path: str, executor: Any = None, **kwargs: Any) -> Any:
+        return detect(cls, path, **kwargs)
+
+    setattr(detect_params, "takes_executor", True)
+    return detect_params
+
+
 class DataSetType(ABCMeta):
     """Metaclass of :class:`DataSet`: calling a format class validates its arguments first.
 
@@ -484,9 +514,18 @@ class DataSet(metaclass=DataSetType):
             kwargs[name] = value
         return validate_params(owner, cls.get_params_schema(), kwargs)
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("detect_params")
+        if isinstance(own, classmethod) and not getattr(own.__func__, "takes_executor", False):
+            setattr(cls, "detect_params", classmethod(_taking_executor(own.__func__)))
+
     @classmethod
     def detect_params(cls, path: str) -> dict[str, Any] | None:
         """The constructor parameters this format finds in the file at ``path``, or None if not its file.
+
+        LiberTEM's ``executor`` argument (``detect_params(path, executor)``) is accepted too and not
+        used (the header is read where this is called): ``__init_subclass__`` wraps every override.
 
         Used by ``ctx.load("auto", path=...)`` (:mod:`raytile.io.formats.auto`):
         formats look at the extension, magic bytes and header only (no full
@@ -568,6 +607,9 @@ class DataSet(metaclass=DataSetType):
             return f"<{type(self).__name__} (not initialized)>"
         return f"<{type(self).__name__} shape={self.shape.to_tuple()} dtype={self.dtype}>"
 
+
+# the base's own detect_params takes LiberTEM's executor argument too (__init_subclass__ wraps subclasses')
+setattr(DataSet, "detect_params", classmethod(_taking_executor(DataSet.__dict__["detect_params"].__func__)))
 
 # LiberTEM's modules under ``libertem.io.dataset`` (``.memory``, ``.base``, ``.hdf5``, ``.raw``,
 # ``.raw_csr``, ``.npy``) are found at their ported paths (``raytile.io.dataset.memory`` ...) in the

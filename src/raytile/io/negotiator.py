@@ -76,6 +76,8 @@ class Negotiator:
             whole_frames = "frame" in methods
             tileshape = self._fit(depth, total_size, itemsize, sig_shape, base_shape, whole_frames)
             tileshape = tuple(int(v) for v in partition.adjust_tileshape(tileshape, roi))
+            if whole_frames:  # a forced tile shape (a memory data set's tileshape) still gives whole frames
+                tileshape = tileshape[:1] + sig_shape
         return TilingScheme.make_for_shape(
             Shape(tileshape, sig_dims=len(sig_shape)), ds_shape
         )

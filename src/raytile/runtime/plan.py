@@ -8,7 +8,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from raytile.common.errors import BackendError, DataSetException, UDFException
+from raytile.common.errors import BackendError, DataSetException, UDFException, udf_exception_class
 from raytile.io.corrections import CorrectionSet
 from raytile.io.dataset import DataSet, FrameDelivery, validate_roi
 from raytile.io.formats.stream import StreamSpec
@@ -84,7 +84,7 @@ def check_udfs(udfs: Any) -> list[UDF]:
         udfs = [udfs]
     udfs = list(udfs)
     if not udfs:
-        raise UDFException("run_udf needs at least one UDF")
+        raise udf_exception_class(ValueError)("run_udf needs at least one UDF, got an empty list")
     for udf in udfs:
         if not isinstance(udf, UDF):
             raise UDFException(f"expected a raytile UDF instance, got {udf!r}")

@@ -60,6 +60,8 @@ class Segment:
     #: Per UDF: its nav buffers, one array per partition in nav order (joined once, in ``as_result``).
     nav_chunks: list[dict[str, list[np.ndarray]]] = field(default_factory=list)
     num_frames: int = 0
+    #: ``(compressed nav start, frames)`` of every partition merged in (the merges' valid nav mask).
+    ranges: list[tuple[int, int]] = field(default_factory=list)
 
     def as_result(self, worker: str = "") -> PartitionResult:
         """The segment as a partition result the coordinator merges (``covers`` names its partitions)."""
@@ -88,6 +90,8 @@ class SegmentMerger:
             self._udfs.append(udf)
         self._sig = params.dataset_shape.sig.to_tuple()
         self._has_nav = any(buf.kind == "nav" for udf in self._udfs for _, buf in udf.results.buffers())
+        roi = params.roi
+        self._nav_size = int(np.count_nonzero(roi)) if roi is not None else params.dataset_shape.nav.size
         self._segments: list[Segment] = []
 
     @property
@@ -111,7 +115,10 @@ class SegmentMerger:
                           buffers=[{n: a for n, a in f.items() if not self._is_nav(i, n)} for i, f in enumerate(fresh)],
                           nav_chunks=[{n: [] for n in f if self._is_nav(i, n)} for i, f in enumerate(fresh)])
             self._segments.append(seg)
+        merged_so_far = list(seg.ranges)
         for i, (udf, part) in enumerate(zip(self._udfs, result.buffers)):
+            # as on the main node: the positions merged into ``dest`` so far (made only if merge asks)
+            udf.meta.set_valid_nav_mask(lambda: self._mask(merged_so_far))
             view = dict(seg.buffers[i])
             for name, chunks in seg.nav_chunks[i].items():
                 chunks.append(fresh[i][name])  # this partition's nav region, merged into below
@@ -119,6 +126,7 @@ class SegmentMerger:
             with calling_udf(udf, "merge", f"while merging {where or 'a partition'}"):
                 udf.merge(MergeAttrMapping(view), MergeAttrMapping(part))
         seg.nav_stop += count
+        seg.ranges.append((nav_start, count))
         seg.covers.append(result.idx)
         seg.num_frames += count
 
@@ -127,11 +135,19 @@ class SegmentMerger:
         segments, self._segments = self._segments, []
         return segments
 
+    def _mask(self, ranges: list[tuple[int, int]]) -> np.ndarray:
+        mask = np.zeros(self._nav_size, dtype=bool)
+        for start, count in ranges:
+            mask[start:start + count] = True
+        return mask
+
     def _is_nav(self, i: int, name: str) -> bool:
         return self._udfs[i].results.get_buffer(name).kind == "nav"
 
     def _fresh(self, count: int) -> list[dict[str, np.ndarray]]:
-        """Zeroed result buffers for ``count`` frames, as the coordinator allocates them."""
+        """Result buffers for ``count`` frames as the coordinator makes them: zeroed, then ``preprocess``
+        (on the main node it runs over the whole data set's buffers before any merge; a segment's
+        ``dest`` must hold what it sets up, e.g. an object buffer's containers)."""
         out = []
         for udf in self._udfs:
             bufs = {}
@@ -139,5 +155,12 @@ class SegmentMerger:
                 if buf.use != "result_only":
                     buf.allocate(count, self._sig)
                     bufs[name] = buf.data
+            if udf.preprocess is not None:
+                udf.results.set_views(bufs)
+                try:
+                    with calling_udf(udf, "preprocess", "(on a worker, for the partitions it merges)"):
+                        udf.preprocess()
+                finally:
+                    udf.results.clear_views()
             out.append(bufs)
         return out

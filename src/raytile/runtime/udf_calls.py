@@ -13,14 +13,17 @@ import traceback
 from contextlib import contextmanager
 from typing import Iterator
 
-from raytile.common.errors import UDFException
+from raytile.common.errors import UDFException, udf_exception_class
 
 __all__ = ["calling_udf", "udf_error"]
 
 
 def udf_error(udf: object, method: str, exc: BaseException, where: str) -> UDFException:
-    """The UDFException for ``exc`` raised by ``udf.method``; ``where`` ends the message."""
-    return UDFException(
+    """The UDFException for ``exc`` raised by ``udf.method``; ``where`` ends the message.
+
+    It is also an instance of ``type(exc)`` (see :func:`~raytile.common.errors.udf_exception_class`).
+    """
+    return udf_exception_class(type(exc))(
         f"{type(udf).__name__}.{method} raised {type(exc).__name__}: {exc} {where}".rstrip(),
         worker_traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
     )

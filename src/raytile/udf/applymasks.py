@@ -43,6 +43,12 @@ class MaskStack:
         if not callable(factory):
             raise UDFException(f"{self.owner}: mask_factories must be callables, got {factory!r}")
         m = factory()
+        if isinstance(m, (list, tuple)):  # one callable returning a list of masks, as LiberTEM accepts
+            return _stack([self._checked(factory, one) for one in m])
+        return self._checked(factory, m)
+
+    def _checked(self, factory: Any, m: Any) -> Any:
+        """One mask (or stack) ``m`` as a ``(n, *sig)`` stack, its shape checked against the signal."""
         shape, sig = tuple(m.shape), self.sig
         if shape == sig:
             n = 1
@@ -60,10 +66,14 @@ class MaskStack:
         return np.asarray(m).reshape((n,) + sig)
 
     def __call__(self) -> Any:
-        parts = [self._one(f) for f in self.factories]
-        if all(is_sparse(p) for p in parts):
-            return sparse.concatenate(parts, axis=0)
-        return np.concatenate([to_dense(p) for p in parts], axis=0)
+        return _stack([self._one(f) for f in self.factories])
+
+
+def _stack(parts: list[Any]) -> Any:
+    """``(n_i, *sig)`` stacks as one: sparse when every part is, dense otherwise."""
+    if all(is_sparse(p) for p in parts):
+        return sparse.concatenate(parts, axis=0)
+    return np.concatenate([to_dense(p) for p in parts], axis=0)
 
 
 class ApplyMasksUDF(UDF):

@@ -26,10 +26,12 @@ class AutoUDF(UDF):
         >>> res["result"].data.shape  # nav + (sig_w,)
     """
 
-    def __init__(self, f: Callable[[np.ndarray], Any], input_dtype: Any = "float32"):
+    def __init__(self, f: Callable[[np.ndarray], Any], input_dtype: Any = "float32", monitor: bool = False):
+        """``monitor=True`` adds LiberTEM's result-only ``monitor`` buffer: ``f``'s result for the last
+        frame merged so far (for live plots)."""
         if not callable(f):
             raise UDFException(f"AutoUDF needs a callable f, got {f!r}")
-        super().__init__(f=f, input_dtype=input_dtype)
+        super().__init__(f=f, input_dtype=input_dtype, monitor=bool(monitor))
 
     def get_preferred_input_dtype(self):
         dt = self.params.input_dtype
@@ -49,7 +51,19 @@ class AutoUDF(UDF):
 
     def get_result_buffers(self):
         probe = self._probe()
-        return {"result": self.buffer(kind="nav", extra_shape=probe.shape, dtype=probe.dtype)}
+        buffers = {"result": self.buffer(kind="nav", extra_shape=probe.shape, dtype=probe.dtype)}
+        if self.params.get("monitor", False):
+            buffers["monitor"] = self.buffer(kind="single", extra_shape=probe.shape, dtype=probe.dtype,
+                                             use="result_only")
+        return buffers
+
+    def get_results(self) -> dict[str, Any]:
+        if not self.params.get("monitor", False):
+            return {}
+        merged = self.meta.get_valid_nav_mask()
+        done = np.flatnonzero(merged) if merged is not None else np.zeros(0, dtype=np.int64)
+        last = int(done[-1]) if done.size else 0  # nothing merged yet: the first (initial) value
+        return {"monitor": np.asarray(self.results.result)[last]}
 
     def process_frame(self, frame) -> None:
         self.results.result[...] = np.asarray(self.params.f(frame))

@@ -20,10 +20,10 @@ from sparseconverter import CUPY_BACKENDS
 
 from raytile import masks as _masks
 from raytile.common.container import MaskContainer
-from raytile.common.errors import UDFException
+from raytile.common.errors import UDFException, udf_exception_class
 from raytile.common import coordinates
 from raytile.udf._tiles import TILE_BACKENDS
-from raytile.udf.base import BACKEND_CUPY, BACKEND_NUMPY, UDF
+from raytile.udf.base import BACKEND_CUPY, BACKEND_NUMPY, UDF, UDFData
 from raytile.udf.integer_tiles import frame_moments_into, is_real_tile, region_lanes, region_moments_into
 from raytile.udf.maskengine import ApplyMasksEngine
 from raytile.udf.worker_cache import scope_key
@@ -87,9 +87,14 @@ def apply_correction(y_centers: np.ndarray, x_centers: np.ndarray, scan_rotation
     mat = correction_matrix(scan_rotation, flip_y)
     if not forward:
         mat = np.linalg.inv(mat)
-    y = np.asarray(y_centers, dtype=np.float64)
-    x = np.asarray(x_centers, dtype=np.float64)
+    y, x = _float_or_complex(y_centers), _float_or_complex(x_centers)
     return mat[0, 0] * y + mat[0, 1] * x, mat[1, 0] * y + mat[1, 1] * x
+
+
+def _float_or_complex(a: Any) -> np.ndarray:
+    """``a`` as float64, or complex128 if it is complex: the imaginary part of complex shifts is kept."""
+    arr = np.asarray(a)
+    return arr.astype(np.complex128 if arr.dtype.kind == "c" else np.float64, copy=False)
 
 
 def divergence(y_centers: np.ndarray, x_centers: np.ndarray) -> np.ndarray:
@@ -262,6 +267,15 @@ def moment_masks(sig: tuple[int, ...], cy: float, cx: float, r: float, ri: float
     return np.stack([region, y * region, x * region])
 
 
+class _CoMParamsData(UDFData):
+    """A CoMUDF's parameters, with LiberTEM's ``com_params`` (a :class:`CoMParams`) made from them."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "com_params":
+            return CoMParams(**{f: self._data[f] for f in CoMParams._fields})
+        return super().__getattr__(name)
+
+
 class CoMUDF(UDF):
     """Centre of mass of every frame, optionally within a disk or ring around ``(cy, cx)``.
 
@@ -296,8 +310,8 @@ class CoMUDF(UDF):
       over the whole scan grid). Positions outside the ROI have a NaN field
       there, as in LiberTEM, so a position whose differences reach one
       outside the ROI (the next row or column) is NaN too. Positions not
-      merged yet count as zero field. NaN for scans that are not 2D
-      (LiberTEM refuses those);
+      merged yet count as zero field. Scans that are not 2D are refused
+      with a ValueError, as in LiberTEM;
     - ``regression`` (single, ``(3, 2)``): the regression subtracted, fitted
       over the merged positions (all of the ROI once the run is done); a
       mean over no positions is NaN, as LiberTEM's;
@@ -318,6 +332,15 @@ class CoMUDF(UDF):
         if com_params is not None:
             flat.update(self._unpack_com_params(com_params))
         super().__init__(**flat)
+
+    @property
+    def params(self) -> UDFData:
+        """The parameters; ``params.com_params`` is them as LiberTEM's :class:`CoMParams` (as given)."""
+        return self._params
+
+    @params.setter
+    def params(self, value: UDFData) -> None:
+        self._params = _CoMParamsData(value._data)
 
     @staticmethod
     def _unpack_com_params(com_params: Any) -> dict[str, Any]:
@@ -375,10 +398,15 @@ class CoMUDF(UDF):
         return self.USE_NATIVE_DTYPE
 
     def get_result_buffers(self):
-        if len(self.meta.dataset_shape.sig) != 2:
-            raise UDFException(
-                f"{type(self).__name__} needs a 2D signal, got sig shape {self.meta.dataset_shape.sig.to_tuple()}"
-            )
+        # LiberTEM's ValueError (a UDFException too, with raytile's message)
+        shape = self.meta.dataset_shape
+        if len(shape.sig) != 2:
+            raise udf_exception_class(ValueError)(
+                f"{type(self).__name__} needs a 2D signal, got sig shape {shape.sig.to_tuple()}")
+        if len(shape.nav) != 2:
+            raise udf_exception_class(ValueError)(
+                f"{type(self).__name__} needs a 2D nav shape (LiberTEM's CoMUDF only works with 2D nav shape), "
+                f"got nav shape {shape.nav.to_tuple()}")
         f64 = "float64"
         return {
             # (intensity, y moment, x moment) per frame, merged like any nav buffer
@@ -526,15 +554,10 @@ class CoMUDF(UDF):
             "field_x": field[:, 1].copy(),
             "regression": regression,
         }
-        nav = self.meta.dataset_shape.nav.to_tuple()
-        if len(nav) == 2:
-            grid = np.full(nav + (2,), np.nan)  # no field outside the ROI (LiberTEM's NaN-filled buffer)
-            grid[coords[:, 0], coords[:, 1]] = field
-            derived = self.get_field_results(field_y=grid[..., 0], field_x=grid[..., 1])
-            for name, arr in derived.items():
-                results[name] = np.asarray(arr)[coords[:, 0], coords[:, 1]].astype(np.float64)
-        else:
-            results["magnitude"] = magnitude(field[:, 0], field[:, 1])
-            results["divergence"] = np.full(len(m), np.nan)
-            results["curl"] = np.full(len(m), np.nan)
+        nav = self.meta.dataset_shape.nav.to_tuple()  # 2D (get_result_buffers checks)
+        grid = np.full(nav + (2,), np.nan)  # no field outside the ROI (LiberTEM's NaN-filled buffer)
+        grid[coords[:, 0], coords[:, 1]] = field
+        derived = self.get_field_results(field_y=grid[..., 0], field_x=grid[..., 1])
+        for name, arr in derived.items():
+            results[name] = np.asarray(arr)[coords[:, 0], coords[:, 1]].astype(np.float64)
         return results

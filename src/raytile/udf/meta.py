@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -34,7 +34,7 @@ class UDFMeta:
         device_class: str = "cpu",
         threads_per_worker: int | None = None,
         array_backend: str | None = None,
-        valid_nav_mask: np.ndarray | None = None,
+        valid_nav_mask: np.ndarray | Callable[[], np.ndarray] | None = None,
         worker_cache: WorkerCache | None = None,
     ):
         self._partition_slice = partition_slice
@@ -156,6 +156,8 @@ class UDFMeta:
 
         ROI-compressed unless ``full_nav`` is set.
         """
+        if callable(self._valid_nav_mask):  # made when first asked for (a worker's merge rarely asks)
+            self._valid_nav_mask = self._valid_nav_mask()
         if self._valid_nav_mask is None:
             return None
         if full_nav and self._roi is not None:
@@ -164,5 +166,6 @@ class UDFMeta:
             return full
         return self._valid_nav_mask
 
-    def set_valid_nav_mask(self, mask: np.ndarray | None) -> None:
+    def set_valid_nav_mask(self, mask: np.ndarray | Callable[[], np.ndarray] | None) -> None:
+        """Set the mask ``get_valid_nav_mask`` returns; a callable makes it when first asked for."""
         self._valid_nav_mask = mask

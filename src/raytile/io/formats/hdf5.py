@@ -1,7 +1,11 @@
 """The ``hdf5`` format: one dataset inside an HDF5 file (h5py, the ``hdf5`` extra).
 
 ``ctx.load("hdf5", path="scan.h5", ds_path="/entry/data", sig_dims=2)``.
-The last ``sig_dims`` axes are the signal. For chunked datasets the base
+The last ``sig_dims`` axes are the signal. Without ``ds_path`` the largest
+dataset of 3 or more dimensions is read (as LiberTEM does);
+``sync_offset`` shifts the frames (nav position ``i`` reads frame
+``i + sync_offset``, zeros outside the dataset), ``sig_shape`` may be given
+and must be the dataset's own (LiberTEM does not reshape HDF5 frames either). For chunked datasets the base
 shape follows the chunking: tiles span whole chunks in the signal and a
 multiple of the chunk's frames in nav, so each chunk is read (and
 decompressed) once per tile block.
@@ -29,7 +33,7 @@ from raytile.common.errors import DataSetException
 from raytile.io.dataset import DataSet, DataSetMeta, Partition, check_array_backend
 from raytile.io.decoders import NativeDecoder
 from raytile.io.backends import BACKENDS
-from raytile.io.fileset import REMOTE_PARAMS, File, FilePartition, FileSet
+from raytile.io.fileset import REMOTE_PARAMS, File, FilePartition, FileSet, check_sync_offset
 from raytile.io.store import ObjectStore, check_path_file, store_for
 from raytile.io.read_ranges import LAYOUT_CHUNKED, chunked_extra
 from raytile.common.shape import Shape
@@ -211,8 +215,26 @@ class H5Partition(_ChunkTiling, Partition):
     def _source(self):
         f, ds = _open(self.path, self.ds_path, self.store)
         with f:
-            data = self._read_frames(ds, self.start, self.stop, tuple(slice(None) for _ in self.meta.shape.sig))
+            off = self.meta.sync_offset
+            data = self._read_shifted(ds, self.start + off, self.stop + off,
+                                      tuple(slice(None) for _ in self.meta.shape.sig))
         return data
+
+    def _read_shifted(self, ds, a: int, b: int, sig_sl: tuple, out: np.ndarray | None = None) -> np.ndarray:
+        """Flat frames ``[a, b)`` of the file; frames outside it (a ``sync_offset``) read as zeros."""
+        total = math.prod(self.file_nav)
+        lo, hi = min(max(a, 0), total), max(min(b, total), 0)
+        if lo == a and hi == b:
+            return self._read_frames(ds, a, b, sig_sl, out)
+        shape = (b - a,) + tuple(s.stop - s.start if s.stop is not None else n
+                                 for s, n in zip(sig_sl, self.meta.shape.sig))
+        if out is None:
+            out = np.empty(shape, dtype=ds.dtype)
+        out[:lo - a] = 0
+        out[hi - a:] = 0
+        if hi > lo:
+            self._read_frames(ds, lo, hi, sig_sl, out[lo - a:hi - a])
+        return out
 
     def _read_frames(self, ds, a: int, b: int, sig_sl: tuple, out: np.ndarray | None = None) -> np.ndarray:
         """Flat frames ``[a, b)`` of the signal slice ``sig_sl``, as few reads as the nav layout allows."""
@@ -256,7 +278,7 @@ class H5Partition(_ChunkTiling, Partition):
                     buf = raw.get(key)
                     if buf is None:
                         buf = raw[key] = np.empty((z - a,) + sl.shape.to_tuple(), dtype=ds.dtype)
-                    self._read_frames(ds, a + offset, z + offset, sig_sl, buf)
+                    self._read_shifted(ds, a + offset, z + offset, sig_sl, buf)
                     data = buf if roi is None else buf[block - a]
                     if data.dtype != dest_dtype or roi is not None:
                         ckey = (s_idx, count)
@@ -277,20 +299,26 @@ class H5DataSet(DataSet):
     initialize_on_worker = True
     params_schema = {
         "path": {"type": "path", "required": True},
-        "ds_path": {"type": "str", "required": True},
+        "ds_path": {"type": "str"},
+        "sig_shape": {"type": "shape"},
+        "sync_offset": {"type": "int"},
         "sig_dims": {"type": "int", "min": 1},
         "nav_shape": {"type": "shape"},
         "io_backend": {"type": "io_backend", "choices": sorted(BACKENDS)},
         **REMOTE_PARAMS,
     }
 
-    def __init__(self, path: str, ds_path: str, sig_dims: int = 2, nav_shape: tuple[int, ...] | None = None,
-                 io_backend: str = "mmap", storage_options: Any = None, **kwargs):
+    def __init__(self, path: str, ds_path: str | None = None, sig_dims: int = 2,
+                 nav_shape: tuple[int, ...] | None = None, io_backend: str = "mmap",
+                 sig_shape: tuple[int, ...] | None = None, sync_offset: int = 0,
+                 storage_options: Any = None, **kwargs):
         super().__init__(**kwargs)
         self._store = store_for(path, storage_options)
         self._path = path
-        self._ds_path = ds_path
+        self._ds_path = ds_path or ""
         self._sig_dims = sig_dims
+        self._sig_shape = None if sig_shape is None else tuple(int(v) for v in sig_shape)
+        self._sync_offset = int(sync_offset)
         self._nav_shape = nav_shape
         self._io_backend = io_backend
         self._raw_fileset: FileSet | None = None
@@ -324,6 +352,12 @@ class H5DataSet(DataSet):
 
     def _do_initialize(self) -> DataSetMeta:
         check_path_file(self._path, self._store)
+        if not self._ds_path:  # LiberTEM's choice: the largest dataset of 3 or more dimensions
+            found = self.detect_params(self._path) if self._store is None else None
+            if found is None:
+                raise DataSetException(f"{self._path}: not an HDF5 file, or no data set found in it "
+                                       "(give ds_path for the dataset to read)")
+            self._ds_path = found["ds_path"]
         f, ds = _open(self._path, self._ds_path, self._store)
         with f:
             shape, dtype, chunks = tuple(ds.shape), np.dtype(ds.dtype), ds.chunks
@@ -337,13 +371,18 @@ class H5DataSet(DataSet):
             )
         file_nav = shape[: len(shape) - self._sig_dims]
         sig = shape[len(shape) - self._sig_dims:]
+        if self._sig_shape is not None and self._sig_shape != tuple(sig):
+            raise DataSetException(f"{self._path}:{self._ds_path}: sig_shape {self._sig_shape} is not the "
+                                   f"dataset's signal shape {tuple(sig)}; HDF5 frames are not reshaped")
         nav = self._nav_shape or file_nav
-        if math.prod(nav) != math.prod(file_nav):
+        check_sync_offset(self._path, self._sync_offset, math.prod(nav), math.prod(file_nav))
+        if math.prod(nav) != math.prod(file_nav) and self._sync_offset == 0:
             raise DataSetException(
                 f"{self._path}:{self._ds_path}: holds {math.prod(file_nav)} frames, nav_shape {nav} needs {math.prod(nav)}"
             )
         self._file_nav, self._chunks, self._h5dtype = file_nav, chunks, dtype
-        return DataSetMeta(shape=Shape(tuple(nav) + tuple(sig), sig_dims=len(sig)), raw_dtype=dtype.newbyteorder("="))
+        return DataSetMeta(shape=Shape(tuple(nav) + tuple(sig), sig_dims=len(sig)), raw_dtype=dtype.newbyteorder("="),
+                           sync_offset=self._sync_offset)
 
     def check_valid(self) -> None:
         f, ds = _open(self._path, self._ds_path, self._store)
@@ -359,7 +398,8 @@ class H5DataSet(DataSet):
         if self._store is not None:
             return ("hdf5", self._path, self._store.identity(self._path), self._ds_path, self.shape.to_tuple())
         st = os.stat(self._path)
-        return ("hdf5", os.path.abspath(self._path), st.st_mtime_ns, st.st_size, self._ds_path, self.shape.to_tuple())
+        return ("hdf5", os.path.abspath(self._path), st.st_mtime_ns, st.st_size, self._ds_path, self.shape.to_tuple(),
+                self._sync_offset)
 
     def get_diagnostics(self) -> list[dict[str, Any]]:
         return super().get_diagnostics() + [

@@ -30,9 +30,15 @@ class MemoryPartition(Partition):
     other arrays travel with the task (CARRIED).
     """
 
-    def __init__(self, meta: DataSetMeta, partition_slice: Slice, idx: int, data: Any):
+    def __init__(self, meta: DataSetMeta, partition_slice: Slice, idx: int, data: Any,
+                 tileshape: tuple[int, ...] | None = None):
         super().__init__(meta, partition_slice, idx)
         self.data = data
+        self.tileshape = tileshape
+
+    def adjust_tileshape(self, tileshape: tuple[int, ...], roi: np.ndarray | None) -> tuple[int, ...]:
+        """The data set's ``tileshape`` when given (LiberTEM's memory data set forces it)."""
+        return tileshape if self.tileshape is None else tuple(self.tileshape)
 
     @property
     def frame_delivery(self) -> FrameDelivery:  # type: ignore[override]
@@ -61,6 +67,11 @@ class MemoryDataSet(DataSet):
     :class:`~raytile.io.formats.sparse.SparseMemoryDataSet` instead, whose
     tiles come natively sparse.
 
+    As LiberTEM's memory data set: ``tileshape`` (``(depth, *sig)``) fixes the
+    tiles' shape (whole frames still go to UDFs that need them), and
+    ``sync_offset`` shifts the frames: nav position ``i`` holds frame
+    ``i + sync_offset``, positions past either end hold zeros.
+
     >>> ds = ctx.load("memory", data=np.zeros((8, 8, 32, 32), dtype="uint16"))
     """
 
@@ -70,6 +81,8 @@ class MemoryDataSet(DataSet):
         "sig_dims": {"type": "int", "min": 1},
         "nav_shape": {"type": "shape"},
         "sig_shape": {"type": "shape"},
+        "tileshape": {"type": "shape"},
+        "sync_offset": {"type": "int"},
     }
 
     def __new__(cls, data: Any = None, *args: Any, **kwargs: Any):
@@ -80,9 +93,12 @@ class MemoryDataSet(DataSet):
         return super().__new__(cls)
 
     def __init__(self, data: Any, sig_dims: int = 2, nav_shape: tuple[int, ...] | None = None,
-                 sig_shape: tuple[int, ...] | None = None, **kwargs):
+                 sig_shape: tuple[int, ...] | None = None, tileshape: tuple[int, ...] | None = None,
+                 sync_offset: int = 0, **kwargs):
         super().__init__(**kwargs)
         self._data = data
+        self._tileshape = None if tileshape is None else tuple(int(t) for t in tileshape)
+        self._sync_offset = int(sync_offset)
         self._sig_dims = sig_dims if sig_shape is None else len(sig_shape)
         self._nav_shape = nav_shape
         self._sig_shape = sig_shape
@@ -100,11 +116,10 @@ class MemoryDataSet(DataSet):
             raise DataSetException(
                 f"memory data of shape {data.shape} cannot be viewed as nav {nav} x sig {sig}"
             )
-        if isinstance(data, np.ndarray):
-            self._flat = data.reshape(shape.flatten_nav().to_tuple())
-        else:
-            self._flat = data.reshape(shape.flatten_nav().to_tuple())
-        return DataSetMeta(shape=shape, raw_dtype=np.dtype(data.dtype))
+        if self._tileshape is not None and len(self._tileshape) != len(sig) + 1:
+            raise DataSetException(f"memory: tileshape {self._tileshape} must be (depth, *sig) for sig {sig}")
+        self._flat = _shifted(data.reshape(shape.flatten_nav().to_tuple()), self._sync_offset)
+        return DataSetMeta(shape=shape, raw_dtype=np.dtype(data.dtype), sync_offset=self._sync_offset)
 
     @property
     def data(self):
@@ -112,13 +127,30 @@ class MemoryDataSet(DataSet):
         return self._flat
 
     def get_cache_key(self):
-        return ("memory", id(self._data), self.shape.to_tuple())
+        return ("memory", id(self._data), self.shape.to_tuple(), self._sync_offset)
 
     def get_partitions(self) -> list[Partition]:
         return [
-            MemoryPartition(self.meta, sl, idx, self._flat[sl.origin[0]:sl.origin[0] + sl.shape[0]])
+            MemoryPartition(self.meta, sl, idx, self._flat[sl.origin[0]:sl.origin[0] + sl.shape[0]],
+                            self._tileshape)
             for idx, sl in enumerate(self.get_slices())
         ]
+
+
+def _shifted(frames: Any, sync_offset: int) -> Any:
+    """``frames`` (``(n, *sig)``) moved by ``sync_offset``: position ``i`` holds frame ``i + sync_offset``,
+    zeros where that is outside ``[0, n)``. A copy only when shifted."""
+    n = frames.shape[0]
+    if sync_offset == 0:
+        return frames
+    if abs(sync_offset) >= n:
+        raise DataSetException(f"memory: sync_offset {sync_offset} reads no frame of the data's {n} frames")
+    out = np.zeros(frames.shape, dtype=frames.dtype)
+    if sync_offset > 0:
+        out[:n - sync_offset] = frames[sync_offset:]
+    else:
+        out[-sync_offset:] = frames[:n + sync_offset]
+    return out
 
 
 def dense_frames(dataset: DataSet) -> dict[int, Any]:

@@ -83,9 +83,10 @@ class NPYDataSet(FileDataSet):
         nav = self._nav_shape or tuple(shape[: len(shape) - self._sig_dims])
         total = math.prod(shape)
         frame = math.prod(sig)
-        if total % frame:
-            raise DataSetException(f"{self._path}: array of shape {shape} does not hold whole frames of {sig}")
         self._file_frames = total // frame
+        if total % frame:  # LiberTEM reads the whole frames and cuts off the rest
+            self.warn_on_load(f"{self._path}: array of shape {shape} holds {self._file_frames} whole frames of "
+                              f"sig_shape {sig}; its last {total % frame} values are not read")
         check_sync_offset(self._path, self._sync_offset, math.prod(nav), self._file_frames)
         if math.prod(nav) + max(self._sync_offset, 0) > self._file_frames and self._sync_offset == 0:
             raise DataSetException(

@@ -45,6 +45,7 @@ class PackedRawDataSet(RawFileDataSet):
     """Raw files of ``bits``-bit packed pixels; ``ctx.load("packed_raw", path=..., nav_shape=..., sig_shape=..., bits=12)``."""
 
     format_name = "packed_raw"
+    partial_last_frame_ok = False  # a wrong ``bits`` shows as a size that is not whole frames
     params_schema = {
         "dtype": {"type": "dtype"},
         "bits": {"type": "int", "required": True, "min": 1, "max": 31},

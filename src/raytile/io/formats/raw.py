@@ -10,6 +10,9 @@ through :class:`~raytile.io.fileset.FilePartition` and an IO backend
 from __future__ import annotations
 
 import math
+import os
+import warnings
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +33,16 @@ def check_file(path: str, store: ObjectStore | None = None) -> int:
     return check_path_file(path, store)
 
 
+def _deprecated(owner: str, old: str, old_value: Any, new: str, new_value: Any) -> Any:
+    """``new_value``, or ``old_value`` given under LiberTEM's deprecated name ``old`` (with its FutureWarning)."""
+    if old_value is None:
+        return new_value
+    warnings.warn(f"{old} argument is deprecated. please specify {new} instead", FutureWarning, stacklevel=4)
+    if new_value is not None:
+        raise ConfigValidationError(f"{owner}: give {new} or {old}, not both")
+    return old_value
+
+
 class RawFileDataSet(FileDataSet):
     """Read frames from headerless (or fixed-header) binary files.
 
@@ -39,14 +52,25 @@ class RawFileDataSet(FileDataSet):
     start; negative values insert blank frames), ``file_header_bytes`` (at the
     start of every file), ``frame_header_bytes``/``frame_footer_bytes``
     (around every frame), ``io_backend``; ``path`` may be a URL of an object
-    store with ``storage_options`` (see docs/cloud.md).
+    store with ``storage_options`` (see docs/cloud.md). LiberTEM's deprecated ``scan_size``,
+    ``detector_size`` (for ``nav_shape``, ``sig_shape``) and ``enable_direct``
+    (``io_backend="direct"``) are taken with LiberTEM's ``FutureWarning``.
+
+    A last file that ends in part of a frame is read as LiberTEM reads it: its
+    whole frames, with a :class:`~raytile.common.errors.DataSetWarning` naming
+    the bytes left out.
     """
 
     format_name = "raw"
+    #: Whether the last file may end in part of a frame (cut off with a warning, as LiberTEM's raw does).
+    partial_last_frame_ok = True
     params_schema = {
         "path": {"type": "paths", "required": True},
-        "nav_shape": {"type": "shape", "required": True},
-        "sig_shape": {"type": "shape", "required": True},
+        "nav_shape": {"type": "shape"},
+        "sig_shape": {"type": "shape"},
+        "scan_size": {"type": "shape"},
+        "detector_size": {"type": "shape"},
+        "enable_direct": {"type": "bool"},
         "dtype": {"type": "dtype", "required": True},
         "sync_offset": {"type": "int"},
         "file_header_bytes": {"type": "int", "min": 0},
@@ -55,9 +79,24 @@ class RawFileDataSet(FileDataSet):
         **REMOTE_PARAMS,
     }
 
-    def __init__(self, path: str | list[str], nav_shape: tuple[int, ...], sig_shape: tuple[int, ...],
-                 dtype: np.dtype, sync_offset: int = 0, file_header_bytes: int = 0, frame_header_bytes: int = 0,
-                 frame_footer_bytes: int = 0, **kwargs):
+    def __init__(self, path: str | list[str], nav_shape: tuple[int, ...] | None = None,
+                 sig_shape: tuple[int, ...] | None = None, dtype: np.dtype | None = None, sync_offset: int = 0,
+                 file_header_bytes: int = 0, frame_header_bytes: int = 0, frame_footer_bytes: int = 0,
+                 scan_size: tuple[int, ...] | None = None, detector_size: tuple[int, ...] | None = None,
+                 enable_direct: bool = False, **kwargs):
+        owner = self.format_name
+        if enable_direct:
+            if kwargs.get("io_backend") is not None:
+                raise ConfigValidationError(f"{owner}: give io_backend or enable_direct, not both")
+            warnings.warn("enable_direct is deprecated; pass `io_backend=DirectBackend()` instead",
+                          FutureWarning, stacklevel=3)
+            kwargs["io_backend"] = "direct"
+        nav_shape = _deprecated(owner, "scan_size", scan_size, "nav_shape", nav_shape)
+        sig_shape = _deprecated(owner, "detector_size", detector_size, "sig_shape", sig_shape)
+        for name, value in (("nav_shape", nav_shape), ("sig_shape", sig_shape), ("dtype", dtype)):
+            if value is None:
+                raise ConfigValidationError(f"{owner}: parameter {name!r} is required, got None")
+        assert nav_shape is not None and sig_shape is not None and dtype is not None
         super().__init__(**kwargs)
         self._paths_in = path
         self._path = path[0] if isinstance(path, list) else path
@@ -101,12 +140,18 @@ class RawFileDataSet(FileDataSet):
         probe = self._make_fileset([File(paths[0], 0, 1, self._file_header)])
         stride = probe.frame_stride
         files, start = [], 0
-        for p in paths:
+        for i, p in enumerate(paths):
             size = check_file(p, self._store) - self._file_header
             if size < 0:
                 raise DataSetException(f"{p}: file of {size + self._file_header} bytes is shorter than its "
                                        f"{self._file_header} byte header")
-            if size % stride:
+            if size % stride and self.partial_last_frame_ok and i == len(paths) - 1 and size >= stride:
+                # LiberTEM reads the whole frames and cuts off the rest ("extra data at the end")
+                self.warn_on_load(
+                    f"{p}: file size {size + self._file_header} is not a multiple of the frame size {stride} "
+                    f"(sig_shape {self._sig_shape}, dtype {self._dtype}); its last {size % stride} bytes are not "
+                    "read. Check sig_shape and dtype")
+            elif size % stride:
                 raise DataSetException(
                     f"{p}: file size {size + self._file_header} is not a multiple of the frame size {stride} "
                     f"(sig_shape {self._sig_shape}, dtype {self._dtype}, {self._file_header} bytes file header, "
