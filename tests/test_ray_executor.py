@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import threading
@@ -41,6 +42,7 @@ def test_actors_are_created_once_and_reused(ray_context, data):
 
 def test_memory_partitions_are_zero_copy_and_read_only(ray_context, data):
     ds = ray_context.load("memory", data=data, num_partitions=4)
+    gc.collect()  # data sets of earlier tests let go of their shared frames now, not between the two counts
     shared = len(ray_context.executor.shared)
     res = ray_context.run_udf(dataset=ds, udf=InputFlagsUDF())
     assert np.array_equal(res["sum"].data, data.sum(axis=(0, 1)))

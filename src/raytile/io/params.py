@@ -1,7 +1,8 @@
 """Data set parameters: one validation path for ``Context.load``, direct construction and JSON.
 
 A format declares its constructor parameters in ``params_schema``, a dict
-``name -> {"type": kind, "required": bool, "min": int, "max": int, "choices": [...]}``
+``name -> {"type": kind, "required": bool, "min": int, "max": int, "choices": [...],
+"deprecated_for": name}`` (an old name of another parameter, LiberTEM's ``scan_size``)
 with ``kind`` one of :data:`CHECKS`. :func:`validate_params` checks the given
 values against a schema before the constructor runs and converts them to one
 canonical form (``int``, tuples of ``int``, ``str`` paths, ``np.dtype``), so
@@ -233,6 +234,7 @@ JSON_FORMS: dict[str, Callable[[ParamSpec], dict[str, Any]] | None] = {
                                                                   "maxLength": 4096},
                            "minItems": 1, "maxItems": 100_000, "format": "path"},
     "choice": lambda spec: {"type": "string", "enum": list(spec["choices"])},
+    "io_backend": lambda spec: {"type": "string", "enum": list(spec["choices"])},  # by name over HTTP
     "storage_options": None,  # credentials: a server's own (serve's storage_options), never a client's
     "array": None,
     "iterable": None,
@@ -252,6 +254,12 @@ def json_schema(spec: ParamSpec) -> dict[str, Any] | None:
     return None if form is None else form(spec)
 
 
+def _given_by_old_name(schema: dict[str, ParamSpec], params: dict[str, Any], name: str) -> bool:
+    """Whether ``name`` came under an old name of it (a parameter declared ``"deprecated_for": name``,
+    such as LiberTEM's ``scan_size`` for ``nav_shape``), which the format maps to it."""
+    return any(params.get(old) is not None for old, spec in schema.items() if spec.get("deprecated_for") == name)
+
+
 def validate_params(owner: str, schema: dict[str, ParamSpec], params: dict[str, Any]) -> dict[str, Any]:
     """Check ``params`` against ``schema``; return the given (non-None) ones in canonical form.
 
@@ -269,7 +277,7 @@ def validate_params(owner: str, schema: dict[str, ParamSpec], params: dict[str, 
     for name, spec in schema.items():
         value = params.get(name)
         if value is None:
-            if spec.get("required"):
+            if spec.get("required") and not _given_by_old_name(schema, params, name):
                 got = ", got None" if name in params else ""
                 raise ConfigValidationError(f"{owner}: parameter {name!r} is required{got}")
             continue

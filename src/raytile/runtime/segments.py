@@ -109,12 +109,16 @@ class SegmentMerger:
         """
         count = result.num_frames
         seg = next((s for s in self._segments if s.nav_stop == nav_start or not self._has_nav), None)
-        fresh = self._fresh(count)
-        if seg is None:
+        if seg is None:  # the first partition's own buffers become the segment: merges go into what its
+            # preprocess set up (an object buffer's containers), and nothing of a preprocess is counted twice
+            own = [{n: _writable(a) for n, a in bufs.items()} for bufs in result.buffers]
             seg = Segment(result.version, nav_start, nav_start,
-                          buffers=[{n: a for n, a in f.items() if not self._is_nav(i, n)} for i, f in enumerate(fresh)],
-                          nav_chunks=[{n: [] for n in f if self._is_nav(i, n)} for i, f in enumerate(fresh)])
+                          buffers=[{n: a for n, a in f.items() if not self._is_nav(i, n)} for i, f in enumerate(own)],
+                          nav_chunks=[{n: [a] for n, a in f.items() if self._is_nav(i, n)} for i, f in enumerate(own)])
             self._segments.append(seg)
+            self._note_merged(seg, result, nav_start, count)
+            return
+        fresh = self._fresh(count)
         merged_so_far = list(seg.ranges)
         for i, (udf, part) in enumerate(zip(self._udfs, result.buffers)):
             # as on the main node: the positions merged into ``dest`` so far (made only if merge asks)
@@ -125,6 +129,10 @@ class SegmentMerger:
                 view[name] = fresh[i][name]
             with calling_udf(udf, "merge", f"while merging {where or 'a partition'}"):
                 udf.merge(MergeAttrMapping(view), MergeAttrMapping(part))
+        self._note_merged(seg, result, nav_start, count)
+
+    @staticmethod
+    def _note_merged(seg: Segment, result: PartitionResult, nav_start: int, count: int) -> None:
         seg.nav_stop += count
         seg.ranges.append((nav_start, count))
         seg.covers.append(result.idx)
@@ -145,9 +153,7 @@ class SegmentMerger:
         return self._udfs[i].results.get_buffer(name).kind == "nav"
 
     def _fresh(self, count: int) -> list[dict[str, np.ndarray]]:
-        """Result buffers for ``count`` frames as the coordinator makes them: zeroed, then ``preprocess``
-        (on the main node it runs over the whole data set's buffers before any merge; a segment's
-        ``dest`` must hold what it sets up, e.g. an object buffer's containers)."""
+        """Zeroed result buffers for ``count`` frames: a later partition's nav region, merged into."""
         out = []
         for udf in self._udfs:
             bufs = {}
@@ -155,12 +161,10 @@ class SegmentMerger:
                 if buf.use != "result_only":
                     buf.allocate(count, self._sig)
                     bufs[name] = buf.data
-            if udf.preprocess is not None:
-                udf.results.set_views(bufs)
-                try:
-                    with calling_udf(udf, "preprocess", "(on a worker, for the partitions it merges)"):
-                        udf.preprocess()
-                finally:
-                    udf.results.clear_views()
             out.append(bufs)
         return out
+
+
+def _writable(a: np.ndarray) -> np.ndarray:
+    """``a`` itself when merges may write into it, else a copy."""
+    return a if getattr(a, "flags", None) is not None and a.flags.writeable else np.array(a)

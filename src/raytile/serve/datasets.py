@@ -42,7 +42,8 @@ def format_json_schema(name: str) -> Schema:
     """The JSON schema of format ``name``'s parameters as clients send them, built from the format's
     declared ``params_schema`` (each kind's JSON form: :data:`raytile.io.params.JSON_FORMS`)."""
     schema = get_format(name).get_params_schema()
-    forms = {k: json_schema(s) for k, s in schema.items()}
+    # LiberTEM's deprecated names (``"deprecated_for"``) are for ported Python code, not offered to clients
+    forms = {k: json_schema(s) for k, s in schema.items() if not s.get("deprecated_for")}
     props = {k: form for k, form in forms.items() if form is not None}
     required = sorted(k for k, s in schema.items() if s.get("required") and k in props)
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}

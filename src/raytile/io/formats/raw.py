@@ -66,10 +66,10 @@ class RawFileDataSet(FileDataSet):
     partial_last_frame_ok = True
     params_schema = {
         "path": {"type": "paths", "required": True},
-        "nav_shape": {"type": "shape"},
-        "sig_shape": {"type": "shape"},
-        "scan_size": {"type": "shape"},
-        "detector_size": {"type": "shape"},
+        "nav_shape": {"type": "shape", "required": True},
+        "sig_shape": {"type": "shape", "required": True},
+        "scan_size": {"type": "shape", "deprecated_for": "nav_shape"},
+        "detector_size": {"type": "shape", "deprecated_for": "sig_shape"},
         "enable_direct": {"type": "bool"},
         "dtype": {"type": "dtype", "required": True},
         "sync_offset": {"type": "int"},
