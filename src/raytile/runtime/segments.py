@@ -109,16 +109,12 @@ class SegmentMerger:
         """
         count = result.num_frames
         seg = next((s for s in self._segments if s.nav_stop == nav_start or not self._has_nav), None)
-        if seg is None:  # the first partition's own buffers become the segment: merges go into what its
-            # preprocess set up (an object buffer's containers), and nothing of a preprocess is counted twice
-            own = [{n: _writable(a) for n, a in bufs.items()} for bufs in result.buffers]
-            seg = Segment(result.version, nav_start, nav_start,
-                          buffers=[{n: a for n, a in f.items() if not self._is_nav(i, n)} for i, f in enumerate(own)],
-                          nav_chunks=[{n: [a] for n, a in f.items() if self._is_nav(i, n)} for i, f in enumerate(own)])
-            self._segments.append(seg)
-            self._note_merged(seg, result, nav_start, count)
-            return
         fresh = self._fresh(count)
+        if seg is None:
+            seg = Segment(result.version, nav_start, nav_start,
+                          buffers=[{n: a for n, a in f.items() if not self._is_nav(i, n)} for i, f in enumerate(fresh)],
+                          nav_chunks=[{n: [] for n in f if self._is_nav(i, n)} for i, f in enumerate(fresh)])
+            self._segments.append(seg)
         merged_so_far = list(seg.ranges)
         for i, (udf, part) in enumerate(zip(self._udfs, result.buffers)):
             # as on the main node: the positions merged into ``dest`` so far (made only if merge asks)
@@ -153,7 +149,7 @@ class SegmentMerger:
         return self._udfs[i].results.get_buffer(name).kind == "nav"
 
     def _fresh(self, count: int) -> list[dict[str, np.ndarray]]:
-        """Zeroed result buffers for ``count`` frames: a later partition's nav region, merged into."""
+        """Zeroed result buffers for ``count`` frames, as the coordinator allocates them."""
         out = []
         for udf in self._udfs:
             bufs = {}
@@ -164,7 +160,3 @@ class SegmentMerger:
             out.append(bufs)
         return out
 
-
-def _writable(a: np.ndarray) -> np.ndarray:
-    """``a`` itself when merges may write into it, else a copy."""
-    return a if getattr(a, "flags", None) is not None and a.flags.writeable else np.array(a)
