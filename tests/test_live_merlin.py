@@ -298,9 +298,9 @@ def test_cli_sim_and_run(tmp_path):
     assert np.allclose(got["sumsig_intensity"], frames.sum(axis=(1, 2)).reshape(8, 12))
 
 
-def _rss_mib(pid: int) -> float:
+def _rss_mib(pid: int, key: str = "VmRSS") -> float:
     with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith(f"{key}:"))
 
 
 def test_cli_sim_large_scan_repeats_one_stack_in_bounded_memory(tmp_path):
@@ -342,6 +342,49 @@ def test_cli_sim_large_scan_repeats_one_stack_in_bounded_memory(tmp_path):
     got = np.load(out)
     assert np.allclose(got["sum_intensity"], frames.sum(axis=0))
     assert np.allclose(got["sumsig_intensity"], frames.sum(axis=(1, 2)).reshape(64, 64))
+
+
+def test_cli_sim_replays_a_file_in_bounded_memory(tmp_path):
+    """``--dataset``: a 32x64 scan of 128x128 frames in a .npy file (64 MiB) is read as it is sent: the
+    simulator's memory above a resting one stays under one 16 MiB stack (it loaded and encoded the whole
+    file, +128 MiB, before), and a run over the replayed scan equals numpy on the file."""
+    import re
+    import subprocess
+    import sys
+
+    from raytile.cli import main
+
+    frames = np.random.default_rng(3).integers(0, 0xFFF + 1, size=(32, 64, 128, 128)).astype(np.uint16)
+    np.save(tmp_path / "scan.npy", frames)
+    np.save(tmp_path / "one.npy", frames[:1, :1])
+
+    def start(name):
+        proc = subprocess.Popen([sys.executable, "-m", "raytile.cli", "live", "sim", "merlin", "--mode", "U16",
+                                 "--dataset", str(tmp_path / name), "--format", "npy",
+                                 "--data-port", "0", "--api-port", "0"], stdout=subprocess.PIPE, text=True)
+        return proc, proc.stdout.readline()
+
+    rest, _ = start("one.npy")
+    try:
+        resting = _rss_mib(rest.pid, "RssAnon")
+    finally:
+        rest.terminate()
+        rest.wait(10)
+    sim, line = start("scan.npy")
+    try:
+        assert "2048 frames of 128x128" in line, line
+        data_port, api_port = re.search(r"data 127.0.0.1:(\d+), control 127.0.0.1:(\d+)", line).groups()
+        out = tmp_path / "live.npz"
+        assert main(["live", "run", "merlin", "--udf", "sum,sumsig", "--data-port", data_port, "--api-port",
+                     api_port, "--executor", "inline", "--out", str(out)]) == 0
+        # anonymous memory: the file's pages the reader maps are page cache, not the simulator's own
+        assert _rss_mib(sim.pid, "RssAnon") - resting < 16, (_rss_mib(sim.pid, "RssAnon"), resting)
+    finally:
+        sim.terminate()
+        sim.wait(10)
+    got = np.load(out)
+    assert np.array_equal(got["sum_intensity"], frames.sum(axis=(0, 1), dtype=np.float64))
+    assert np.allclose(got["sumsig_intensity"], frames.sum(axis=(2, 3)), rtol=1e-6)  # float32 sums
 
 
 def test_simulator_num_frames_cycles_the_given_frames(live_ctx):

@@ -262,3 +262,27 @@ def test_without_the_live_extra_the_python_api_names_it():
             "        print('OK', e)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout.count("OK") == 2 and proc.stdout.count("live extra") == 2, proc.stdout + proc.stderr[-2000:]
+
+
+def test_a_float_file_is_replayed_as_uint32_and_fractions_are_refused(tmp_path):
+    """A DECTRIS detector sends unsigned integers: a float32 file of whole counts replays as uint32 (read
+    as it is sent) and equals numpy; one with a fraction is refused before the simulator starts, naming
+    ``--dataset``."""
+    frames = scan_frames(21).reshape(NAV + SIG).astype(np.float32)
+    np.save(tmp_path / "scan.npy", frames)
+    out = tmp_path / "live.npz"
+    with SimProcess("--dataset", str(tmp_path / "scan.npy"), "--format", "npy", "--frame-rate", "5000") as sim:
+        assert main(["live", "run", "dectris", "--udf", "sum,sumsig", "--nav-shape", "8,12", "--data-port",
+                     sim.data_port, "--api-port", sim.api_port, "--executor", "inline", "--timeout", "20",
+                     "--out", str(out)]) == 0
+    got = np.load(out)
+    assert np.array_equal(got["sum_intensity"], frames.sum(axis=(0, 1), dtype=np.float64))
+    assert np.array_equal(got["sumsig_intensity"], frames.sum(axis=(2, 3), dtype=np.float64))
+    frames[1, 2, 3, 4] = 0.5
+    np.save(tmp_path / "half.npy", frames)
+    proc = subprocess.run([sys.executable, "-m", "raytile.cli", "live", "sim", "dectris", "--dataset",
+                           str(tmp_path / "half.npy"), "--format", "npy"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"--dataset {tmp_path / 'half.npy'}: a DECTRIS detector sends whole numbers in 0..4294967295" \
+        in proc.stderr
+    assert "Traceback" not in proc.stderr

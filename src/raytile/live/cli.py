@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from raytile.common.errors import ConfigValidationError
+from raytile.io.dataset import DataSet
+from raytile.io.frame_blocks import SequentialFrames, iter_frame_blocks
 
 __all__ = ["add_live_parser", "cmd_live"]
 
@@ -161,26 +163,31 @@ def _synthetic(args: argparse.Namespace, n: int) -> np.ndarray:
     return out
 
 
-def _frames(args: argparse.Namespace) -> tuple[np.ndarray, tuple[int, ...], int]:
-    """The frames to replay ``(k, h, w)``, the scan shape and its frame count ``n``: the data set's
-    (``k == n``), or the first ``k`` of a synthetic scan (seed 0), which the simulator repeats to fill
-    ``n``."""
+def _frames(args: argparse.Namespace) -> tuple[np.ndarray | SequentialFrames, tuple[int, ...], int]:
+    """The frames to replay, the scan shape and its frame count ``n``: the data set's, read as they
+    are sent (bounded memory, whatever the file's size), or the first ``k`` of a synthetic scan
+    (seed 0), which the simulator repeats to fill ``n``."""
     if args.dataset is None:
         n = int(np.prod(args.nav_shape))
         return _synthetic(args, n), tuple(args.nav_shape), n
     from raytile.runtime.context import Context
-    from raytile.udf import AutoUDF
 
-    ctx = Context(executor="inline")
-    ds = ctx.load(args.format, path=args.dataset)
-    data = ctx.run_udf(dataset=ds, udf=AutoUDF(f=lambda frame: frame))["result"].data
-    frames = np.asarray(data).reshape((-1,) + ds.shape.sig.to_tuple())
-    if args.detector == "dectris" and frames.dtype not in (np.uint8, np.uint16, np.uint32):
-        if frames.min(initial=0) < 0 or frames.max(initial=0) > np.iinfo(np.uint32).max:
-            raise ConfigValidationError(f"--dataset {args.dataset}: values outside uint32 cannot be sent by a "
-                                        f"DECTRIS detector (dtype {frames.dtype})")
-        frames = frames.astype(np.uint32)
-    return frames, ds.shape.nav.to_tuple(), len(frames)
+    ds = Context(executor="inline").load(args.format, path=args.dataset)
+    dtype = None
+    if args.detector == "dectris" and ds.dtype not in (np.uint8, np.uint16, np.uint32):
+        _check_fits_uint32(ds, args.dataset)
+        dtype = np.uint32
+    return SequentialFrames(ds, depth=64, dtype=dtype), ds.shape.nav.to_tuple(), int(ds.shape.nav.size)
+
+
+def _check_fits_uint32(ds: DataSet, path: str) -> None:
+    """A DECTRIS detector sends unsigned integers of up to 32 bits: check every value fits (a pass
+    over the file, a block at a time)."""
+    top = np.iinfo(np.uint32).max
+    for block in iter_frame_blocks(ds, 64):
+        if block.size and (block.min() < 0 or block.max() > top or not np.array_equal(block, np.round(block))):
+            raise ConfigValidationError(f"--dataset {path}: a DECTRIS detector sends whole numbers in 0..{top}; "
+                                        f"this file (dtype {ds.dtype}) holds others")
 
 
 def _sim(args: argparse.Namespace) -> int:
@@ -211,9 +218,11 @@ def _sim(args: argparse.Namespace) -> int:
             sim.config.update(nimages=per_series, ntrigger=1)
         kind, api = "DECTRIS", "REST"
         detail = f"{frames.dtype} {args.compression} stream {args.stream_format}"
-    shape, distinct = frames.shape[1:], len(frames)
-    if args.detector == "merlin":
-        del frames  # encoded into the simulator's messages: only those stay
+    if isinstance(frames, SequentialFrames):
+        shape, distinct = frames.sig_shape, frames.num_frames
+    else:
+        shape, distinct = frames.shape[1:], len(frames)
+    del frames  # the simulator holds what it needs: encoded messages, or the file's reader
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -19,8 +19,6 @@ from typing import Any, ClassVar, Iterator, Mapping
 import numpy as np
 
 from raytile.common.errors import ConfigValidationError
-from raytile.common.shape import Shape
-from raytile.common.tiling import TilingScheme
 from raytile.pipeline.arrays import check_array_spec, make_array
 from raytile.pipeline.config import StageSpec, StreamSpec
 from raytile.pipeline.kernels._checks import positive_int
@@ -144,13 +142,10 @@ class Replay(_Paced):
         super().setup()
 
     def _iter_frames(self) -> Iterator[Any]:
-        ds = self.dataset
-        depth = int(self.params["frames_per_read"])
-        sig = ds.shape.sig.to_tuple()
-        scheme = TilingScheme.make_for_shape(Shape((depth, *sig), sig_dims=len(sig)), ds.shape.flatten_nav())
-        for part in ds.get_partitions():
-            for tile in part.get_tiles(scheme):
-                yield from tile.data  # frames of this tile; copied before the next tile is read
+        from raytile.io.frame_blocks import iter_frame_blocks
+
+        for block in iter_frame_blocks(self.dataset, int(self.params["frames_per_read"])):
+            yield from block  # frames of this block; copied before the next block is read
 
     def trigger_code(self) -> None:
         frame = next(self._frames, None)

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from raytile.common.errors import ConfigValidationError
+from raytile.io.frame_blocks import SequentialFrames
 from raytile.live.detectors.dectris import stream_v2
 from raytile.live.detectors.dectris.receiver import images_in_series
 from raytile.live.detectors.dectris.simplon import API_VERSION
@@ -54,32 +55,45 @@ from raytile.live.extra import live_module
 
 __all__ = ["DectrisSimulator"]
 
+#: Frames read from a replayed file at a time (its memory: this many frames, whatever the file's size).
+READ_BLOCK = 64
+
 _PATH = re.compile(r"^/(detector|stream|filewriter)/api/[^/]+/(config|command)/([A-Za-z0-9_]+)$")
 
 
 class DectrisSimulator:
     """See the module docstring. Ports 0 pick free ones (``api_port``/``data_port`` say which)."""
 
-    def __init__(self, frames: np.ndarray, host: str = "127.0.0.1", api_port: int = 0, data_port: int = 0,
+    def __init__(self, frames: np.ndarray | SequentialFrames, host: str = "127.0.0.1", api_port: int = 0, data_port: int = 0,
                  frame_rate: float | None = None, compression: str = "bslz4", trigger_mode: str = "exts",
                  first_series: int = 1, stale_images: int = 0, silent_after: int | None = None,
                  sndhwm: int = 1000, stream_format: str = "legacy", auto_arm: int = 0,
                  skip_images: tuple[int, ...] = (), channels: int = 1):
-        stack = np.asarray(frames)
-        if stack.ndim < 3 or stack.dtype not in (np.uint8, np.uint16, np.uint32):
+        if isinstance(frames, SequentialFrames):  # a file, replayed in bounded memory
+            self._source: SequentialFrames | None = frames
+            self._frames: np.ndarray | None = None
+            shape, dtype = (frames.num_frames, *frames.sig_shape), frames.dtype
+        else:
+            self._source, self._frames = None, np.asarray(frames)
+            shape, dtype = self._frames.shape, self._frames.dtype
+        if len(shape) < 3 or dtype not in (np.uint8, np.uint16, np.uint32):
             raise ConfigValidationError(f"DectrisSimulator: parameter 'frames' must be (n, h, w) uint8/16/32, got "
-                                        f"{stack.dtype} {stack.shape}")
+                                        f"{dtype} {shape}")
         if compression not in COMPRESSIONS:
             raise ConfigValidationError(f"DectrisSimulator: parameter 'compression' must be one of "
                                         f"{sorted(COMPRESSIONS)}, got {compression!r}")
-        h, w = int(stack.shape[-2]), int(stack.shape[-1])
-        self._frames = stack.reshape((-1, h, w))
+        h, w = int(shape[-2]), int(shape[-1])
+        if self._frames is not None:
+            self._frames = self._frames.reshape((-1, h, w))
+        self._num_frames = int(np.prod(shape[:-2]))
+        self._dtype = np.dtype(dtype)
         self._sig: tuple[int, int] = (h, w)
+        self._block: tuple[int, np.ndarray] = (0, np.empty((0, h, w), self._dtype))  # frames read from _source
         self.config: dict[str, Any] = {
             "x_pixels_in_detector": int(w), "y_pixels_in_detector": int(h),
-            "bit_depth_image": self._frames.dtype.itemsize * 8, "nimages": len(self._frames), "ntrigger": 1,
+            "bit_depth_image": self._dtype.itemsize * 8, "nimages": self._num_frames, "ntrigger": 1,
             "trigger_mode": trigger_mode, "compression": compression, "count_time": 0.001, "frame_time": 0.001,
-            "roi_mode": "disabled", "roi_y_size": int(h), "roi_bit_depth": self._frames.dtype.itemsize * 8,
+            "roi_mode": "disabled", "roi_y_size": int(h), "roi_bit_depth": self._dtype.itemsize * 8,
             "mask_to_zero": False,
         }
         self.stream_config: dict[str, Any] = {"mode": "enabled", "format": stream_format, "header_detail": "basic"}
@@ -153,32 +167,53 @@ class DectrisSimulator:
 
     # -- data side ----------------------------------------------------------------------
     def channel_frames(self, channel: int) -> np.ndarray:
-        """The frames of stream V2 channel ``threshold_<channel>`` (1-based): the frames divided by ``channel``."""
+        """The frames of stream V2 channel ``threshold_<channel>`` (1-based): the frames divided by
+        ``channel`` (frames given as an array only)."""
+        if self._frames is None:
+            raise ConfigValidationError("DectrisSimulator: channel_frames needs frames given as an array")
         return self._frames if channel == 1 else self._frames // channel
 
+    def _frame(self, i: int, channel: int = 1) -> np.ndarray:
+        """Frame ``i`` (of the replayed frames) of ``channel``; a file's frames are read a block at a time."""
+        if self._frames is not None:
+            frame = self._frames[i]
+        else:
+            assert self._source is not None
+            first, block = self._block
+            if not first <= i < first + len(block):
+                block = self._source.read(i, min(i + READ_BLOCK, self._num_frames))
+                self._block = (first, block) = (i, block)
+            frame = block[i - first]
+        return frame if channel == 1 else frame // channel
+
     def _images(self, compression: str, channel: int = 1) -> list[tuple[bytes, str]]:
+        """Every frame of ``channel`` encoded once (frames given as an array: they are few)."""
         key = f"{compression}-{channel}"
         if key not in self._encoded:
             self._encoded[key] = [encode_image(f, compression) for f in self.channel_frames(channel)]
         return self._encoded[key]
 
+    def _encoded_image(self, i: int, compression: str, channel: int = 1) -> tuple[bytes, str]:
+        if self._frames is not None:
+            return self._images(compression, channel)[i]
+        return encode_image(self._frame(i, channel), compression)
+
     def _v2(self) -> bool:
         return self.stream_config.get("format") == "cbor"
 
     def _image(self, series: int, i: int, compression: str) -> list[bytes]:
-        images = self._images(compression)
-        data, enc = images[i % len(images)]
+        j = i % self._num_frames  # the replayed frames, in a cycle
+        data, enc = self._encoded_image(j, compression)
         if self._v2():
-            n = len(self._frames)
-            more = [(self.channel_frames(c)[i % n], self._v2_payload(self._images(compression, c)[i % n][0], compression))
+            more = [(self._frame(j, c), self._v2_payload(self._encoded_image(j, compression, c)[0], compression))
                     for c in range(2, self._channels + 1)]
-            return [stream_v2.image_message(series, i, self._frames[i % n], compression,
+            return [stream_v2.image_message(series, i, self._frame(j), compression,
                                             self._v2_payload(data, compression), more)]
-        return image_message(series, i, data, enc, self._sig, self._frames.dtype, time.monotonic_ns())
+        return image_message(series, i, data, enc, self._sig, self._dtype, time.monotonic_ns())
 
     def _v2_payload(self, data: bytes, compression: str) -> bytes:
         if compression == "lz4":  # V2's lz4 is in the HDF5 LZ4 filter's framing: one block of the whole image
-            nbytes = self._frames[0].nbytes
+            nbytes = int(np.prod(self._sig)) * self._dtype.itemsize
             return struct.pack(">QI", nbytes, nbytes) + struct.pack(">I", len(data)) + data
         return data
 
@@ -221,7 +256,8 @@ class DectrisSimulator:
             if self._v2() \
             else header_message(series, config)
         for channel in range(1, self._channels + 1):  # encode first: no pause between the header and image 0
-            self._images(config["compression"], channel)
+            if self._frames is not None:
+                self._images(config["compression"], channel)
         if not self._send_stale(series, self._stale) or not self._send(header):
             return
         self.series_sent.append(series)

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from raytile.common.errors import ConfigValidationError
+from raytile.io.frame_blocks import SequentialFrames
 from raytile.io.testing.mib import MODES, encode_frame_data, mib_header
 from raytile.live.detectors.merlin.mpx import PREFIX_BYTES, AcquisitionHeader, mpx_message, mpx_prefix, parse_prefix
 
@@ -42,7 +43,7 @@ __all__ = ["MerlinSimulator"]
 class MerlinSimulator:
     """See the module docstring. Ports 0 pick free ones (``data_port``/``api_port`` say which)."""
 
-    def __init__(self, frames: np.ndarray, mode: str = "U16", nav_shape: tuple[int, ...] | None = None,
+    def __init__(self, frames: np.ndarray | SequentialFrames, mode: str = "U16", nav_shape: tuple[int, ...] | None = None,
                  host: str = "127.0.0.1", data_port: int = 0, api_port: int = 0, frame_rate: float | None = None,
                  acquisitions: int = 1, triggered: bool = False, continuous: bool = False,
                  abort_after: int | None = None, die_after: int | None = None, start_delay: float = 0.0,
@@ -50,23 +51,31 @@ class MerlinSimulator:
         if mode not in MODES or mode == "R24":
             raise ConfigValidationError(f"MerlinSimulator: parameter 'mode' must be one of "
                                         f"{[m for m in MODES if m != 'R24']}, got {mode!r}")
-        stack: np.ndarray = np.asarray(frames)
-        if stack.ndim < 3:
-            raise ConfigValidationError(f"MerlinSimulator: parameter 'frames' must be (n, h, w), got shape {stack.shape}")
-        h, w = int(stack.shape[-2]), int(stack.shape[-1])
-        stack = stack.reshape((-1, h, w))
+        source: SequentialFrames | None
+        stack: np.ndarray | None
+        if isinstance(frames, SequentialFrames):  # a file, replayed in bounded memory
+            source, stack = frames, None
+            shape: tuple[int, ...] = (frames.num_frames, *frames.sig_shape)
+        else:
+            source, stack = None, np.asarray(frames)
+            shape = stack.shape
+        if len(shape) < 3:
+            raise ConfigValidationError(f"MerlinSimulator: parameter 'frames' must be (n, h, w), got shape {shape}")
+        h, w = int(shape[-2]), int(shape[-1])
         self.sig_shape: tuple[int, int] = (h, w)
+        self._source, self._replayed = source, int(np.prod(shape[:-2]))
         if num_frames is not None and (not isinstance(num_frames, int) or num_frames < 1):
             raise ConfigValidationError(f"MerlinSimulator: parameter 'num_frames' must be a positive int, "
                                         f"got {num_frames!r}")
-        self.num_frames = len(stack) if num_frames is None else num_frames
+        self.num_frames = self._replayed if num_frames is None else num_frames
         self.nav_shape = tuple(nav_shape) if nav_shape is not None else (self.num_frames,)
         if int(np.prod(self.nav_shape)) != self.num_frames:
             raise ConfigValidationError(f"MerlinSimulator: parameter 'nav_shape' {self.nav_shape} does not hold "
                                         f"{self.num_frames} frames")
         self.mode = mode
         self.counter_depth = int(mode[1:]) if mode.startswith("R") else {8: 6, 16: 12, 32: 24}[int(mode[1:])]
-        self._messages = self._encode(stack, mode)
+        # frames given as an array are few (a synthetic stack, a test's scan): encoded once, up front
+        self._messages = None if stack is None else self._encode(stack.reshape((-1, h, w)), mode, 0)
         self._frame_rate, self._acquisitions, self._triggered = frame_rate, acquisitions, triggered
         self._continuous, self._abort_after, self._die_after = continuous, abort_after, die_after
         self._start_delay = start_delay
@@ -105,14 +114,15 @@ class MerlinSimulator:
         self.stop()
 
     # -- encoding ----------------------------------------------------------------------
-    def _encode(self, stack: np.ndarray, mode: str) -> list[bytes]:
-        """One message per frame, encoded 16 frames at a time (the encoder's int64 copy stays small)."""
+    def _encode(self, stack: np.ndarray, mode: str, first: int) -> list[bytes]:
+        """One message per frame (frame ``first`` first), encoded 16 frames at a time (the encoder's
+        int64 copy stays small)."""
         pixel_depth = "R64" if mode.startswith("R") else mode
         messages = []
         for start in range(0, len(stack), 16):
             data, x, y = encode_frame_data(stack[start:start + 16], mode)
-            messages += [mpx_message(mib_header(start + i + 1, 384, 1, x, y, pixel_depth, "1x1", self.counter_depth)
-                                     + d) for i, d in enumerate(data)]
+            messages += [mpx_message(mib_header(first + start + i + 1, 384, 1, x, y, pixel_depth, "1x1",
+                                                self.counter_depth) + d) for i, d in enumerate(data)]
         return messages
 
     def _header(self) -> bytes:
@@ -189,11 +199,19 @@ class MerlinSimulator:
         return False
 
     def _cycle(self, start: int, stop: int) -> list[bytes]:
-        """The messages of frames ``start:stop`` of an acquisition: the given frames, in a cycle."""
-        n = len(self._messages)
-        if stop <= n:
-            return self._messages[start:stop]
-        return [self._messages[i % n] for i in range(start, stop)]
+        """The messages of frames ``start:stop`` of an acquisition: the replayed frames, in a cycle
+        (a file's read and encoded as they are sent)."""
+        n, out = self._replayed, []
+        while start < stop:
+            first = start % n
+            last = min(n, first + stop - start)
+            if self._messages is not None:
+                out += self._messages[first:last]
+            else:
+                assert self._source is not None
+                out += self._encode(self._source.read(first, last), self.mode, first)
+            start += last - first
+        return out
 
     # -- control port ------------------------------------------------------------------
     def _serve_control(self) -> None:
