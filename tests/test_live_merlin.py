@@ -303,29 +303,36 @@ def _rss_mib(pid: int, key: str = "VmRSS") -> float:
         return next(int(line.split()[1]) / 1024 for line in f if line.startswith(f"{key}:"))
 
 
+def _start_sim(*args: str):
+    """``raytile live sim merlin --mode U16 *args`` on free ports: the process and its first line."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "raytile.cli", "live", "sim", "merlin", "--mode", "U16", *args,
+                             "--data-port", "0", "--api-port", "0"], stdout=subprocess.PIPE, text=True)
+    return proc, proc.stdout.readline()
+
+
+def _resting_rss_mib(*args: str, key: str = "VmRSS") -> float:
+    """The memory of a simulator started with ``args`` (a scan of one frame), at rest; it is stopped."""
+    rest, _ = _start_sim(*args)
+    try:
+        return _rss_mib(rest.pid, key)
+    finally:
+        rest.terminate()
+        rest.wait(10)
+
+
 def test_cli_sim_large_scan_repeats_one_stack_in_bounded_memory(tmp_path):
     """A 64x64 scan of 128x128 frames: the simulator makes 512 frames (16 MiB, one stack) and sends them
     in a cycle; its memory above a simulator of one frame stays within 2 stacks (it held the whole scan,
     +380 MiB, before), and a run over the scan equals numpy on the cycled frames."""
     import re
-    import subprocess
-    import sys
 
     from raytile.cli import main
 
-    def start(nav):
-        proc = subprocess.Popen([sys.executable, "-m", "raytile.cli", "live", "sim", "merlin", "--mode", "U16",
-                                 "--nav-shape", nav, "--sig-shape", "128,128", "--data-port", "0", "--api-port", "0"],
-                                stdout=subprocess.PIPE, text=True)
-        return proc, proc.stdout.readline()
-
-    rest, _ = start("1,1")
-    try:
-        resting = _rss_mib(rest.pid)
-    finally:
-        rest.terminate()
-        rest.wait(10)
-    sim, line = start("64,64")
+    resting = _resting_rss_mib("--nav-shape", "1,1", "--sig-shape", "128,128")
+    sim, line = _start_sim("--nav-shape", "64,64", "--sig-shape", "128,128")
     try:
         assert "4096 frames (512 distinct, repeated)" in line, line
         assert _rss_mib(sim.pid) - resting < 2 * 16, (_rss_mib(sim.pid), resting)
@@ -347,30 +354,16 @@ def test_cli_sim_large_scan_repeats_one_stack_in_bounded_memory(tmp_path):
 def test_cli_sim_replays_a_file_in_bounded_memory(tmp_path):
     """``--dataset``: a 32x64 scan of 128x128 frames in a .npy file (64 MiB) is read as it is sent: the
     simulator's memory above a resting one stays under one 16 MiB stack (it loaded and encoded the whole
-    file, +128 MiB, before), and a run over the replayed scan equals numpy on the file."""
+    file, +228 MiB of anonymous memory, before), and a run over the replayed scan equals numpy on the file."""
     import re
-    import subprocess
-    import sys
 
     from raytile.cli import main
 
     frames = np.random.default_rng(3).integers(0, 0xFFF + 1, size=(32, 64, 128, 128)).astype(np.uint16)
     np.save(tmp_path / "scan.npy", frames)
     np.save(tmp_path / "one.npy", frames[:1, :1])
-
-    def start(name):
-        proc = subprocess.Popen([sys.executable, "-m", "raytile.cli", "live", "sim", "merlin", "--mode", "U16",
-                                 "--dataset", str(tmp_path / name), "--format", "npy",
-                                 "--data-port", "0", "--api-port", "0"], stdout=subprocess.PIPE, text=True)
-        return proc, proc.stdout.readline()
-
-    rest, _ = start("one.npy")
-    try:
-        resting = _rss_mib(rest.pid, "RssAnon")
-    finally:
-        rest.terminate()
-        rest.wait(10)
-    sim, line = start("scan.npy")
+    resting = _resting_rss_mib("--dataset", str(tmp_path / "one.npy"), "--format", "npy", key="RssAnon")
+    sim, line = _start_sim("--dataset", str(tmp_path / "scan.npy"), "--format", "npy")
     try:
         assert "2048 frames of 128x128" in line, line
         data_port, api_port = re.search(r"data 127.0.0.1:(\d+), control 127.0.0.1:(\d+)", line).groups()
