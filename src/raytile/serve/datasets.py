@@ -106,7 +106,7 @@ def _refuse_empty(name: str, params: Any, schema: Schema, field: str) -> None:
     if not isinstance(params, dict):
         return  # the schema check says what is wrong
     props: dict[str, Schema] = schema.get("properties", {})
-    for key in [*schema.get("required", ()), *params]:
+    for key in props:  # in the format's order of parameters (a form's order): the first empty one is named
         value = params.get(key)
         empty = value is None or (isinstance(value, list) and (not value or any(v is None for v in value)))
         if key in props and empty and (key in params or key in schema.get("required", ())):
