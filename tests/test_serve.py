@@ -581,6 +581,7 @@ def test_viewer_detector_panel_aspect_colour_bar_log_scale_and_picked_frame(serv
     shots = os.environ.get("RAYTILE_ARTIFACTS") or str(tmp_path_factory.mktemp("viewer2"))
     frames = data["raw"].reshape(64, *SIG).astype(np.float64)  # the raw file read as a 4x16 scan
     with chromium_page() as (page, errors):
+        page.set_viewport_size({"width": 1280, "height": 1100})  # the scan panel in view, to be clicked
         page.goto(f"{server}/?token={TOKEN}")
         page.wait_for_function("document.getElementById('dataset').options.length > 0")
         page.select_option("#dataset", os.path.realpath(data["root"] / "sub" / "scan.raw"))
