@@ -364,6 +364,7 @@ def test_each_analysis_in_chromium(server, data, tmp_path_factory):
 def test_raw_file_fields_and_token_edit_keep_the_data_set(server, data):
     raw = data["raw"].astype(np.float64)
     with chromium_page() as (page, errors):
+        page.set_viewport_size({"width": 1500, "height": 1200})
         page.goto(f"{server}/?token={TOKEN}")
         page.wait_for_function("document.getElementById('dataset').options.length > 0", timeout=30_000)
         page.select_option("#dataset", os.path.realpath(data["root"] / "sub" / "frames.raw"))
@@ -382,6 +383,21 @@ def test_raw_file_fields_and_token_edit_keep_the_data_set(server, data):
         page.click("#a0-start")
         wait_final(page, 0)
         np.testing.assert_allclose(canvas_gray(page, "a0-result"), gray(raw.sum(axis=(2, 3))), atol=1)
+        # a disk ROI dragged on the scan: sent as a bitmap (np.packbits order), the sums inside it only
+        first = analysis(page, 0, "runId")
+        page.select_option("#a0-roitool", "disk")
+        page.mouse.move(*scan_point(page, 0, 1, 2, nav=RAW_NAV))
+        page.mouse.down()
+        page.mouse.move(*scan_point(page, 0, 1, 3, nav=RAW_NAV))
+        page.mouse.move(*scan_point(page, 0, 1, 3.6, nav=RAW_NAV))
+        page.mouse.up()
+        wait_final(page, 0, not_run=first)
+        assert analysis(page, 0, "roi") == {"kind": "disk", "cy": 1, "cx": 2, "r": 1.6, "nav": list(RAW_NAV)}
+        yy, xx = np.mgrid[:RAW_NAV[0], :RAW_NAV[1]]
+        inside = np.hypot(yy - 1, xx - 2) <= 1.6
+        assert 0 < inside.sum() < inside.size
+        want = gray(np.where(inside, raw.sum(axis=(2, 3)), np.nan))
+        np.testing.assert_allclose(canvas_gray(page, "a0-result"), want, atol=1)
         # a token edited again: the lists are read again, the data set and its fields stay
         page.fill("#token", TOKEN)
         page.dispatch_event("#token", "change")
@@ -393,5 +409,5 @@ def test_raw_file_fields_and_token_edit_keep_the_data_set(server, data):
         wait_final(page, 0)
         assert page.input_value("#dataset") == os.path.realpath(data["root"] / "sub" / "frames.raw")
         assert analysis(page, 0, "type") == "sumsig"
-        np.testing.assert_allclose(canvas_gray(page, "a0-result"), gray(raw.sum(axis=(2, 3))), atol=1)
+        np.testing.assert_allclose(canvas_gray(page, "a0-result"), want, atol=1)  # the ROI kept too
         assert not errors, errors
