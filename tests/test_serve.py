@@ -509,10 +509,10 @@ def test_viewer_page_is_self_contained(server, client):
     r = httpx.get(f"{server}/", timeout=30)  # the page itself needs no token; its API calls do
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     page = r.text
-    assert '<canvas id="result"' in page and "new WebSocket(" in page
+    assert '<canvas id="a${n}-${p}"' in page and "new WebSocket(" in page  # each analysis's panels
     assert "http://" not in page and "https://" not in page  # nothing fetched from the internet
     files = {f["relpath"]: f for f in client.get("/v1/datasets").json()["files"]}
-    assert files["scan.npy"]["shape"] == list(NAV + SIG)  # the viewer reads frame sizes from the listing
+    assert files["scan.npy"]["shape"] == list(NAV + SIG) and files["scan.npy"]["format"] == "npy"
 
 
 def _expected_gray(scan, ri, ro) -> np.ndarray:
@@ -525,37 +525,39 @@ def test_viewer_in_headless_chromium(server, data, tmp_path_factory):
     with chromium_page() as (page, errors):
         page.goto(f"{server}/?token={TOKEN}")
         page.wait_for_function("document.getElementById('dataset').options.length > 0")
-        page.select_option("#dataset", label="scan.npy")
-        page.select_option("#analysis", "ring")
+        page.select_option("#dataset", os.path.realpath(data["root"] / "scan.npy"))
+        page.wait_for_function(f"document.getElementById('sig_shape').value === '{SIG[0]},{SIG[1]}'", timeout=30_000)
+        page.select_option("#a0-type", "ring")
         page.fill("#partitions", "4")
-        page.click("#start")
+        page.click("#a0-start")
         page.wait_for_function("""() => { const s = window.raytileViewer;
-            return s.last && s.last.final && document.getElementById('result').width > 1; }""", timeout=60_000)
+            return s.last && s.last.final && document.getElementById('a0-result').width > 1; }""", timeout=60_000)
         first_run = page.evaluate("window.raytileViewer.runId")
-        ri, ro = float(page.input_value("#ri")), float(page.input_value("#ro"))
-        before = canvas_gray(page, "result")
+        ri, ro = float(page.input_value("#a0-ri")), float(page.input_value("#a0-ro"))
+        before = canvas_gray(page, "a0-result")
         assert not errors, errors
         np.testing.assert_allclose(before, _expected_gray(data["scan"], ri, ro), atol=1)
         page.screenshot(path=os.path.join(shots, "viewer-before.png"), full_page=True)
         # drag on the detector from the inner radius inwards: the ring's inner radius follows the mouse
-        box = page.locator("#detector").bounding_box()
+        box = page.locator("#a0-detector_overlay").bounding_box()
         scale = box["width"] / SIG[1]
-        cx, cy = box["x"] + 15.5 * scale, box["y"] + 15.5 * scale
+        cx, cy = box["x"] + 16 * scale, box["y"] + 16 * scale  # the centre of pixel 15.5 (pixel i spans [i, i + 1))
         page.mouse.move(cx + ri * scale, cy)
         page.mouse.down()
         for r in np.linspace(ri, 2, 6):
             page.mouse.move(cx + r * scale, cy)
         page.mouse.up()
         page.wait_for_function(f"""() => {{ const s = window.raytileViewer;
-            return s.runId !== {json.dumps(first_run)} && !s.patchTimer && !s.starting && !s.restart
+            const a = s.analyses[0];
+            return s.runId !== {json.dumps(first_run)} && !a.patchTimer && !a.starting && !a.restart
                    && s.last && s.last.run_id === s.runId && s.last.final; }}""",
                                timeout=60_000)
-        ri2, ro2 = float(page.input_value("#ri")), float(page.input_value("#ro"))
+        ri2, ro2 = float(page.input_value("#a0-ri")), float(page.input_value("#a0-ro"))
         assert ri2 < ri and ro2 == ro
-        after = canvas_gray(page, "result")
+        after = canvas_gray(page, "a0-result")
         np.testing.assert_allclose(after, _expected_gray(data["scan"], ri2, ro2), atol=1)
         assert (after != before).any()
-        assert page.evaluate("document.getElementById('progress').value") == 1
+        assert page.evaluate("document.getElementById('a0-progress').value") == 1
         assert page.evaluate("window.raytileViewer.last.partitions_total") == 4
         page.screenshot(path=os.path.join(shots, "viewer-after.png"), full_page=True)
     assert os.path.getsize(os.path.join(shots, "viewer-after.png")) > 1000
@@ -579,48 +581,50 @@ def test_viewer_detector_panel_aspect_colour_bar_log_scale_and_picked_frame(serv
     shots = os.environ.get("RAYTILE_ARTIFACTS") or str(tmp_path_factory.mktemp("viewer2"))
     frames = data["raw"].reshape(64, *SIG).astype(np.float64)  # the raw file read as a 4x16 scan
     with chromium_page() as (page, errors):
+        page.set_viewport_size({"width": 1280, "height": 1100})  # the scan panel in view, to be clicked
         page.goto(f"{server}/?token={TOKEN}")
         page.wait_for_function("document.getElementById('dataset').options.length > 0")
-        page.select_option("#dataset", label="sub/scan.raw")
+        page.select_option("#dataset", os.path.realpath(data["root"] / "sub" / "scan.raw"))
         page.fill("#nav_shape", "4,16")
         page.fill("#sig_shape", "32,32")
         page.dispatch_event("#sig_shape", "change")
-        ri, ro = float(page.input_value("#ri")), float(page.input_value("#ro"))
+        page.fill("#dtype", "uint16")
+        ri, ro = float(page.input_value("#a0-ri")), float(page.input_value("#a0-ro"))
         assert (ri, ro) == (4.0, 12.0)  # a quarter and three quarters of half the 32-pixel frame
-        page.select_option("#analysis", "ring")
-        page.click("#start")
-        page.wait_for_function("""() => { const s = window.raytileViewer;
-            return s.last && s.last.final && s.sum !== null; }""", timeout=60_000)
+        page.select_option("#a0-type", "ring")
+        page.click("#a0-start")
+        page.wait_for_function("""() => { const a = window.raytileViewer.analyses[0];
+            return a.last && a.last.final && a.sum !== null; }""", timeout=60_000)
         assert not errors, errors
         # the scan image: its aspect kept, its colour bar's range the values' range
-        box = page.locator("#result").bounding_box()
+        box = page.locator("#a0-result").bounding_box()
         assert box["width"] / box["height"] == pytest.approx(16 / 4, rel=0.03)
         ring = np.einsum("nab,ab->n", frames, masks.ring(15.5, 15.5, ri, ro, SIG)).reshape(4, 16)
-        rng = page.evaluate("Object.assign({}, document.getElementById('result_range').dataset)")
+        rng = page.evaluate("Object.assign({}, document.getElementById('a0-result_range').dataset)")
         assert float(rng["lo"]) == pytest.approx(ring.min(), rel=1e-6)
         assert float(rng["hi"]) == pytest.approx(ring.max(), rel=1e-6) and rng["scale"] == "linear"
-        np.testing.assert_allclose(canvas_gray(page, "result"), _linear_gray(ring), atol=1)
+        np.testing.assert_allclose(canvas_gray(page, "a0-result"), _linear_gray(ring), atol=1)
         # the detector panel: the sum frame under the rings, not a black square
-        det = canvas_gray(page, "detector")
+        det = canvas_gray(page, "a0-detector")
         off = _off_rings(SIG, ri, ro)
         assert det.std() > 10
         np.testing.assert_allclose(det[off], _linear_gray(frames.sum(axis=0))[off], atol=1)
-        drng = page.evaluate("Object.assign({}, document.getElementById('detector_range').dataset)")
+        drng = page.evaluate("Object.assign({}, document.getElementById('a0-detector_range').dataset)")
         assert float(drng["hi"]) == pytest.approx(frames.sum(axis=0).max(), rel=1e-6)
         page.screenshot(path=os.path.join(shots, "viewer-sum-frame.png"), full_page=True)
         # the log scale changes what is shown, in both panels
-        page.check("#log")
-        assert (canvas_gray(page, "detector") != det).sum() > det.size // 4
-        assert page.evaluate("document.getElementById('detector_range').dataset.scale") == "log"
-        assert (canvas_gray(page, "result") != _linear_gray(ring)).any()
-        page.uncheck("#log")
+        page.check("#a0-log")
+        assert (canvas_gray(page, "a0-detector") != det).sum() > det.size // 4
+        assert page.evaluate("document.getElementById('a0-detector_range').dataset.scale") == "log"
+        assert (canvas_gray(page, "a0-result") != _linear_gray(ring)).any()
+        page.uncheck("#a0-log")
         # a click on the scan image at (y 2, x 11): that position's frame in the detector panel
         page.mouse.click(box["x"] + (11 + 0.5) * box["width"] / 16, box["y"] + (2 + 0.5) * box["height"] / 4)
-        page.wait_for_function("window.raytileViewer.picks === 1", timeout=60_000)
-        assert page.evaluate("window.raytileViewer.frame.pos") == [2, 11]
-        picked = canvas_gray(page, "detector")
+        page.wait_for_function("window.raytileViewer.analyses[0].picks === 1", timeout=60_000)
+        assert page.evaluate("window.raytileViewer.analyses[0].frame.pos") == [2, 11]
+        picked = canvas_gray(page, "a0-detector")
         np.testing.assert_allclose(picked[off], _linear_gray(frames[2 * 16 + 11])[off], atol=1)
-        assert "y 2, x 11" in page.inner_text("#detector_title")
+        assert "y 2, x 11" in page.inner_text("#a0-detector_title")
         page.screenshot(path=os.path.join(shots, "viewer-picked-frame.png"), full_page=True)
         assert not errors, errors
 

@@ -250,7 +250,7 @@ def open_live_panel(page, server: str, source: str) -> None:
     page.wait_for_function(f"""Array.from(document.getElementById('live_source').options)
                               .some((o) => o.value === '{source}')""")
     page.select_option("#live_source", source)
-    page.select_option("#analysis", "sumsig")
+    page.select_option("#a0-type", "sumsig")
 
 
 def assert_scan_drawn(gray: np.ndarray, frames: np.ndarray) -> None:
@@ -265,11 +265,11 @@ def test_viewer_shows_a_live_run_growing_in_headless_chromium(server, viewer_sim
         page.click("#start_live")
         progress = []
         page.expose_function("noteProgress", lambda v: progress.append(v))
-        page.evaluate("""() => new MutationObserver(() => noteProgress(document.getElementById('status').textContent))
-            .observe(document.getElementById('status'), {childList: true, characterData: true, subtree: true})""")
+        page.evaluate("""() => new MutationObserver(() => noteProgress(document.getElementById('a0-status').textContent))
+            .observe(document.getElementById('a0-status'), {childList: true, characterData: true, subtree: true})""")
         page.wait_for_function("() => { const s = window.raytileViewer; return s.last && s.last.final; }",
                                timeout=60_000)
-        gray = canvas_gray(page, "result")
+        gray = canvas_gray(page, "a0-result")
         draws = page.evaluate("window.raytileViewer.draws")
         sig = page.evaluate("window.raytileViewer.sig")
     assert not errors, errors
@@ -293,7 +293,7 @@ def test_viewer_follows_a_source_from_acquisition_to_acquisition(server, follow_
                                timeout=60_000)
         page.wait_for_timeout(500)
         runs = page.evaluate("window.raytileViewer.liveRuns")
-        gray = canvas_gray(page, "result")
+        gray = canvas_gray(page, "a0-result")
     assert not errors, errors
     assert len(set(runs)) == 3, runs  # one run an acquisition, and none after the follow was unticked
     with httpx.Client(base_url=server, timeout=30) as client:

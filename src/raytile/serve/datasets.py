@@ -22,6 +22,7 @@ from raytile.io.dataset import DataSet
 from raytile.io.formats import get_format, known_formats
 from raytile.io.params import json_schema
 from raytile.io.store import is_url, scrub
+from raytile.serve.detection import RAW_NEEDS
 from raytile.serve.errors import BadRequest
 from raytile.serve.paths import DataRoots
 from raytile.serve.validation import Schema, check
@@ -74,6 +75,7 @@ def resolve_dataset(spec: Any, roots: DataRoots, field: str = "dataset",
     if name not in formats:
         raise BadRequest(f"{field}.format", f"unknown format {spec['format']!r}; known: {', '.join(sorted(formats))}")
     schema = formats[name]
+    _refuse_empty(name, spec.get("params", {}), schema, f"{field}.params")
     params = dict(check(spec.get("params", {}), schema, f"{field}.params"))
     for key, sub in schema["properties"].items():
         if key in params and sub.get("format") == "path":
@@ -84,6 +86,33 @@ def resolve_dataset(spec: Any, roots: DataRoots, field: str = "dataset",
             if is_url(first) and "storage_options" in get_format(name).get_params_schema():
                 params["storage_options"] = roots.storage_options  # the server's, never the client's
     return name, params
+
+
+def _what_to_enter(key: str, sub: Schema) -> str:
+    """What a client should give for parameter ``key`` (schema ``sub``), for a message."""
+    if key in RAW_NEEDS:
+        return RAW_NEEDS[key].replace("integers separated by commas", "a list of integers").replace(
+            "e.g. 64,64", "e.g. [64, 64]").replace("e.g. 256,256", "e.g. [256, 256]")
+    items = sub.get("items", {})
+    if sub.get("type") == "array" and items.get("type") == "integer":
+        return "a list of integers, e.g. [64, 64]"
+    kinds = sub.get("type")
+    return f"a value of type {kinds}" if kinds else "a value"
+
+
+def _refuse_empty(name: str, params: Any, schema: Schema, field: str) -> None:
+    """A required parameter left out, or any given as null or with null items (a form's empty fields),
+    is a BadRequest that names it and says what to enter (not ``must be an integer, got None``)."""
+    if not isinstance(params, dict):
+        return  # the schema check says what is wrong
+    props: dict[str, Schema] = schema.get("properties", {})
+    for key in props:  # in the format's order of parameters (a form's order): the first empty one is named
+        value = params.get(key)
+        empty = value is None or (isinstance(value, list) and (not value or any(v is None for v in value)))
+        if key in props and empty and (key in params or key in schema.get("required", ())):
+            state = "is missing" if key not in params else "is empty"
+            raise BadRequest(f"{field}.{key}", f"{state}; the {name} format needs {key}: "
+                                               f"{_what_to_enter(key, props[key])}")
 
 
 def open_dataset(ctx: Any, name: str, params: dict[str, Any], field: str = "dataset") -> DataSet:

@@ -15,15 +15,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 from importlib import resources
 from typing import Any, AsyncIterator
 
+import anyio.to_thread
 from fastapi import APIRouter, Depends, FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.requests import HTTPConnection
 
 from raytile.common.errors import RaytileError
 from raytile.serve.backlog import SocketBacklog
+from raytile.serve.downloads import npz_bytes
 from raytile.serve.encoding import BUFFER_MODES, ndjson, npy_bytes, sse
 from raytile.serve.errors import BadRequest, ServeError
 from raytile.serve.registry import ServedRun
@@ -93,6 +96,14 @@ async def datasets(service: Service = Depends(authorized)) -> dict[str, Any]:
     return service.datasets()
 
 
+@router.post("/datasets/detect")
+async def detect_dataset(request: Request, service: Service = Depends(authorized)) -> dict[str, Any]:
+    """``{"path"}`` -> the file's format as ``auto`` detects it, its parameters, nav and sig shapes and dtype
+    (a raw file: ``"needs"``, what to enter for it)."""
+    body = await _json(request)
+    return await anyio.to_thread.run_sync(service.detect, body)
+
+
 @router.post("/runs", status_code=201)
 async def create_run(request: Request, stream: bool = False, buffers: str = "inline",
                      service: Service = Depends(authorized)) -> Any:
@@ -137,6 +148,35 @@ async def result_npy(run_id: str, udf: str, buffer: str, service: Service = Depe
     data = service.result_npy(served, udf, buffer)
     return Response(npy_bytes(data), media_type="application/octet-stream",
                     headers={"X-Raytile-Status": served.status, "X-Raytile-Seq": str(served.seq)})
+
+
+@router.get("/runs/{run_id}/results/{udf}.npz")
+async def result_npz(run_id: str, udf: str, service: Service = Depends(authorized)) -> Response:
+    """Every buffer of one UDF (by index or name) in one ``.npz``: the latest, the final once the run ended."""
+    served = _run(service, run_id)
+    data = await anyio.to_thread.run_sync(npz_bytes, service.result_buffers(served, udf))
+    return Response(data, media_type="application/octet-stream",
+                    headers={"X-Raytile-Status": served.status, "X-Raytile-Seq": str(served.seq),
+                             "Content-Disposition": f'attachment; filename="{_filename(served, udf)}.npz"'})
+
+
+@router.get("/runs/{run_id}/results/{udf}/{buffer}.png")
+async def result_png(run_id: str, udf: str, buffer: str, index: int = 0, colour: bool = False,
+                     service: Service = Depends(authorized)) -> Response:
+    """One 2D buffer as a PNG, a pixel per value (gray from its minimum to its maximum; ``index``: the
+    plane along extra dims, e.g. the mask; ``colour=true``: a CoM ``field`` as a colour wheel)."""
+    served = _run(service, run_id)
+    data = await anyio.to_thread.run_sync(lambda: service.result_png(served, udf, buffer, index, colour))
+    name = f"{_filename(served, udf)}-{buffer}"
+    return Response(data, media_type="image/png",
+                    headers={"X-Raytile-Status": served.status, "X-Raytile-Seq": str(served.seq),
+                             "Content-Disposition": f'attachment; filename="{name}.png"'})
+
+
+def _filename(served: ServedRun, udf: str) -> str:
+    """A download's file name: the UDF's name (dots and odd characters as ``_``) and the run's id."""
+    name = served.udf_names[int(udf)] if udf.isdigit() and int(udf) < len(served.udf_names) else udf
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64] + "-" + served.id[:8]
 
 
 @router.get("/runs/{run_id}/stream")

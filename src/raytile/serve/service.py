@@ -32,6 +32,8 @@ from raytile.serve.backlog import SocketBacklog
 from raytile.serve.config import ServeConfig
 from raytile.serve.dataset_cache import DataSetCache
 from raytile.serve.datasets import DATASET_SCHEMA, npy_header, open_dataset, resolve_dataset, served_formats
+from raytile.serve.detection import RAW_NEEDS, Detections, describe
+from raytile.serve.downloads import plane, png_bytes
 from raytile.serve.encoding import BUFFER_MODES, encode_buffers
 from raytile.serve.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, Unauthorized
 from raytile.serve.paths import DataRoots
@@ -40,7 +42,7 @@ from raytile.serve.roi import decode_roi
 from raytile.serve.udfs import UDF_REF_SCHEMA, UDFRegistry
 from raytile.serve.validation import check
 
-__all__ = ["Service", "RUN_SCHEMA", "PATCH_SCHEMA", "INLINE_ENCODE_BYTES"]
+__all__ = ["Service", "RUN_SCHEMA", "PATCH_SCHEMA", "DETECT_SCHEMA", "INLINE_ENCODE_BYTES"]
 
 #: Messages whose buffers add up to more than this are encoded in a thread, not in the event loop.
 INLINE_ENCODE_BYTES = 1 << 20
@@ -55,6 +57,12 @@ RUN_SCHEMA = {
         "roi": {"type": ["object", "null"]},
         "max_rate_hz": {"type": "number", "exclusiveMinimum": 0},
     },
+}
+
+#: ``POST /v1/datasets/detect``: the file whose format and shapes the client wants.
+DETECT_SCHEMA = {
+    "type": "object", "required": ["path"], "additionalProperties": False,
+    "properties": {"path": {"type": "string", "minLength": 1, "maxLength": 4096}},
 }
 
 PATCH_SCHEMA = {
@@ -77,6 +85,7 @@ class Service:
         self.ctx = ctx
         self._formats = served_formats()
         self.datasets_open = DataSetCache(size=8)
+        self.detections = Detections()
 
     def close(self) -> None:
         """Cancel every run and close the Context (the replica is going away)."""
@@ -105,12 +114,31 @@ class Service:
         return {"udfs": self.udfs.describe()}
 
     def datasets(self) -> dict[str, Any]:
-        files = self.roots.listing()
+        """The data files under the roots as ``auto`` detects them (see :mod:`raytile.serve.detection`)."""
+        files = self.detections.annotate(self.roots.listing())
         for f in files:
             header = npy_header(f["path"])
             if header is not None:
                 f.update(header)
         return {"roots": list(self.roots.roots), "files": files}
+
+    def detect(self, body: Any) -> dict[str, Any]:
+        """``{"format", "params", "nav_shape", "sig_shape", "dtype"}`` of one file inside the roots, opened
+        with the format ``auto`` detects; a raw file answers ``{"format": "raw", "needs": {...}}`` (what to
+        enter: it has no header). Blocking (opens the file): call it from a thread."""
+        check(body, DETECT_SCHEMA, "body")
+        path = self.roots.resolve(body["path"], "body.path")
+        found = self.detections.of(path)
+        if found is None:
+            raise BadRequest("body.path", f"{body['path']!r} holds no data set that a format recognises "
+                                          f"(raw files end in .raw, .bin or .dat)")
+        name, detected = found
+        if name == "raw":
+            return {"format": "raw", "params": {}, "needs": dict(RAW_NEEDS)}
+        spec = {"format": name, "params": {**detected, "path": body["path"]}}
+        resolved = resolve_dataset(spec, self.roots, "body", self._formats)
+        return describe(name, detected, lambda: self.datasets_open.get(
+            resolved, lambda: open_dataset(self.ctx, *resolved, "body")))
 
     # -- runs ----------------------------------------------------------------------
     async def create_run(self, body: Any) -> ServedRun:
@@ -162,6 +190,38 @@ class Service:
 
     def result_npy(self, served: ServedRun, udf: str, buffer: str) -> np.ndarray:
         """The latest (final once the run ended) data of one buffer; ``udf`` is an index or a UDF name."""
+        bufs = self.result_buffers(served, udf)
+        if buffer not in bufs:
+            raise NotFound("buffer", f"UDF {udf!r} has no buffer {buffer!r}; it has {sorted(bufs)}")
+        return bufs[buffer]
+
+    def result_buffers(self, served: ServedRun, udf: str) -> dict[str, np.ndarray]:
+        """Every buffer of one UDF's latest (final once the run ended) results, by name."""
+        return {name: buf.data for name, buf in self._udf_results(served, udf).items()}
+
+    def result_png(self, served: ServedRun, udf: str, buffer: str, index: int = 0, colour: bool = False) -> bytes:
+        """One buffer as a PNG, a pixel per value (:mod:`raytile.serve.downloads`): its plane ``index``
+        along extra dims; ``colour``: a CoM field (extra shape ``(2,)``) as a colour wheel."""
+        bufs = self._udf_results(served, udf)
+        if buffer not in bufs:
+            raise NotFound("buffer", f"UDF {udf!r} has no buffer {buffer!r}; it has {sorted(bufs)}")
+        buf = bufs[buffer]
+        extra = tuple(buf.extra_shape) if buf.kind == "nav" else ()
+        dims = buf.data.ndim - len(extra) if buf.kind == "nav" else len(served.sig_shape)
+        if buf.kind == "single" or dims != 2:
+            raise BadRequest("buffer", f"{buffer!r} is a {buf.kind} buffer of shape {list(buf.data.shape)}; "
+                                       "PNGs are made of 2D scan or frame images (take the .npy or .npz)")
+        if colour:
+            if extra != (2,):
+                raise BadRequest("colour", f"needs a vector field (extra shape (2,)); {buffer!r} has {list(extra)}")
+            return png_bytes(buf.data, colour_field=True)
+        try:
+            image = plane(buf.data, dims, index)
+        except IndexError as e:
+            raise BadRequest("index", str(e)) from None
+        return png_bytes(image)
+
+    def _udf_results(self, served: ServedRun, udf: str) -> dict[str, Any]:
         part = served.latest
         if part is None:
             raise NotFound("run_id", f"run {served.id} has no results yet")
@@ -171,10 +231,7 @@ class Service:
             index = served.udf_names.index(udf)
         else:
             raise NotFound("udf", f"no UDF {udf!r} in run {served.id} (UDFs: {served.udf_names}, or an index)")
-        bufs = part.buffers[index]
-        if buffer not in bufs:
-            raise NotFound("buffer", f"UDF {udf!r} has no buffer {buffer!r}; it has {sorted(bufs)}")
-        return bufs[buffer].data
+        return dict(part.buffers[index])
 
     def message(self, served: ServedRun, mode: str, url_base: str) -> dict[str, Any]:
         """The stream message for the run's latest state."""

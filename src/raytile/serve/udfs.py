@@ -22,7 +22,7 @@ from raytile.common.errors import RaytileError
 from raytile.serve.errors import BadRequest
 from raytile.serve.mask_shapes import MASK_SCHEMA, MaskShape
 from raytile.serve.validation import Schema, check
-from raytile.udf import ApplyMasksUDF, CoMUDF, LogsumUDF, NoOpUDF, StdDevUDF, SumSigUDF, SumUDF
+from raytile.udf import ApplyMasksUDF, CoMUDF, LogsumUDF, NoOpUDF, SignalMaxUDF, StdDevUDF, SumSigUDF, SumUDF
 from raytile.udf.base import UDF
 
 __all__ = ["UDFSpec", "UDFRegistry", "UDF_REF_SCHEMA", "schema_from_signature"]
@@ -93,12 +93,15 @@ BUILTINS: tuple[UDFSpec, ...] = (
     UDFSpec("sum", SumUDF, _obj({"dtype": {"type": "string", "enum": _FLOAT_DTYPES}}),
             "sum of all frames: intensity (sig)"),
     UDFSpec("sumsig", SumSigUDF, _obj({}), "sum of each frame: intensity (nav)"),
+    UDFSpec("max", SignalMaxUDF, _obj({}), "maximum of each pixel over all frames: intensity (sig)"),
     UDFSpec("stddev", StdDevUDF, _obj({}), "var, std, mean, sum (sig) and num_frames over all frames"),
     UDFSpec("logsum", LogsumUDF, _obj({}), "sum over frames of log(frame - frame.min() + 1): logsum (sig)"),
     UDFSpec("com", CoMUDF, _obj({"cy": {"type": ["number", "null"]}, "cx": {"type": ["number", "null"]},
                                  "r": {"type": ["number", "null"], "minimum": 0},
-                                 "ri": {"type": "number", "minimum": 0}}),
-            "centre of mass of each frame within ri < d <= r of (cy, cx) (r null: no limit)", _com_kwargs),
+                                 "ri": {"type": "number", "minimum": 0},
+                                 "scan_rotation": {"type": "number"}, "flip_y": {"type": "boolean"}}),
+            "centre of mass of each frame within ri < d <= r of (cy, cx) (r null: no limit): field (y, x), "
+            "magnitude, divergence, curl (nav), after flip_y and scan_rotation (degrees)", _com_kwargs),
     UDFSpec("masks", ApplyMasksUDF,
             _obj({"masks": {"type": "array", "items": MASK_SCHEMA, "minItems": 1, "maxItems": 64},
                   "use_sparse": {"type": ["boolean", "null"]}}, ["masks"]),
