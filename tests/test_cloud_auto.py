@@ -79,6 +79,8 @@ def test_auto_hdf5_and_dectris(inline_ctx, s3, tmp_path, frames, rng):
     ds = load_both(inline_ctx, s3, tmp_path / "d.h5", url)
     assert ds.format_name == "hdf5" and ds.shape.to_tuple() == NAV + SIG  # the largest dataset
     check_sums(inline_ctx, ds, frames)
+    no_ds_path = inline_ctx.load("hdf5", path=url, storage_options=s3.options)  # hdf5 finds it by itself too
+    assert no_ds_path.shape.to_tuple() == NAV + SIG
 
     pytest.importorskip("hdf5plugin")
     from raytile.io.testing.dectris import write_dectris
