@@ -121,3 +121,26 @@ def test_auto_url_errors_name_the_url_not_the_secret(inline_ctx, s3, caplog):
         inline_ctx.load("auto", path="s3://auto-bucket/plain/data.raw", storage_options=dead)
     for text in (str(e1.value), str(e2.value), str(e3.value), caplog.text):
         assert SECRET not in text and SECRET[::-1] not in text
+
+
+@pytest.mark.parametrize("fmt", ["mrc", "blo"])
+def test_mrc_and_blo_from_s3(inline_ctx, s3, tmp_path, rng, fmt):
+    """Header formats beyond the issue's list: their header is one ranged GET, frames by the remote backend."""
+    from raytile.io.testing.blo import write_blo
+    from raytile.io.testing.mrc import write_mrc
+
+    if fmt == "mrc":
+        frames = rng.integers(-300, 3000, (4, 5, 9, 6)).astype(np.int16)
+        path = write_mrc(str(tmp_path / "a.mrc"), frames)
+    else:
+        frames = rng.integers(0, 250, (4, 5, 8, 8)).astype(np.uint16)
+        path = write_blo(str(tmp_path / "a.blo"), frames)
+    url = s3.put_file(f"s3://auto-bucket/{fmt}/{tmp_path.name}/a.{fmt}", path)
+    ds = inline_ctx.load(fmt, path=url, nav_shape=(4, 5), num_partitions=2, storage_options=s3.options)
+    assert ds.io_backend == "remote" and ds.shape.to_tuple() == frames.shape
+    check_sums(inline_ctx, ds, frames)
+    local = inline_ctx.load(fmt, path=path, nav_shape=(4, 5))
+    np.testing.assert_array_equal(inline_ctx.run_udf(dataset=ds, udf=SumUDF(dtype="float64"))["intensity"].data,
+                                  inline_ctx.run_udf(dataset=local, udf=SumUDF(dtype="float64"))["intensity"].data)
+    auto = load_both(inline_ctx, s3, path, url)
+    assert auto.format_name == fmt
