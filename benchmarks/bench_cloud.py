@@ -2,7 +2,9 @@
 
 One object of ``--size-mib`` MiB (uint16 frames of 256 x 256, 1 GiB by
 default) is put into a moto S3 server running in its own process on
-127.0.0.1. Then, best of ``--repeat`` each, measured in the same run:
+127.0.0.1 (this script, ``--serve-moto``: moto with ranged GETs that cost
+their range, see :func:`serve_moto`; ``--stock-moto`` for moto as released).
+Then, best of ``--repeat`` each, measured in the same run:
 
 * **plain GET**: s3fs (the library raytile reads with), ``--concurrency`` x
   workers ranged GETs of ``--request-mib`` in flight from threads of this
@@ -15,7 +17,8 @@ default) is put into a moto S3 server running in its own process on
 
 and the peak RSS of the Ray workers (``ru_maxrss``, sampled per tile by a
 UDF run beside SumUDF in the S3 runs), beside the object's size: memory
-follows the partitions in flight, not the object.
+follows the partitions in flight, not the object. Every SumUDF result is
+checked against numpy's sum of the same data.
 
     python benchmarks/bench_cloud.py [--size-mib 1024] [--workers 2] [--repeat 3]
 """
@@ -46,13 +49,58 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_moto(port: int, object_bytes: int) -> subprocess.Popen:
-    """moto's S3 server in its own process (its GIL is not ours), on 127.0.0.1, keeping objects of
-    ``object_bytes`` in memory (by default it spools objects over 5 MiB to a temporary file and reads
-    the whole file for every ranged GET, under a per-object lock)."""
+def serve_moto(port: int, stock: bool) -> None:
+    """Run moto's S3 server on 127.0.0.1:``port`` in this process (``--serve-moto``).
+
+    Stock moto answers a ranged GET by copying the *whole* object out of its
+    buffer and then slicing the range (``FakeKey.value``, under a per-object
+    lock): a GET of 8 MiB of a 1 GiB object copies 1 GiB, so one pass over the
+    object copies 128 GiB and 16 GETs in flight hold 16 copies of it (16 GiB).
+    Real stores serve a range for the cost of the range, so unless ``stock``
+    this process lets GETs see the object's buffer without copying it
+    (a ``memoryview``), and only the range is copied into the answer. Both
+    ways of reading (plain GET and raytile) read from this same server.
+    """
+    import io
+    import threading
+
+    from moto import server
+    from moto.s3 import models, responses
+
+    if not stock:
+        local = threading.local()
+        value = models.FakeKey.value
+
+        def view_value(self):
+            buf = getattr(self._value_buffer, "_file", None)
+            if getattr(local, "get", False) and isinstance(buf, io.BytesIO):
+                return buf.getbuffer()
+            return value.fget(self)
+
+        key_response = responses.S3Response.key_response
+
+        def ranged_key_response(self, request, full_url, headers):
+            local.get = request.method == "GET"
+            try:
+                status, hdrs, body = key_response(self, request, full_url, headers)
+            finally:
+                local.get = False
+            if isinstance(body, memoryview):
+                body = body.tobytes()  # the range only (the view of the whole buffer is released here)
+            return status, hdrs, body
+
+        models.FakeKey.value = property(view_value, value.fset)
+        responses.S3Response.key_response = ranged_key_response
+    server.main(["-H", "127.0.0.1", "-p", str(port)])
+
+
+def start_moto(port: int, object_bytes: int, stock: bool = False) -> subprocess.Popen:
+    """moto's S3 server in its own process (its GIL is not ours) on 127.0.0.1 (see :func:`serve_moto`),
+    keeping objects of ``object_bytes`` in memory (by default moto spools objects over 5 MiB to a
+    temporary file and reads the whole file for every ranged GET)."""
     env = dict(os.environ, MOTO_S3_DEFAULT_KEY_BUFFER_SIZE=str(object_bytes + (1 << 20)))
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    cmd = [sys.executable, os.path.abspath(__file__), "--serve-moto", str(port)] + (["--stock-moto"] if stock else [])
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -95,11 +143,15 @@ def plain_get(fs, url: str, size: int, request: int, concurrency: int) -> float:
     return time.perf_counter() - t0
 
 
-def timed_sum(ctx, ds) -> tuple[float, int]:
-    """Seconds of one SumUDF run (beside PeakRSS, a getrusage call per tile) and the workers' peak RSS."""
+def timed_sum(ctx, ds, expected: np.ndarray) -> tuple[float, int]:
+    """Seconds of one SumUDF run (beside PeakRSS, a getrusage call per tile) and the workers' peak RSS;
+    the sum must equal numpy's of the same data."""
     t0 = time.perf_counter()
     res = ctx.run_udf(dataset=ds, udf=[rt.udf.SumUDF(), PeakRSS()])
-    return time.perf_counter() - t0, int(res[1]["rss"].data[0])
+    seconds = time.perf_counter() - t0
+    if not np.allclose(res[0]["intensity"].data, expected, rtol=1e-5):
+        raise SystemExit("SumUDF's result differs from numpy's sum of the same data")
+    return seconds, int(res[1]["rss"].data[0])
 
 
 def main() -> None:
@@ -110,7 +162,13 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=0,
                     help="plain GET: requests in flight per worker (default: raytile's, DEFAULT_CONCURRENCY)")
     ap.add_argument("--request-mib", type=int, default=8, help="bytes of one ranged GET (raytile's default)")
+    ap.add_argument("--stock-moto", action="store_true",
+                    help="moto as released: every ranged GET copies the whole object (see serve_moto)")
+    ap.add_argument("--serve-moto", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.serve_moto:
+        serve_moto(args.serve_moto, args.stock_moto)
+        return
 
     import s3fs
 
@@ -122,7 +180,7 @@ def main() -> None:
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     options = {"endpoint_url": endpoint, "key": KEY, "secret": SECRET, "region": "us-east-1"}
-    moto = start_moto(port, size)
+    moto = start_moto(port, size, args.stock_moto)
     tmp = tempfile.mkdtemp(prefix="bench_cloud_")
     local = os.path.join(tmp, "data.raw")
     try:
@@ -139,6 +197,7 @@ def main() -> None:
         print(f"object: {size / 2**20:.0f} MiB ({nav[0]}x{nav[1]} frames of {SIG} uint16), "
               f"put in {time.perf_counter() - t0:.1f} s; moto on {endpoint} (own process)")
         url = "s3://bench-bucket/data.raw"
+        expected = data.reshape(-1, *SIG).sum(axis=0, dtype=np.float64)
         del data
 
         total_conc = (args.concurrency or DEFAULT_CONCURRENCY) * args.workers
@@ -155,13 +214,13 @@ def main() -> None:
             plain, s3_times, rss = [], [], 0
             for _ in range(args.repeat):
                 plain.append(plain_get(fs, url, size, request, total_conc))
-                seconds, peak = timed_sum(ctx, ds)
+                seconds, peak = timed_sum(ctx, ds, expected)
                 s3_times.append(seconds)
                 rss = max(rss, peak)
             # after the S3 runs: the local file's mapped pages count in a worker's RSS
             ds_local = ctx.load("raw", path=local, nav_shape=nav, sig_shape=SIG, dtype="uint16")
-            timed_sum(ctx, ds_local)  # page cache warm
-            local_times = [timed_sum(ctx, ds_local)[0] for _ in range(args.repeat)]
+            timed_sum(ctx, ds_local, expected)  # page cache warm
+            local_times = [timed_sum(ctx, ds_local, expected)[0] for _ in range(args.repeat)]
         finally:
             ctx.close()
 

@@ -14,16 +14,24 @@ HDF5 file) are asked after the specific formats that share their file type
 A file no format places raises DataSetException listing the formats tried
 (and why those that recognised the file but found it broken refused it).
 Headerless raw files cannot be detected: load them with ``"raw"``.
+
+A URL (``s3://bucket/scan.hdr``, with ``storage_options``; see docs/cloud.md)
+is detected the same way by the formats that read object stores (their
+``detect_params`` take a ``store``): headers are read by ranged requests,
+and the detected format gets the ``storage_options`` too.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from raytile.common.errors import DataSetException
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
 from raytile.io.params import validate_params
+from raytile.io.store import display_url, is_url, store_for
 
 __all__ = ["AutoDataSet", "detect_format", "detecting_formats", "GENERIC_FORMATS"]
 
@@ -31,8 +39,17 @@ __all__ = ["AutoDataSet", "detect_format", "detecting_formats", "GENERIC_FORMATS
 GENERIC_FORMATS = ("hdf5",)
 
 
-def detecting_formats() -> list[str]:
-    """Names of the registered formats that can place a file, in the order ``auto`` asks them."""
+def _reads_stores(cls: type) -> bool:
+    """Whether a format's ``detect_params`` places objects of a store (takes ``store``)."""
+    try:
+        return "store" in inspect.signature(cls.detect_params).parameters  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        return False
+
+
+def detecting_formats(urls: bool = False) -> list[str]:
+    """Names of the registered formats that can place a file (with ``urls``: an object of a store), in the
+    order ``auto`` asks them."""
     from raytile.io.formats import _FORMATS, get_format
 
     names = []
@@ -43,23 +60,32 @@ def detecting_formats() -> list[str]:
             cls = get_format(name)
         except ImportError:  # an optional dependency is missing: that format places nothing
             continue
-        if getattr(cls.detect_params, "__func__", None) is not DataSet.detect_params.__func__:  # type: ignore[attr-defined]
+        if getattr(cls.detect_params, "__func__", None) is DataSet.detect_params.__func__:  # type: ignore[attr-defined]
+            continue
+        if not urls or _reads_stores(cls):
             names.append(name)
     return [n for n in names if n not in GENERIC_FORMATS] + [n for n in names if n in GENERIC_FORMATS]
 
 
-def detect_format(path: str) -> tuple[str, dict[str, Any]]:
-    """``(format name, parameters)`` of the file at ``path``; DataSetException if no format places it."""
+def detect_format(path: str, storage_options: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """``(format name, parameters)`` of the file (or URL, read with ``storage_options``) at ``path``;
+    DataSetException if no format places it."""
     from raytile.io.formats import get_format
 
     path = os.fspath(path)
-    if not os.path.exists(path):
+    store = store_for(path, storage_options) if is_url(path) else None
+    if store is not None:
+        if not store.exists(path):
+            raise DataSetException(f"auto: not found: {display_url(path)} (no such object or prefix)")
+    elif not os.path.exists(path):
         raise DataSetException(f"auto: file not found: {path}")
-    tried = detecting_formats()
+    tried = detecting_formats(urls=store is not None)
     refusals = []
     for name in tried:
         try:
-            params = get_format(name).detect_params(path)
+            cls = get_format(name)
+            detect: Any = cls.detect_params  # formats that read stores take store= (see _reads_stores)
+            params = detect(path, store=store) if store is not None else detect(path)
         except DataSetException as e:
             refusals.append(f"{name}: {e}")
             continue
@@ -67,10 +93,13 @@ def detect_format(path: str) -> tuple[str, dict[str, Any]]:
             refusals.append(f"{name}: {type(e).__name__}: {e}")
             continue
         if params is not None:
-            return name, dict(params)
+            params = dict(params)
+            if store is not None and storage_options is not None:
+                params["storage_options"] = storage_options
+            return name, params
     why = f"; refused: {'; '.join(refusals)}" if refusals else ""
     raise DataSetException(
-        f"auto: cannot detect the format of {path}: tried {', '.join(tried)}{why}. "
+        f"auto: cannot detect the format of {display_url(path)}: tried {', '.join(tried)}{why}. "
         f"Headerless raw files need ctx.load('raw', path=..., nav_shape=..., sig_shape=..., dtype=...)"
     )
 
@@ -96,10 +125,10 @@ class AutoDataSet(DataSet):
         path = validate_params("auto", cls.params_schema, {"path": kwargs.pop("path")} if "path" in kwargs else {})
         return {**path, **kwargs}
 
-    def __new__(cls, path: str, **overrides: Any) -> Any:
+    def __new__(cls, path: str, storage_options: Mapping[str, Any] | None = None, **overrides: Any) -> Any:
         from raytile.io.formats import get_format
 
-        name, params = detect_format(path)
+        name, params = detect_format(path, storage_options)
         params.update({k: v for k, v in overrides.items() if v is not None})
         return get_format(name)(**params)
 

@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from raytile.common.errors import DataSetException
-from raytile.io.fileset import File
+from raytile.io.fileset import REMOTE_PARAMS, File
 from raytile.io.formats.framefiles import FrameFileDataSet, FrameLayout, read_exact
+from raytile.io.store import ObjectStore
 
 __all__ = ["BloDataSet", "read_blo_header", "BLO_MAGICS"]
 
@@ -46,9 +47,10 @@ def _bit_depth(text: str) -> int:
     return 8
 
 
-def read_blo_header(path: str, endianess: str = "<") -> dict[str, Any]:
-    """``{"magic", "nav_shape", "sig_shape", "dtype", "vbf_offset", "data_offset"}`` of a .blo file."""
-    head = read_exact(path, 0, _HEADER_BYTES, "240-byte BLO header")
+def read_blo_header(path: str, endianess: str = "<", store: ObjectStore | None = None) -> dict[str, Any]:
+    """``{"magic", "nav_shape", "sig_shape", "dtype", "vbf_offset", "data_offset"}`` of a .blo file (or an
+    object of ``store``)."""
+    head = read_exact(path, 0, _HEADER_BYTES, "240-byte BLO header", store)
     o = endianess
     (magic,) = struct.unpack_from(o + "H", head, 6)
     if magic not in BLO_MAGICS:
@@ -61,7 +63,7 @@ def read_blo_header(path: str, endianess: str = "<") -> dict[str, Any]:
         raise DataSetException(f"{path}: BLO header gives an empty scan or frame: DP_SZ={dp_sz} NX={nx} NY={ny}")
     bits = 8
     if magic == 259 and off_vbf > _HEADER_BYTES:
-        text = read_exact(path, _HEADER_BYTES, off_vbf - _HEADER_BYTES, "BLO metadata text")
+        text = read_exact(path, _HEADER_BYTES, off_vbf - _HEADER_BYTES, "BLO metadata text", store)
         bits = _bit_depth(text.decode("utf-8", errors="ignore").replace("\x00", ""))
     if bits not in (8, 16, 32, 64):
         raise DataSetException(f"{path}: BLO bit depth {bits} is not supported (8, 16, 32 or 64 bits)")
@@ -73,14 +75,14 @@ class BloDataSet(FrameFileDataSet):
     """NanoMegas ``.blo`` files; nav shape ``(NY, NX)`` and frames ``(DP_SZ, DP_SZ)`` from the header."""
 
     format_name = "blo"
-    params_schema = {"endianess": {"type": "choice", "choices": ["<", ">"]}}
+    params_schema = {"endianess": {"type": "choice", "choices": ["<", ">"]}, **REMOTE_PARAMS}
 
     def __init__(self, path: str, endianess: str = "<", **kwargs: Any):
         super().__init__(path, **kwargs)
         self._endianess = endianess
 
     def _read_layout(self) -> FrameLayout:
-        h = read_blo_header(self._path, self._endianess)
+        h = read_blo_header(self._path, self._endianess, self._store)
         count = h["nav_shape"][0] * h["nav_shape"][1]
         return FrameLayout(files=[File(self._path, 0, count, h["data_offset"])], sig_shape=h["sig_shape"],
                            dtype=h["dtype"], nav_shape=h["nav_shape"], frame_header=_FRAME_HEADER_BYTES,
@@ -90,12 +92,12 @@ class BloDataSet(FrameFileDataSet):
         return (super().get_cache_key(), self._endianess)
 
     @classmethod
-    def detect_params(cls, path: str) -> dict[str, Any] | None:
+    def detect_params(cls, path: str, store: ObjectStore | None = None) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape", "endianess"}`` of a ``.blo`` file with a valid header, else None."""
         if not str(path).lower().endswith(".blo"):
             return None
         try:
-            h = read_blo_header(path, "<")
+            h = read_blo_header(path, "<", store)
         except DataSetException:
             return None
         return {"path": path, "nav_shape": h["nav_shape"], "sig_shape": h["sig_shape"], "endianess": "<"}

@@ -187,9 +187,10 @@ class DectrisDataSet(DataSet):
         self._codec: int | None = None
 
     @classmethod
-    def detect_params(cls, path: str) -> dict | None:
-        """``{"path": path}`` if ``path`` is a DECTRIS master file (HDF5, /entry/data links, detector metadata)."""
-        return {"path": path} if is_master(path) else None
+    def detect_params(cls, path: str, store: ObjectStore | None = None) -> dict | None:
+        """``{"path": path}`` if ``path`` (a file, or an object of ``store``) is a DECTRIS master file (HDF5,
+        /entry/data links, detector metadata)."""
+        return {"path": path} if is_master(path, store) else None
 
     def _do_initialize(self) -> DataSetMeta:
         info = read_master(self._path, self._store)

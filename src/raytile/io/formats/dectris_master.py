@@ -22,7 +22,7 @@ import numpy as np
 from raytile.common.errors import DataSetException
 from raytile.io import bslz4
 from raytile.io.formats.hdf5 import H5_REMOTE_BLOCK, h5py_with_filters
-from raytile.io.store import ObjectStore, check_path_file, display_url
+from raytile.io.store import ObjectStore, check_path_file, display_url, open_path
 
 __all__ = ["LinkedFile", "MasterInfo", "read_master", "is_master", "open_h5", "HDF5_MAGIC"]
 
@@ -187,20 +187,26 @@ def read_master(path: str, store: ObjectStore | None = None) -> MasterInfo:
     return MasterInfo(tuple(files), frame_shape, dtype, codec, filters, nimages, ntrigger, mask)
 
 
-def is_master(path: str) -> bool:
-    """Whether ``path`` is a DECTRIS master file: HDF5 magic, ``/entry/data/data_NNNNNN`` links, detector metadata."""
+def is_master(path: str, store: ObjectStore | None = None) -> bool:
+    """Whether ``path`` (a file, or an object of ``store``) is a DECTRIS master file: HDF5 magic,
+    ``/entry/data/data_NNNNNN`` links, detector metadata."""
     try:
-        with open(path, "rb") as fh:
+        with open_path(path, store) as fh:
             if fh.read(8) != HDF5_MAGIC:
                 return False
-    except OSError:
+    except (OSError, DataSetException):
         return False
+    source = None
     try:
         h5py = h5py_with_filters()
-        with h5py.File(path, "r") as f:
+        source = store.open(path, block_size=H5_REMOTE_BLOCK) if store is not None else None
+        with h5py.File(source if source is not None else path, "r") as f:
             group = f.get("/entry/data")
             if group is None or f.get(DETECTOR_SPECIFIC) is None:
                 return False
             return any(_LINK_NAME.match(n) for n in group)
     except (OSError, DataSetException):
         return False
+    finally:
+        if source is not None:
+            source.close()

@@ -160,15 +160,15 @@ class EMPADDataSet(FrameFileDataSet):
                            info={"raw file": raw_path})
 
     @classmethod
-    def detect_params(cls, path: str) -> dict[str, Any] | None:
+    def detect_params(cls, path: str, store: ObjectStore | None = None) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape"}`` for an EMPAD ``.xml`` whose raw file fits its scan; None
         for other files; DataSetException (the reason) for an EMPAD ``.xml`` whose raw file is missing or
         does not fit."""
         if not str(path).lower().endswith(".xml"):
             return None
         try:
-            read_empad_xml(path)
+            read_empad_xml(path, store)
         except DataSetException:
             return None  # not an EMPAD description
-        layout = cls(path=path)._read_layout()
+        layout = cls(path=path, storage_options=store.options if store is not None else None)._read_layout()
         return {"path": path, "nav_shape": layout.nav_shape, "sig_shape": EMPAD_SIG_SHAPE}

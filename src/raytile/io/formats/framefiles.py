@@ -42,7 +42,7 @@ from raytile.common.shape import Shape
 from raytile.io.dataset import DataSetMeta
 from raytile.io.decoders import NativeDecoder
 from raytile.io.fileset import File, FileDataSet, FileSet, check_sync_offset
-from raytile.io.store import check_path_file
+from raytile.io.store import ObjectStore, check_path_file, is_url
 
 __all__ = ["FrameLayout", "FrameFileDataSet", "read_exact", "square_nav"]
 
@@ -71,8 +71,17 @@ class FrameLayout:
         return self.files[-1].end_idx if self.files else 0
 
 
-def read_exact(path: str, offset: int, size: int, what: str) -> bytes:
-    """``size`` bytes of ``path`` at ``offset``, or a DataSetException naming the path and ``what`` was read."""
+def read_exact(path: str, offset: int, size: int, what: str, store: ObjectStore | None = None) -> bytes:
+    """``size`` bytes of ``path`` (a file, or an object of ``store``: one ranged GET) at ``offset``, or a
+    DataSetException naming the path and ``what`` was read."""
+    if store is not None and is_url(path):
+        available = max(0, store.size(path) - offset)  # a corrupt header may state any size
+        n = min(size, available)
+        data = store.get_range(path, offset, offset + n) if n > 0 else b""
+        if len(data) != size:
+            raise DataSetException(f"{path}: object too short for its {what} ({len(data)} of {size} bytes at "
+                                   f"offset {offset}); truncated, or not a file of this format?")
+        return data
     try:
         with open(path, "rb") as f:
             # a corrupt header may state any size: never ask for more than the file has

@@ -34,7 +34,7 @@ from raytile.io.dataset import DataSet, DataSetMeta, Partition, check_array_back
 from raytile.io.decoders import NativeDecoder
 from raytile.io.backends import BACKENDS
 from raytile.io.fileset import REMOTE_PARAMS, File, FilePartition, FileSet, check_sync_offset
-from raytile.io.store import ObjectStore, check_path_file, store_for
+from raytile.io.store import ObjectStore, check_path_file, open_path, store_for
 from raytile.io.read_ranges import LAYOUT_CHUNKED, chunked_extra
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
@@ -324,14 +324,15 @@ class H5DataSet(DataSet):
         self._raw_fileset: FileSet | None = None
 
     @classmethod
-    def detect_params(cls, path: str) -> dict | None:
-        """``path`` and ``ds_path`` of the largest numeric dataset of 3 or more dimensions in an HDF5 file;
-        of several of the largest size, the first h5py visits (LiberTEM's choice)."""
+    def detect_params(cls, path: str, store: ObjectStore | None = None) -> dict | None:
+        """``path`` and ``ds_path`` of the largest numeric dataset of 3 or more dimensions in an HDF5 file
+        (or an object of ``store``); of several of the largest size, the first h5py visits (LiberTEM's
+        choice)."""
         try:
-            with open(path, "rb") as fh:
+            with open_path(path, store) as fh:
                 if fh.read(8) != b"\x89HDF\r\n\x1a\n":
                     return None
-        except OSError:
+        except (OSError, DataSetException):
             return None
         h5py = _h5py()
         found: list[tuple[int, str]] = []
@@ -340,11 +341,15 @@ class H5DataSet(DataSet):
             if isinstance(obj, h5py.Dataset) and obj.ndim >= 3 and obj.dtype.kind in "biuf":
                 found.append((int(np.prod(obj.shape)), "/" + name))
 
+        source = store.open(path, block_size=H5_REMOTE_BLOCK) if store is not None else None
         try:
-            with h5py.File(path, "r") as f:
+            with h5py.File(source if source is not None else path, "r") as f:
                 f.visititems(visit)
         except OSError as e:
             raise DataSetException(f"{path}: an HDF5 file h5py cannot open: {e}") from None
+        finally:
+            if source is not None:
+                source.close()
         if not found:
             raise DataSetException(f"{path}: an HDF5 file without a dataset of 3 or more dimensions")
         largest = max(size for size, _ in found)
@@ -353,7 +358,7 @@ class H5DataSet(DataSet):
     def _do_initialize(self) -> DataSetMeta:
         check_path_file(self._path, self._store)
         if not self._ds_path:  # LiberTEM's choice: the largest dataset of 3 or more dimensions
-            found = self.detect_params(self._path) if self._store is None else None
+            found = self.detect_params(self._path, store=self._store)
             if found is None:
                 raise DataSetException(f"{self._path}: not an HDF5 file, or no data set found in it "
                                        "(give ds_path for the dataset to read)")

@@ -260,7 +260,7 @@ class MIBDataSet(FileDataSet):
         return self._header
 
     @classmethod
-    def detect_params(cls, path: str) -> dict | None:
+    def detect_params(cls, path: str, store: ObjectStore | None = None) -> dict | None:
         """``path``, ``nav_shape`` and ``sig_shape`` of a ``.hdr`` or ``.mib`` acquisition (None otherwise).
 
         A ``.mib`` without ``.hdr`` gets a square nav shape where the frame
@@ -269,13 +269,13 @@ class MIBDataSet(FileDataSet):
         ext = os.path.splitext(path)[1].lower()
         if ext == ".hdr":
             try:
-                with open(path, "rb") as f:
+                with open_path(path, store) as f:
                     if not f.read(3) == b"HDR":
                         return None
-            except OSError:
+            except (OSError, DataSetException):
                 return None
-            nav = nav_shape_from_hdr(read_hdr(path), path)
-            names = sorted(mib_filenames(path))
+            nav = nav_shape_from_hdr(read_hdr(path, store), path)
+            names = sorted(mib_filenames(path, store=store))
             own = files_of_header(path, names)
             params: dict[str, Any] = {"path": path, "nav_shape": nav}
             if own != names:  # the glob catches a neighbouring acquisition's files
@@ -288,17 +288,17 @@ class MIBDataSet(FileDataSet):
                         f"one .mib with ctx.load('mib', path=..., nav_shape=..., disable_glob=True)")
                 params["disable_glob"] = True
                 names = own
-            first = _file_header(names[0])
+            first = _file_header(names[0], store)
             return {**params, "sig_shape": first.sig_shape}
         if ext != ".mib":
             return None
         try:
-            if _read_at(path, 0, len(MIB_MAGIC)) != MIB_MAGIC:
+            if _read_at(path, 0, len(MIB_MAGIC), store) != MIB_MAGIC:
                 return None
-        except OSError:
+        except (OSError, DataSetException):
             return None
-        header = _file_header(path)
-        count = sum(os.path.getsize(p) // header.frame_stride for p in mib_filenames(path))
+        header = _file_header(path, store)
+        count = sum(path_size(p, store) // header.frame_stride for p in mib_filenames(path, store=store))
         side = math.isqrt(count)
         nav = (side, side) if side * side == count and count > 1 else (count,)
         return {"path": path, "nav_shape": nav, "sig_shape": header.sig_shape}

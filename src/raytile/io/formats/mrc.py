@@ -28,8 +28,9 @@ from typing import Any
 import numpy as np
 
 from raytile.common.errors import DataSetException
-from raytile.io.fileset import File
+from raytile.io.fileset import REMOTE_PARAMS, File
 from raytile.io.formats.framefiles import FrameFileDataSet, FrameLayout, read_exact, square_nav
+from raytile.io.store import ObjectStore
 
 __all__ = ["MRCDataSet", "read_mrc_header", "MRC_MODES"]
 
@@ -49,9 +50,10 @@ def _plausible(values: tuple[int, int, int, int, int]) -> bool:
     return nx > 0 and ny > 0 and nz > 0 and mode in MRC_MODES and nsymbt >= 0
 
 
-def read_mrc_header(path: str) -> dict[str, Any]:
-    """``{"shape": (nz, ny, nx), "dtype", "data_offset", "mode"}`` of an MRC file (DataSetException if not one)."""
-    head = read_exact(path, 0, _HEADER_BYTES, "1024-byte MRC header")
+def read_mrc_header(path: str, store: ObjectStore | None = None) -> dict[str, Any]:
+    """``{"shape": (nz, ny, nx), "dtype", "data_offset", "mode"}`` of an MRC file (or an object of ``store``;
+    DataSetException if not one)."""
+    head = read_exact(path, 0, _HEADER_BYTES, "1024-byte MRC header", store)
     stamp = head[212:214]
     if stamp in (b"\x44\x44", b"\x44\x41"):
         order = "<"
@@ -76,9 +78,10 @@ class MRCDataSet(FrameFileDataSet):
     """MRC image stacks: every section a frame of ``(NY, NX)``; ``nav_shape`` defaults to ``(NZ,)``."""
 
     format_name = "mrc"
+    params_schema = {**FrameFileDataSet.params_schema, **REMOTE_PARAMS}
 
     def _read_layout(self) -> FrameLayout:
-        h = read_mrc_header(self._path)
+        h = read_mrc_header(self._path, self._store)
         nz, ny, nx = h["shape"]
         size = self._check_path(self._path)
         need = h["data_offset"] + nz * ny * nx * h["dtype"].itemsize
@@ -92,7 +95,7 @@ class MRCDataSet(FrameFileDataSet):
                            info={"MRC mode": str(h["mode"]), "data offset": str(h["data_offset"])})
 
     @classmethod
-    def detect_params(cls, path: str) -> dict[str, Any] | None:
+    def detect_params(cls, path: str, store: ObjectStore | None = None) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape"}`` of a ``.mrc``/``.mrcs`` file with a valid header, or of a
         ``.map`` file with one and the "MAP " mark; else None.
 
@@ -103,7 +106,7 @@ class MRCDataSet(FrameFileDataSet):
         if not name.endswith((".mrc", ".mrcs", ".map")):
             return None
         try:
-            h = read_mrc_header(path)
+            h = read_mrc_header(path, store)
         except DataSetException:
             return None
         if name.endswith(".map") and not h["map_mark"]:

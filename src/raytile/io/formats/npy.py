@@ -58,16 +58,17 @@ class NPYDataSet(FileDataSet):
         self._store = self.store_of(path)
 
     @classmethod
-    def detect_params(cls, path: str) -> dict | None:
-        """``{"path": path}`` for a file starting with the .npy magic ``\\x93NUMPY``."""
+    def detect_params(cls, path: str, store: ObjectStore | None = None) -> dict | None:
+        """``{"path": path}`` for a file (or an object of ``store``) starting with the .npy magic
+        ``\\x93NUMPY``."""
         try:
-            with open(path, "rb") as f:
+            with open_path(path, store) as f:
                 magic = f.read(6)
-        except OSError:
+        except (OSError, DataSetException):
             return None
         if magic != b"\x93NUMPY":
             return None
-        read_npy_header(path)  # a broken header: DataSetException naming it
+        read_npy_header(path, store)  # a broken header: DataSetException naming it
         return {"path": path}
 
     def _do_initialize(self) -> DataSetMeta:

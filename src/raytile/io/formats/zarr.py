@@ -22,7 +22,9 @@ same chunk).
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from typing import Any, Iterator, Mapping
 
 import numpy as np
@@ -200,6 +202,28 @@ class ZarrDataSet(DataSet):
         self._nav_shape = nav_shape
         self._sig_shape = sig_shape
         self._store = store_for(path, storage_options)
+
+    @classmethod
+    def detect_params(cls, path: str, store: ObjectStore | None = None) -> dict | None:
+        """``{"path": path}`` for a Zarr v3 array or group: a directory (or a prefix of ``store``) holding a
+        ``zarr.json`` of ``zarr_format`` 3. A group needs ``array_path`` next to ``path``."""
+        meta_path = path.rstrip("/") + "/zarr.json"
+        try:
+            if store is not None:
+                if not store.exists(meta_path):
+                    return None
+                with store.open(meta_path) as f:
+                    meta = json.loads(f.read())
+            else:
+                if not os.path.isfile(meta_path):
+                    return None
+                with open(meta_path, "rb") as fh:
+                    meta = json.loads(fh.read())
+        except (OSError, ValueError) as e:
+            raise DataSetException(f"{display_url(meta_path)}: not Zarr metadata: {type(e).__name__}: {e}") from None
+        if not isinstance(meta, dict) or meta.get("zarr_format") != 3:
+            return None
+        return {"path": path}
 
     def _split(self, shape: tuple[int, ...], attrs: Mapping[str, Any]) -> int:
         """Signal dims: given, else from the attributes, else 2."""
