@@ -27,7 +27,7 @@ The machine's load average is printed before and after: on a shared machine
 other processes' work shows up in every figure. GB = 1e9 bytes. Run::
 
     python benchmarks/bench_first_run.py [--size-gib 1] [--trials 3] [--executor ray] [--breakdown]
-    python benchmarks/bench_first_run.py --startup [--trials 3]
+    python benchmarks/bench_first_run.py --startup [--trials 3] [--no-serve]
 """
 
 from __future__ import annotations
@@ -145,12 +145,21 @@ def serve_trial(timeout: float = 180.0) -> tuple[float, float]:
                 proc.wait()
 
 
-def startup(trials: int) -> None:
+def startup(trials: int, serve: bool = True) -> None:
+    """Each trial a new process: ``ray.init`` alone and a Context ready, interleaved (so that a change
+    of the machine's load hits both), then ``raytile serve``; the Context's excess over ``ray.init``
+    per trial is printed too (target: at most 1 s)."""
     print(f"start-up, each a new process; {trials} trials; load average before: {load_avg()}")
-    serve = [serve_trial() for _ in range(trials)]
-    rows = {"ray.init (local)": [_timed_script(RAY_START) for _ in range(trials)],
-            "Context ready": [_timed_script(CONTEXT_START) for _ in range(trials)],
-            "serve: 1st request": [h for h, _ in serve], "serve: 1st run done": [r for _, r in serve]}
+    ray_init: list[float] = []
+    context: list[float] = []
+    for _ in range(trials):
+        ray_init.append(_timed_script(RAY_START))
+        context.append(_timed_script(CONTEXT_START))
+    rows = {"ray.init (local)": ray_init, "Context ready": context,
+            "Context - ray.init": [c - r for c, r in zip(context, ray_init)]}
+    if serve:
+        served = [serve_trial() for _ in range(trials)]
+        rows.update({"serve: 1st request": [h for h, _ in served], "serve: 1st run done": [r for _, r in served]})
     print(f"load average after:  {load_avg()}")
     print(f"{'':<20}{'best':>10}{'median':>10}   all")
     for label, values in rows.items():
@@ -232,6 +241,7 @@ def main(argv=None) -> int:
     p.add_argument("--breakdown", action="store_true", help="also the per-process first-run breakdown")
     p.add_argument("--cache-dir", default=None, help="where the demo file is kept (default: the demo's)")
     p.add_argument("--startup", action="store_true", help="only Ray's, a Context's and raytile serve's start-up")
+    p.add_argument("--no-serve", action="store_true", help="--startup without raytile serve")
     p.add_argument("--probe", nargs=3, metavar=("PATH", "NAV", "SIG"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.probe:
@@ -240,7 +250,7 @@ def main(argv=None) -> int:
         return 0
 
     if args.startup:
-        startup(args.trials)
+        startup(args.trials, serve=not args.no_serve)
         return 0
 
     # imported here, not at the top: the --probe process times its own imports

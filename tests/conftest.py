@@ -60,7 +60,9 @@ def ray_context():
     # Test modules define UDFs; the workers import them by module name like the driver does.
     tests_dir = os.path.dirname(os.path.abspath(__file__))
     pythonpath = os.pathsep.join(p for p in (tests_dir, os.environ.get("PYTHONPATH", "")) if p)
-    ctx = rt.Context.make_local(cpus=2, gpus=0, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
+    # log_to_driver=False: Ray's and Serve's actors log to Ray's files, not between pytest's dots (issue 35)
+    ctx = rt.Context.make_local(cpus=2, gpus=0, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
+                                log_to_driver=False)
     yield ctx
     ctx.close()
     import ray
@@ -80,6 +82,9 @@ def serve_url(ray_context):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    import logging
+
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)  # the driver's Serve INFO lines: not in the dots
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     yield f"http://127.0.0.1:{port}"
     serve.shutdown()

@@ -3,7 +3,6 @@ counts that names its scale, the ring detector drawn on the sum frame, the scan'
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,7 +12,8 @@ from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.image import imread  # noqa: E402
 from matplotlib.patches import Circle  # noqa: E402
 
-from raytile.cli import DemoScene, demo_figures, main  # noqa: E402
+from raytile.cli import DemoScene, main  # noqa: E402
+from raytile.figures import result_figures  # noqa: E402
 
 
 def _colorbar_axes(fig, image_ax):
@@ -32,7 +32,7 @@ def _scene_arrays(nav=(6, 12), sig=(32, 32)):
 
 def test_demo_figures_label_axes_scale_and_rings():
     arrays = _scene_arrays()
-    figs = demo_figures(arrays, (32, 32), 72, SimpleNamespace(ring_radii=None, ring_center=None))
+    figs = result_figures(arrays, rings=[(16.0, 16.0, 8.0, 32 * 0.45)], frames=72)
 
     fig = figs["sum"]
     ax = fig.axes[0]
@@ -45,7 +45,7 @@ def test_demo_figures_label_axes_scale_and_rings():
     assert "counts" in cbar_label and "log scale" in cbar_label and "72 frames" in cbar_label
     circles = sorted((p for p in ax.patches if isinstance(p, Circle)), key=lambda c: c.radius)
     assert [(c.center, c.radius) for c in circles] == [((16.0, 16.0), 8.0), ((16.0, 16.0), 32 * 0.45)]
-    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert legend == ["ring detector: centre (16, 16), radii 8 to 14.4 px"]
 
     for name in ("sumsig", "ring"):

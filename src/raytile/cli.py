@@ -8,7 +8,8 @@
     PNG images and an ``.npz`` of the results.
 ``raytile run``
     Runs a built-in UDF on a data set given on the command line and saves
-    the results as ``.npz``.
+    the results as ``.npz`` with labelled PNGs beside it (never over an
+    earlier output: see :mod:`raytile.figures.outputs`).
 ``raytile info``
     Versions, the Ray cluster's resources (if one is running) and the known
     data set formats.
@@ -242,7 +243,10 @@ def make_context(executor: str, log=print, address: str | None = None, coordinat
         if address is not None:
             raise CLIError(f"--address {address} needs the Ray executor")
         return rt.Context(executor="inline", coordinator=coordinator), executor
-    return rt.Context(executor="ray", address=address or "local", coordinator=coordinator), executor
+    from raytile.actors.ray_start import COMMAND_INIT_KWARGS
+
+    return rt.Context(executor="ray", address=address or "local", coordinator=coordinator,
+                      **COMMAND_INIT_KWARGS), executor
 
 
 def ring_geometry(sig_shape: tuple[int, ...], radii: Sequence[float] | None = None,
@@ -292,19 +296,13 @@ def _result_arrays(names: Sequence[str], results: Sequence[dict]) -> dict[str, A
     return out
 
 
-def demo_figures(arrays: dict[str, np.ndarray], sig_shape: tuple[int, int], frames: int, args) -> dict[str, Any]:
-    """The demo's figures by result name (see :mod:`raytile.figures`): the sum frame with the ring
-    detector drawn on it, and the two scan images."""
-    from raytile.figures import detector_figure, scan_figure
+def _figures(arrays: dict[str, np.ndarray], sig_shape: tuple[int, ...], frames: int, args) -> dict[str, Any]:
+    """The figures of ``arrays`` (:func:`raytile.figures.result_figures`), the ring detector drawn on the sum."""
+    from raytile.figures import result_figures
 
-    rings = [ring_geometry(sig_shape, getattr(args, "ring_radii", None), getattr(args, "ring_center", None))]
-    return {
-        "sum": detector_figure(arrays["sum"], "SumUDF: sum of all frames", rings=rings, frames=frames),
-        "sumsig": scan_figure(arrays["sumsig"], "SumSigUDF: integrated intensity per scan position",
-                              what="counts (sum over each frame)"),
-        "ring": scan_figure(arrays["ring"], "ring virtual detector (ADF) per scan position",
-                            what="counts inside the ring"),
-    }
+    rings = [ring_geometry(sig_shape, getattr(args, "ring_radii", None), getattr(args, "ring_center", None))] \
+        if "ring" in arrays else []
+    return result_figures(arrays, rings=rings, frames=frames)
 
 
 def _fmt_throughput(nbytes: int, frames: int, seconds: float) -> str:
@@ -364,7 +362,7 @@ def cmd_demo(args) -> int:
     from raytile.figures import save_figure
 
     written = [npz]
-    for name, fig in demo_figures(arrays, sig_shape, frames, args).items():
+    for name, fig in _figures(arrays, sig_shape, frames, args).items():
         png = out / f"{name}.png"
         save_figure(fig, png)
         written.append(png)
@@ -407,12 +405,14 @@ def cmd_run(args) -> int:
     finally:
         ctx.close()
     arrays = _result_arrays(names, results)
-    out = Path(args.out)
-    if out.parent and not out.parent.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(out, **arrays)
     print(f"{', '.join(names)} on {ds!r} ({executor}): {_fmt_throughput(nbytes, frames, dt)}")
-    print(f"wrote {out} ({', '.join(f'{k} {v.shape}' for k, v in arrays.items())})")
+    from raytile.figures import npz_path, write_results
+
+    written = write_results(args.out, arrays, _figures(arrays, sig_shape, frames, args))
+    if written[0] != npz_path(args.out):
+        print(f"note: {args.out} exists; this result goes to {written[0]} (nothing is overwritten)")
+    print(f"wrote {written[0]} ({', '.join(f'{k} {v.shape}' for k, v in arrays.items())}) and "
+          + ", ".join(str(p) for p in written[1:]))
     return 0
 
 
@@ -581,8 +581,9 @@ def build_parser() -> argparse.ArgumentParser:
     _executor_args(d)
     d.set_defaults(func=cmd_demo)
 
-    r = sub.add_parser("run", help="run a built-in UDF on a data set and save an .npz",
-                       description="Run built-in UDFs (one pass) on a data set and save the results as .npz.")
+    r = sub.add_parser("run", help="run a built-in UDF on a data set and save an .npz and PNGs",
+                       description="Run built-in UDFs (one pass) on a data set and save the results as .npz, "
+                                   "with a labelled PNG of each beside it.")
     r.add_argument("--format", default="raw", help="data set format (see `raytile info`; default raw)")
     r.add_argument("--path", required=True, help="data file")
     r.add_argument("--nav-shape", type=parse_shape, default=None, help="e.g. 64,64")
@@ -594,7 +595,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="inner and outer ring radius in pixels (default sig/4, 0.45*sig)")
     r.add_argument("--ring-center", type=parse_floats, default=None, metavar="CY,CX",
                    help="ring centre (default the signal centre)")
-    r.add_argument("--out", default="raytile-result.npz", help="output .npz (default ./raytile-result.npz)")
+    r.add_argument("--out", default="raytile-result.npz",
+                   help="output .npz (default ./raytile-result.npz), PNGs beside it (<stem>-sum.png, ...); "
+                        "if any exists, the first free <stem>-1, <stem>-2, ... instead: nothing is overwritten")
     _executor_args(r)
     r.set_defaults(func=cmd_run)
 

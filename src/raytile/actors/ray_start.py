@@ -26,15 +26,18 @@ start.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import logging
-from typing import Any, Mapping
+import signal
+import threading
+from typing import Any, Iterator, Mapping
 
 import ray
 
 from raytile.common.errors import ExecutorError
 
-__all__ = ["RayStart", "start_ray", "describe_resources", "check_can_host_workers"]
+__all__ = ["RayStart", "start_ray", "quiet_start", "COMMAND_INIT_KWARGS", "describe_resources", "check_can_host_workers"]
 
 log = logging.getLogger(__name__)
 
@@ -141,19 +144,72 @@ NEW_INSTANCE_CONFIG = {"max_direct_call_object_size": 1024 * 1024, "get_check_si
 
 
 def _init_ray(kwargs: dict[str, Any], new_instance_config: bool) -> None:
-    """``ray.init(**kwargs)``, with :data:`NEW_INSTANCE_CONFIG` when it may start an instance.
+    """``ray.init(**kwargs)``, with :data:`NEW_INSTANCE_CONFIG` when it may start an instance, quietly
+    (:func:`quiet_start`).
 
     With ``address=None`` Ray joins a cluster it finds (``RAY_ADDRESS``, ``ray start``) and refuses a
-    system config there: then it is called again without one."""
-    if not new_instance_config or "_system_config" in kwargs:
-        ray.init(**kwargs)
-        return
-    try:
-        ray.init(**kwargs, _system_config=dict(NEW_INSTANCE_CONFIG))
-    except ValueError as e:
-        if "_system_config" not in str(e):
+    system config there: then it is called again without one. A Ray that does not come up (its node
+    timing out on a busy machine) is an :class:`ExecutorError` saying so, not Ray's traceback."""
+    with quiet_start():
+        try:
+            if not new_instance_config or "_system_config" in kwargs:
+                ray.init(**kwargs)
+                return
+            try:
+                ray.init(**kwargs, _system_config=dict(NEW_INSTANCE_CONFIG))
+            except ValueError as e:
+                if "_system_config" not in str(e):
+                    raise
+                ray.init(**kwargs)
+        except (ValueError, ConnectionError, ModuleNotFoundError, ExecutorError):
             raise
-        ray.init(**kwargs)
+        except Exception as e:
+            if "timed out during startup" not in str(e):
+                raise
+            raise ExecutorError(f"Ray did not start: {e} (Ray's logs: /tmp/ray/session_latest/logs)") from None
+
+
+class _TokenNotice(logging.Filter):
+    """Drops Ray's notice that it turned token authentication on for a cluster it starts (Ray >= 2.52
+    prints it on every ``ray.init`` that starts one): the token is made and used as Ray does, the
+    notice is Ray's own log line, not something the user asked for. Other records pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
+
+
+#: ``ray.init`` settings of the ``raytile`` commands: what the user asked for stays on the screen, Ray's own
+#: logs stay in Ray's log files (``/tmp/ray/session_latest/logs``): no worker output echoed to the
+#: terminal (the commands run built-in UDFs, whose errors come back as exceptions), and the driver's
+#: ``ray`` logger at WARNING (no "Started a local Ray instance" INFO lines).
+COMMAND_INIT_KWARGS: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
+
+#: The logger of Ray's token authentication set-up.
+TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+@contextlib.contextmanager
+def quiet_start() -> Iterator[None]:
+    """Around ``ray.init``: without Ray's token notice (:class:`_TokenNotice`), and afterwards without the
+    stack dump Ray's C++ failure handler prints when this process gets SIGTERM.
+
+    ``ray.init`` installs absl's failure signal handler in the driver for SIGTERM too: a notebook kernel
+    (or any script) that used Ray and is then stopped with SIGTERM printed ``*** SIGTERM received ...
+    @ ... epoll_wait`` and a stack trace before it ended. What Python had for SIGTERM before
+    (the default: end the process; or the user's handler) is installed again, so SIGTERM ends the
+    process as it would without Ray; crashes (SIGSEGV, SIGABRT) keep Ray's stack traces. Processes
+    Ray started with this one end with it (Ray ties them to their parent)."""
+    notice = _TokenNotice()
+    token_log = logging.getLogger(TOKEN_LOGGER)
+    token_log.addFilter(notice)
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        token_log.removeFilter(notice)
+        if main and before is not None:
+            signal.signal(signal.SIGTERM, before)
 
 
 def _shut_down_quickly_at_exit() -> None:

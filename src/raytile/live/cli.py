@@ -92,7 +92,8 @@ def add_live_parser(sub: Any) -> None:
     s.add_argument("--api-port", type=int, default=None, help="control (Merlin) or REST (DECTRIS) port, 0 for a "
                    "free one (default 6341 Merlin, 8910 DECTRIS)")
     s.set_defaults(func=cmd_live)
-    r = lsub.add_parser("run", help="run built-in UDFs on the next acquisition and save an .npz")
+    r = lsub.add_parser("run", help="run built-in UDFs on the next acquisition and save an .npz and PNGs "
+                                    "(Ctrl-C or SIGTERM mid-scan saves the partial result)")
     r.add_argument("detector", choices=tuple(PORTS))
     r.add_argument("--udf", default="sum", help="sum, sumsig, ring or a comma-separated list (default sum)")
     r.add_argument("--nav-shape", type=_shape, default=None, help="scan shape (default: from the detector)")
@@ -107,7 +108,9 @@ def add_live_parser(sub: Any) -> None:
     r.add_argument("--api-port", type=int, default=None)
     r.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the acquisition (default 30)")
     r.add_argument("--executor", choices=("ray", "inline"), default="ray")
-    r.add_argument("--out", default="raytile-live.npz")
+    r.add_argument("--out", default="raytile-live.npz",
+                   help="output .npz (default ./raytile-live.npz), PNGs beside it (<stem>-sum.png, ...); if any "
+                        "exists, the first free <stem>-1, <stem>-2, ... instead: nothing is overwritten")
     r.set_defaults(func=cmd_live)
 
 
@@ -249,7 +252,7 @@ def _udfs(names: str, sig: tuple[int, ...]) -> tuple[list[str], list[Any]]:
         elif name == "sumsig":
             udfs.append(SumSigUDF())
         elif name == "ring":
-            ring = masks.ring(h / 2, w / 2, min(h, w) / 4, 0.45 * min(h, w), (h, w))
+            ring = masks.ring(*_ring((h, w)), (h, w))
             udfs.append(ApplyMasksUDF(mask_factories=[lambda: ring]))
         else:
             raise ConfigValidationError(f"--udf: unknown UDF {name!r} (sum, sumsig, ring)")
@@ -257,10 +260,65 @@ def _udfs(names: str, sig: tuple[int, ...]) -> tuple[list[str], list[Any]]:
     return out_names, udfs
 
 
+def _ring(sig: tuple[int, ...]) -> tuple[float, float, float, float]:
+    """``(cy, cx, ri, ro)`` of the ring detector: centred, radii a quarter and 0.45 of the frame."""
+    h, w = sig
+    return h / 2, w / 2, min(h, w) / 4, 0.45 * min(h, w)
+
+
+def _arrays(names: list[str], part: Any) -> dict[str, np.ndarray]:
+    return {f"{n}_{k}": np.asarray(r[k].data) for n, r in zip(names, part.buffers) for k in r}
+
+
+def _figure_arrays(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """What :func:`raytile.figures.result_figures` pictures, by UDF name (the ring's one mask unpacked)."""
+    out = {n: arrays[f"{n}_intensity"] for n in ("sum", "sumsig") if f"{n}_intensity" in arrays}
+    if "ring_intensity" in arrays:
+        out["ring"] = arrays["ring_intensity"][..., 0]
+    return out
+
+
+def _save(args: argparse.Namespace, names: list[str], part: Any, sig: tuple[int, ...], dropped: int,
+          done: float | None) -> list[Any]:
+    """Write ``part``'s buffers (``<udf>_<buffer>``), ``frames_dropped``, ``complete`` and the merged
+    positions (``damage``) as an ``.npz`` with the figures beside it, never over an earlier output."""
+    from raytile.figures import result_figures, write_results
+
+    arrays = _arrays(names, part)
+    damage = np.asarray(part.damage.data, dtype=bool)
+    frames = int(damage.sum())
+    figs = result_figures(_figure_arrays(arrays), rings=[_ring(sig)] if "ring" in names else [], frames=frames,
+                          done=done)
+    return write_results(args.out, dict(arrays, frames_dropped=np.array(dropped, np.int64), complete=np.array(done is None),
+                                        damage=damage), figs)
+
+
+class _Stopped(KeyboardInterrupt):
+    """SIGTERM, raised as Ctrl-C is, so that a run stopped either way saves what it has."""
+
+
+def _raise_stopped(signum: int, frame: Any) -> None:
+    raise _Stopped(signal.Signals(signum).name)
+
+
 def _run(args: argparse.Namespace) -> int:
+    """Run the UDFs on the next acquisition and save the result; stopped by Ctrl-C or SIGTERM mid-scan, save
+    the partial result merged so far (``complete`` False, ``damage`` the positions it holds) and exit 130."""
+    from raytile.figures import npz_path
     from raytile.live.api import LiveContext
 
-    ctx = LiveContext(executor=args.executor)
+    previous = signal.signal(signal.SIGTERM, _raise_stopped) \
+        if threading.current_thread() is threading.main_thread() else None
+    quiet: dict[str, Any] = {}
+    if args.executor == "ray":
+        from raytile.actors.ray_start import COMMAND_INIT_KWARGS
+
+        quiet = dict(COMMAND_INIT_KWARGS)
+    ctx = LiveContext(executor=args.executor, **quiet)
+    run: Any = None
+    aq: Any = None
+    names: list[str] = []
+    sig: tuple[int, ...] = ()
     try:
         extra = {"stream_format": args.stream_format, "channel": args.channel} if args.detector == "dectris" else {}
         with ctx.make_connection(args.detector).open(data_host=args.data_host, data_port=args.data_port,
@@ -271,14 +329,33 @@ def _run(args: argparse.Namespace) -> int:
                 raise ConfigValidationError(f"no acquisition started within {args.timeout} s on "
                                             f"{args.data_host}:{args.data_port}")
             aq = ctx.make_acquisition(conn=conn, pending_aq=pending, nav_shape=args.nav_shape, scans=args.scans)
-            names, udfs = _udfs(args.udf, aq.shape.sig.to_tuple())
+            sig = aq.shape.sig.to_tuple()
+            names, udfs = _udfs(args.udf, sig)
+            print(f"acquisition started: nav {aq.shape.nav.to_tuple()}, sig {sig}; running {', '.join(names)} "
+                  "(Ctrl-C saves what is merged so far)", flush=True)
             t0 = time.perf_counter()
-            results = ctx.run_udf(dataset=aq, udf=udfs, progress=True)
+            run = ctx.run_udf_iter(dataset=aq, udf=udfs, progress=True)
+            for _ in run:
+                pass
             took = time.perf_counter() - t0
             n, dropped = aq.stats.frames, aq.stats.frames_dropped  # type: ignore[attr-defined]
-        arrays = {f"{n}_{k}": np.asarray(r[k].data) for n, r in zip(names, results) for k in r}
-        np.savez(args.out, frames_dropped=np.int64(dropped), **arrays)  # type: ignore[arg-type]
-        print(f"{n} frames in {took:.2f} s ({n / took:,.0f} frames/s), {dropped} dropped; results in {args.out}")
+        written = _save(args, names, run.last, sig, dropped, None)
+        print(f"{n} frames in {took:.2f} s ({n / took:,.0f} frames/s), {dropped} dropped; results in {written[0]}"
+              + (f" (as {args.out} exists: nothing is overwritten)" if written[0] != npz_path(args.out) else "")
+              + f", figures {', '.join(str(p) for p in written[1:])}")
+        return 0
+    except KeyboardInterrupt as e:
+        last = getattr(run, "last", None)
+        if last is None:
+            print(f"stopped ({e or 'interrupted'}) before any result was merged: nothing saved", flush=True)
+            return 130
+        done = float(np.mean(np.asarray(last.damage.data, dtype=bool)))
+        dropped = int(getattr(getattr(aq, "stats", None), "frames_dropped", 0) or 0)
+        written = _save(args, names, last, sig, dropped, done)
+        print(f"stopped ({e or 'interrupted'}) mid-scan: the partial result ({100 * done:.0f} % of the scan) is in "
+              f"{written[0]}, figures {', '.join(str(p) for p in written[1:])}", flush=True)
+        return 130
     finally:
         ctx.close()
-    return 0
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

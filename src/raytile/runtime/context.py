@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Iterable
 
 from raytile.analysis.api import AnalysisMethods
@@ -115,7 +116,7 @@ class Context(AnalysisMethods, NotebookMethods):
     def load(self, format: str, *args: Any, **kwargs: Any) -> DataSet:
         """Open a data set: ``format`` is "memory", "raw", "npy", ... and args/kwargs its parameters
         (positional ones in the order of the format's constructor, as LiberTEM takes them)."""
-        ds = get_format(format)(*args, **kwargs)
+        ds = get_format(format)(*args, **_absolute_paths(kwargs))
         ds.initialize(self._host)
         self._host.prepare_dataset(ds)
         return ds
@@ -227,6 +228,30 @@ class Context(AnalysisMethods, NotebookMethods):
     def dry_run(self, dataset: DataSet, udf: Any, roi: Any = None):
         """Check a run without reading data: the result buffers as they would come back (empty)."""
         return _unpack(dry_run_results(dataset, udf, roi, self._host.device_classes), isinstance(udf, UDF))
+
+
+#: Parameters of the formats that name local files (one path, or a list of them).
+PATH_PARAMS = ("path", "files", "gain_map_path")
+
+
+def _absolute_paths(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with relative local paths made absolute against this process's working folder: Ray
+    workers run in folders of their own, where ``path="scan.raw"`` named nothing ("file not found"
+    from the first worker that opened it). URLs (``s3://...``) and absolute paths stay as they are."""
+
+    def absolute(p: Any) -> Any:
+        if isinstance(p, (str, os.PathLike)) and "://" not in os.fspath(p) and not os.path.isabs(p):
+            return os.path.abspath(p)
+        return p
+
+    out = dict(kwargs)
+    for name in PATH_PARAMS:
+        value = out.get(name)
+        if isinstance(value, (list, tuple)):
+            out[name] = type(value)(absolute(v) for v in value)
+        elif value is not None:
+            out[name] = absolute(value)
+    return out
 
 
 def _reporter(progress: bool | ProgressReporter) -> ProgressReporter | None:

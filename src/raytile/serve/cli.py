@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import logging
 import signal
 import sys
 import threading
@@ -73,7 +74,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """Start Ray (or join ``--address``), Serve on ``--host:--port``, the app; block until Ctrl-C."""
     import ray
 
-    from raytile.actors.ray_start import start_ray
+    from raytile.actors.ray_start import COMMAND_INIT_KWARGS, start_ray
 
     try:
         from ray import serve
@@ -89,7 +90,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = build_app(args.data_root, token=args.token, max_runs=args.max_runs, udf_modules=args.udf_module, **live)
     started_ray = not ray.is_initialized()
     if started_ray:  # no --address: a private local Ray, never another one running on this machine
-        start_ray(args.address or "local")
+        start_ray(args.address or "local", init_kwargs=COMMAND_INIT_KWARGS)
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)  # Serve's INFO lines: in its log files only
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
