@@ -376,3 +376,23 @@ def test_logsum_over_tiles_equals_numpy(inline_ctx, rng, dtype):
         want = np.log(frames - frames.min(axis=(1, 2), keepdims=True) + 1).sum(axis=0)
         assert res["logsum"].data.dtype == np.result_type(dtype, np.float32)
         np.testing.assert_allclose(res["logsum"].data, want, rtol=1e-5)
+
+
+def test_masks_zero_in_whole_blocks_or_parts_of_them_are_skipped_exactly(rng):
+    tile = rng.integers(0, 4000, size=(9, 5000)).astype(np.uint16)  # three blocks of pixels, the last short
+    rows = np.zeros((6, 5000), np.float32)
+    rows[0, 10:20] = 1  # a short run in the first block
+    rows[1, 2048:4096] = rng.random(2048)  # the whole second block
+    rows[2, [5, 4999]] = 2  # two pixels far apart
+    rows[4, 3000:3001] = -1  # one pixel; rows[3] and rows[5] stay zero
+    rows[5, ::7] = 0.5
+    spans = integer_tiles.mask_spans(rows)
+    assert spans.shape == (3, 6, 2) and tuple(spans[0, 0]) == (10, 20) and spans[1, 3, 0] >= spans[1, 3, 1]
+    ref = tile.astype(np.float64) @ rows.T.astype(np.float64)
+    for given in (None, spans):
+        out = np.zeros((9, 6), np.float32)
+        dot_rows_into(tile, rows, out, spans=given)
+        np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-6 * np.abs(ref).max())
+        assert not out[:, 3].any()
+    with pytest.raises(ValueError, match="spans"):
+        dot_rows_into(tile, rows, np.zeros((9, 6), np.float32), spans=spans[:2])

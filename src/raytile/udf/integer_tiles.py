@@ -58,7 +58,7 @@ import numpy as np
 
 from raytile.common.numba import cached_njit
 
-__all__ = ["is_integer_tile", "is_real_tile", "sum_frames_into", "dot_rows_into", "sum_pixels_into",
+__all__ = ["is_integer_tile", "is_real_tile", "sum_frames_into", "dot_rows_into", "mask_spans", "sum_pixels_into",
            "multiply_frames_into", "PRODUCT_FRAMES", "frame_moments_into", "region_lanes", "region_moments_into",
            "pixel_moments_into",
            "load_kernels"]
@@ -144,13 +144,14 @@ _MASK_BLOCK = 2048
 # 16 masks, 32 frames a tile: 40 us/frame against 80 (the sum kernel 12), one mask the same as before.
 # Block sums are float32 (a few hundred terms a lane), added up in float64.
 @cached_njit(nogil=True, fastmath=True)
-def _dot_rows(tile, rows, out):  # pragma: no cover (numba)
+def _dot_rows(tile, rows, spans, out):  # pragma: no cover (numba)
     n, px = tile.shape
     m = rows.shape[0]
     acc = np.zeros((n, m), np.float64)
     scratch = np.empty((4, _MASK_BLOCK), np.float32)
     for b in range(0, px, _MASK_BLOCK):
         k = min(_MASK_BLOCK, px - b)
+        span = spans[b // _MASK_BLOCK]
         f = 0
         while f + 4 <= n:
             s0, s1, s2, s3 = scratch[0, :k], scratch[1, :k], scratch[2, :k], scratch[3, :k]
@@ -163,13 +164,19 @@ def _dot_rows(tile, rows, out):  # pragma: no cover (numba)
                 s3[i] = np.float32(r3[i])
             j = 0
             while j + 4 <= m:
-                ma, mb = rows[j, b:b + k], rows[j + 1, b:b + k]
-                mc, md = rows[j + 2, b:b + k], rows[j + 3, b:b + k]
+                lo = min(min(span[j, 0], span[j + 1, 0]), min(span[j + 2, 0], span[j + 3, 0]))
+                hi = max(max(span[j, 1], span[j + 1, 1]), max(span[j + 2, 1], span[j + 3, 1]))
+                if lo >= hi:  # four masks all zero in this block
+                    j += 4
+                    continue
+                ma, mb = rows[j, b + lo:b + hi], rows[j + 1, b + lo:b + hi]
+                mc, md = rows[j + 2, b + lo:b + hi], rows[j + 3, b + lo:b + hi]
+                t0, t1, t2, t3 = s0[lo:hi], s1[lo:hi], s2[lo:hi], s3[lo:hi]
                 a0 = a1 = a2 = a3 = c0 = c1 = c2 = c3 = np.float32(0)
                 d0 = d1 = d2 = d3 = e0 = e1 = e2 = e3 = np.float32(0)
-                for i in range(k):
+                for i in range(hi - lo):
                     x, y, z, w = ma[i], mb[i], mc[i], md[i]
-                    v0, v1, v2, v3 = s0[i], s1[i], s2[i], s3[i]
+                    v0, v1, v2, v3 = t0[i], t1[i], t2[i], t3[i]
                     a0 += v0 * x
                     a1 += v1 * x
                     a2 += v2 * x
@@ -194,14 +201,16 @@ def _dot_rows(tile, rows, out):  # pragma: no cover (numba)
                     acc[f + 3, j + q] += p3
                 j += 4
             for j in range(j, m):
-                ma = rows[j, b:b + k]
+                lo, hi = span[j, 0], span[j, 1]
+                ma = rows[j, b + lo:b + hi]
+                t0, t1, t2, t3 = s0[lo:hi], s1[lo:hi], s2[lo:hi], s3[lo:hi]
                 a0 = a1 = a2 = a3 = np.float32(0)
-                for i in range(k):
+                for i in range(max(0, hi - lo)):
                     x = ma[i]
-                    a0 += s0[i] * x
-                    a1 += s1[i] * x
-                    a2 += s2[i] * x
-                    a3 += s3[i] * x
+                    a0 += t0[i] * x
+                    a1 += t1[i] * x
+                    a2 += t2[i] * x
+                    a3 += t3[i] * x
                 acc[f, j] += a0
                 acc[f + 1, j] += a1
                 acc[f + 2, j] += a2
@@ -218,6 +227,28 @@ def _dot_rows(tile, rows, out):  # pragma: no cover (numba)
     for f in range(n):
         for j in range(m):
             out[f, j] += acc[f, j]
+
+
+# Per block of _MASK_BLOCK pixels and per mask, the range [lo, hi) of the block outside which the mask is
+# zero (lo >= hi: zero in all the block). Virtual detectors are mostly zeros: 16 adjacent rings share
+# each pixel among them, and a ring's part of a block of 8 rows is a few runs.
+@cached_njit(nogil=True)
+def _mask_spans(rows):  # pragma: no cover (numba)
+    m, px = rows.shape
+    nb = (px + _MASK_BLOCK - 1) // _MASK_BLOCK
+    spans = np.zeros((nb, m, 2), np.int64)
+    for bi in range(nb):
+        b = bi * _MASK_BLOCK
+        k = min(_MASK_BLOCK, px - b)
+        for j in range(m):
+            lo, hi = k, 0
+            for i in range(k):
+                if rows[j, b + i] != 0:
+                    lo = min(lo, i)
+                    hi = i + 1
+            spans[bi, j, 0] = lo
+            spans[bi, j, 1] = hi
+    return spans
 
 
 # Integers of up to 16 bits add up exactly in int64 (numpy's float32 reduction converts in chunks
@@ -408,20 +439,34 @@ def sum_frames_into(tile: np.ndarray, out: np.ndarray) -> None:
     _sum_frames(tile, out)
 
 
-def dot_rows_into(tile: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
+def mask_spans(rows: np.ndarray) -> np.ndarray:
+    """Where each of ``rows`` (``(n, pixels)`` float32 masks) is not zero, per block of pixels of
+    :func:`dot_rows_into`: pass it as ``spans`` to calls with the same (unchanged) ``rows``, so that
+    the masks are scanned once, not once a tile. (An array of ``(blocks, n, 2)`` ranges.)"""
+    if not (isinstance(rows, np.ndarray) and rows.ndim == 2 and rows.dtype == np.float32):
+        raise ValueError(f"mask_spans: rows ({rows.dtype}, {rows.shape}) must be 2D float32")
+    return _mask_spans(rows)
+
+
+def dot_rows_into(tile: np.ndarray, rows: np.ndarray, out: np.ndarray, spans: np.ndarray | None = None) -> None:
     """``out += tile @ rows.T``: ``tile`` ``(frames, pixels)``, ``rows`` ``(n, pixels)`` float32 (one
     mask a row), ``out`` ``(frames, n)`` float32; each product is accumulated in float32 per block of
     2048 pixels, the blocks' sums in float64 (a tile of many frames a call: the masks' blocks are read
-    once for all its frames)."""
+    once for all its frames). Pixels outside a mask's non-zero range in a block are skipped: ``spans``
+    from :func:`mask_spans` of these ``rows`` (computed here if None)."""
     _check(tile, out, "dot_rows_into")
     if rows.ndim != 2 or rows.shape[1] != tile.shape[1] or out.shape != (tile.shape[0], rows.shape[0]):
         raise ValueError(f"dot_rows_into: tile {tile.shape}, rows {rows.shape} and out {out.shape} do not fit")
     if rows.dtype != np.float32:
         raise ValueError(f"dot_rows_into: rows must be float32, not {rows.dtype}")
+    nb = -(-tile.shape[1] // _MASK_BLOCK)
+    if spans is not None and (spans.shape != (nb, rows.shape[0], 2) or spans.dtype != np.int64):
+        raise ValueError(f"dot_rows_into: spans ({spans.dtype}, {spans.shape}) are not mask_spans of rows "
+                         f"{rows.shape}")
     if rows.shape[0] == 1:
         _dot_rows_by_frames(tile, rows, out)
     else:
-        _dot_rows(tile, rows, out)
+        _dot_rows(tile, rows, mask_spans(rows) if spans is None else spans, out)
 
 
 def sum_pixels_into(tile: np.ndarray, out: np.ndarray) -> None:
@@ -538,6 +583,7 @@ def load_kernels() -> None:
     0.2 s with the cache, 0.6 s without; the demo's first run was 0.1 s
     slower before). Other dtypes compile on first use.
     """
+    mask_spans(np.zeros((1, 1), np.float32))
     for dtype in (np.uint8, np.uint16):
         tile = np.zeros((1, 1), dtype)
         sum_frames_into(tile, np.zeros(1, np.float32))
