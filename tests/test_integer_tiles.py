@@ -18,7 +18,7 @@ from raytile.runtime.plan import input_dtype
 from raytile.udf import UDF, ApplyMasksUDF, CoMUDF, LogsumUDF, StdDevUDF, SumSigUDF, SumUDF
 from raytile.udf import integer_tiles
 from raytile.udf.integer_tiles import (
-    dot_rows_into, frame_moments_into, is_integer_tile, load_kernels, multiply_frame_into, pixel_moments_into,
+    dot_rows_into, frame_moments_into, is_integer_tile, load_kernels, multiply_frames_into, pixel_moments_into,
     region_lanes, region_moments_into, sum_frames_into, sum_pixels_into,
 )
 
@@ -30,15 +30,22 @@ SMALL_INTS = ["uint8", "int8", "uint16", "int16"]
 def test_kernels_match_numpy(rng, dtype, frames):
     info = np.iinfo(dtype)
     tile = rng.integers(info.min, info.max, size=(frames, 300), endpoint=True).astype(dtype)
-    rows = rng.normal(size=(3, 300)).astype(np.float32)
     start = rng.integers(-1000, 1000, size=300).astype(np.float32)
     out = start.copy()
     sum_frames_into(tile, out)
     np.testing.assert_array_equal(out, start + tile.sum(axis=0, dtype=np.int64))  # integers: exact
-    prod = np.ones((frames, 3), np.float32)
-    dot_rows_into(tile, rows, prod)
-    ref = 1 + tile.astype(np.float64) @ rows.T.astype(np.float64)
-    np.testing.assert_allclose(prod, ref, rtol=1e-5, atol=1e-3 * np.abs(ref).max())
+    for masks in (1, 3, 9):  # one mask (its own kernel), fewer than four, four and more and a rest
+        rows = rng.normal(size=(masks, 300)).astype(np.float32)
+        prod = np.ones((frames, masks), np.float32)
+        dot_rows_into(tile, rows, prod)
+        ref = 1 + tile.astype(np.float64) @ rows.T.astype(np.float64)
+        np.testing.assert_allclose(prod, ref, rtol=1e-5, atol=1e-3 * np.abs(ref).max())
+    wide = rng.integers(0, 4000, size=(frames, 5000)).astype(dtype)  # more than one block of pixels
+    rows = rng.random((6, 5000)).astype(np.float32)
+    prod = np.zeros((frames, 6), np.float32)
+    dot_rows_into(wide, rows, prod)
+    ref = wide.astype(np.float64) @ rows.T.astype(np.float64)
+    np.testing.assert_allclose(prod, ref, rtol=1e-6, atol=1e-6 * np.abs(ref).max())
 
 
 @pytest.mark.parametrize("dtype", SMALL_INTS)
@@ -53,17 +60,27 @@ def test_frame_sums_and_logs_match_numpy(rng, dtype, out_dtype):
     np.testing.assert_array_equal(sums, exact.astype(out_dtype))  # the exact sum, rounded once
     f = tile.astype(np.float64)
     terms = f - f.min(axis=1, keepdims=True) + 1
-    product = np.full(300, np.nan)
-    for i, frame in enumerate(tile):
-        multiply_frame_into(frame, product, fresh=i == 0)  # fresh: what was there before is dropped
-    np.testing.assert_allclose(product, terms.prod(axis=0), rtol=1e-14)
+    # four terms multiplied in float32 (rounded 3 times to 2**-24) before the float64 product
+    for split in ([5], [1, 4], [2, 3], [1, 1, 1, 1, 1]):
+        product = np.full(300, np.nan)
+        start = 0
+        for i, n in enumerate(split):
+            multiply_frames_into(tile[start:start + n], product, fresh=i == 0)  # fresh: drops what was there
+            start += n
+        np.testing.assert_allclose(product, terms.prod(axis=0), rtol=4e-7)
+        np.testing.assert_allclose(np.log(product), np.log(terms).sum(axis=0), rtol=1e-7, atol=4e-7)
+    big = rng.integers(0, 2**16, size=(13, 40), endpoint=False).astype(np.uint16)  # chunks of 8, groups of 4
+    product = np.zeros(40)
+    multiply_frames_into(big, product, fresh=True)
+    wide = big.astype(np.float64)
+    np.testing.assert_allclose(np.log(product), np.log(wide - wide.min(axis=1, keepdims=True) + 1).sum(axis=0),
+                               rtol=1e-7)
 
 
 def test_products_of_as_many_frames_as_promised_stay_finite():
     top = np.array([0, 65535], np.uint16)  # terms 1 and 2**16, the largest a 16-bit frame gives
     product = np.empty(2)
-    for i in range(integer_tiles.PRODUCT_FRAMES):
-        multiply_frame_into(top, product, fresh=i == 0)
+    multiply_frames_into(np.tile(top, (integer_tiles.PRODUCT_FRAMES, 1)), product, fresh=True)
     assert np.isfinite(product).all()
     np.testing.assert_allclose(np.log(product), [0.0, integer_tiles.PRODUCT_FRAMES * np.log(2.0**16)], rtol=1e-14)
 
@@ -147,10 +164,11 @@ def test_load_kernels_readies_the_detector_dtypes_as_runs_call_them():
     ready = {(str(sig[0].dtype), sig[0].layout, str(sig[1].dtype), sig[1].layout)
              for sig in integer_tiles._sum_frames.signatures}
     assert {("uint8", "C", "float32", "C"), ("uint16", "C", "float32", "C")} <= ready
-    ready = {str(sig[0].dtype) for sig in integer_tiles._dot_rows.signatures if sig[1].layout == "C"}
-    assert {"uint8", "uint16"} <= ready
+    for kernel in (integer_tiles._dot_rows, integer_tiles._dot_rows_by_frames):
+        ready = {str(sig[0].dtype) for sig in kernel.signatures if sig[1].layout == "C"}
+        assert {"uint8", "uint16"} <= ready
     for kernel in (integer_tiles._frame_moments, integer_tiles._pixel_moments, integer_tiles._sum_pixels,
-                   integer_tiles._multiply_frame, integer_tiles._region_moments):
+                   integer_tiles._multiply_frames, integer_tiles._region_moments):
         ready = {str(sig[0].dtype) for sig in kernel.signatures
                  if all(a.layout == "C" for a in sig if hasattr(a, "layout"))}
         assert {"uint8", "uint16"} <= ready
@@ -173,9 +191,11 @@ def test_kernels_refuse_what_they_do_not_do():
     with pytest.raises(ValueError, match="shaped"):
         sum_pixels_into(tile, np.zeros(4, np.float32))
     with pytest.raises(ValueError, match="16-bit"):
-        multiply_frame_into(tile[0].astype(np.float32), np.zeros(4), True)
+        multiply_frames_into(tile.astype(np.float32), np.zeros(4), True)
     with pytest.raises(ValueError, match="shaped"):
-        multiply_frame_into(tile[0], np.zeros(2), True)
+        multiply_frames_into(tile, np.zeros(2), True)
+    with pytest.raises(ValueError, match="a product holds 63"):
+        multiply_frames_into(np.zeros((64, 4), np.uint16), np.zeros(4), True)
     with pytest.raises(ValueError, match="C-contiguous 3D"):
         frame_moments_into(tile, np.zeros((2, 4)), np.zeros((2, 4)), 0, np.zeros((2, 3)))
     with pytest.raises(ValueError, match="xweights"):
@@ -312,3 +332,67 @@ def test_integer_results_equal_libertem(rng):
     assert got_sum["intensity"].data.dtype == want_sum["intensity"].data.dtype
     np.testing.assert_allclose(got_masks["intensity"].data, want_masks["intensity"].data, rtol=1e-6)
     np.testing.assert_array_equal(got_sum["intensity"].data, want_sum["intensity"].data)  # integers < 2**24
+
+
+def test_whole_frames_is_asked_for_by_frame_udfs_and_tile_udfs_that_say_so():
+    from raytile.io.negotiator import wants_whole_frames
+
+    assert wants_whole_frames("frame", {})
+    assert wants_whole_frames("tile", {"whole_frames": True, "depth": 4})
+    assert not wants_whole_frames("tile", {"depth": 4})
+    assert not wants_whole_frames("tile", {"whole_frames": False})
+    assert not wants_whole_frames("partition", {"whole_frames": True})  # whole partitions anyway
+
+
+def test_logsum_gets_tiles_of_whole_frames(inline_ctx):
+    from raytile.io.negotiator import Negotiator
+
+    data = np.zeros((4, 50, 64, 64), np.uint16)
+    part = inline_ctx.load("memory", data=data, num_partitions=2).get_partitions()[0]
+    small = TileCounter(native=True, small=True)
+    assert LogsumUDF().get_method() == "tile"
+    scheme = Negotiator().get_scheme([LogsumUDF()], part, np.dtype("uint16"))
+    assert scheme.sig_shape == (64, 64) and scheme.depth > 1  # whole frames, several a call
+    # with a UDF that asks for 64-byte tiles: still whole frames (one a tile: its byte budget)
+    assert Negotiator().get_scheme([small, LogsumUDF()], part, np.dtype("uint16")).sig_shape == (64, 64)
+    assert Negotiator().get_scheme([small], part, np.dtype("uint16")).sig_shape != (64, 64)  # cut without it
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "int16", "uint8", "int32", "float32"])
+def test_logsum_over_tiles_equals_numpy(inline_ctx, rng, dtype):
+    # 150 frames a partition: products flushed at 63 frames in the middle of tiles; a ROI leaves gaps
+    if np.dtype(dtype).kind == "f":
+        data = rng.normal(100, 30, size=(10, 30, 12, 10)).astype(dtype)
+    else:
+        info = np.iinfo(dtype)
+        data = rng.integers(max(info.min, -40000), min(info.max, 70000), size=(10, 30, 12, 10),
+                            endpoint=True).astype(dtype)
+    data[0, 0, 0, :2] = np.iinfo(dtype).min if dtype != "float32" else 0  # the widest terms
+    roi = rng.random((10, 30)) > 0.2
+    ds = inline_ctx.load("memory", data=data, num_partitions=2)
+    for sel in (None, roi):
+        res = inline_ctx.run_udf(dataset=ds, udf=LogsumUDF(), roi=sel)
+        frames = data[sel if sel is not None else np.ones((10, 30), bool)].astype(np.float64)
+        want = np.log(frames - frames.min(axis=(1, 2), keepdims=True) + 1).sum(axis=0)
+        assert res["logsum"].data.dtype == np.result_type(dtype, np.float32)
+        np.testing.assert_allclose(res["logsum"].data, want, rtol=1e-5)
+
+
+def test_masks_zero_in_whole_blocks_or_parts_of_them_are_skipped_exactly(rng):
+    tile = rng.integers(0, 4000, size=(9, 5000)).astype(np.uint16)  # three blocks of pixels, the last short
+    rows = np.zeros((6, 5000), np.float32)
+    rows[0, 10:20] = 1  # a short run in the first block
+    rows[1, 2048:4096] = rng.random(2048)  # the whole second block
+    rows[2, [5, 4999]] = 2  # two pixels far apart
+    rows[4, 3000:3001] = -1  # one pixel; rows[3] and rows[5] stay zero
+    rows[5, ::7] = 0.5
+    spans = integer_tiles.mask_spans(rows)
+    assert spans.shape == (3, 6, 2) and tuple(spans[0, 0]) == (10, 20) and spans[1, 3, 0] >= spans[1, 3, 1]
+    ref = tile.astype(np.float64) @ rows.T.astype(np.float64)
+    for given in (None, spans):
+        out = np.zeros((9, 6), np.float32)
+        dot_rows_into(tile, rows, out, spans=given)
+        np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-6 * np.abs(ref).max())
+        assert not out[:, 3].any()
+    with pytest.raises(ValueError, match="spans"):
+        dot_rows_into(tile, rows, np.zeros((9, 6), np.float32), spans=spans[:2])

@@ -15,7 +15,11 @@ from __future__ import annotations
 import enum
 from typing import TypedDict, Union
 
-__all__ = ["UDFMethod", "TilingPreferences"]
+__all__ = ["UDFMethod", "TilingPreferences", "WHOLE_FRAMES"]
+
+#: The ``get_tiling_preferences`` key with which a ``process_tile`` UDF asks for tiles of whole frames
+#: (``raytile.io.negotiator.wants_whole_frames`` decides).
+WHOLE_FRAMES = "whole_frames"
 
 
 class UDFMethod(str, enum.Enum):
@@ -36,12 +40,15 @@ class UDFMethod(str, enum.Enum):
         return hash(str(self.value))
 
 
-class TilingPreferences(TypedDict):
-    """What ``UDF.get_tiling_preferences`` returns.
+class TilingPreferences(TypedDict, total=False):
+    """What ``UDF.get_tiling_preferences`` returns (every key may be left out).
 
     ``depth``: frames per tile, or ``UDF.TILE_DEPTH_DEFAULT`` / ``UDF.TILE_DEPTH_MAX``;
-    ``total_size``: bytes per tile, or ``UDF.TILE_SIZE_BEST_FIT`` / ``UDF.TILE_SIZE_MAX``.
+    ``total_size``: bytes per tile, or ``UDF.TILE_SIZE_BEST_FIT`` / ``UDF.TILE_SIZE_MAX``;
+    ``whole_frames`` (raytile's, optional): ``True`` for tiles of whole frames to ``process_tile``
+    (``raytile.io.negotiator.wants_whole_frames``).
     """
 
     depth: int
     total_size: Union[float, int]
+    whole_frames: bool

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from raytile.common.shape import Shape
 from raytile.common.tiling import TilingScheme
+from raytile.common.udf import WHOLE_FRAMES
 
 if TYPE_CHECKING:
     from raytile.io.dataset import Partition
 
-__all__ = ["Negotiator", "TilingClient", "DEFAULT_TILE_BYTES", "DEFAULT_DEPTH"]
+__all__ = ["Negotiator", "TilingClient", "DEFAULT_TILE_BYTES", "DEFAULT_DEPTH", "WHOLE_FRAMES",
+           "wants_whole_frames"]
 
 #: Tile size in bytes aimed for when no UDF asks for another: large enough that per-tile
 #: overhead vanishes (measured: 1 MiB -> 4 MiB took inline SumUDF from 0.71x to 0.91x of
@@ -25,6 +27,26 @@ DEFAULT_DEPTH = 32
 
 def _round_down_to(value: int, base: int) -> int:
     return max(base, (value // base) * base)
+
+
+def wants_whole_frames(method: str, preferences: Mapping[str, Any]) -> bool:
+    """Whether a UDF with ``method`` and tiling ``preferences`` must get tiles of whole frames.
+
+    ``process_frame`` UDFs always do (they are called frame by frame). A
+    ``process_tile`` UDF does if its preferences say ``"whole_frames": True``
+    (:data:`WHOLE_FRAMES`): it gets tiles of several whole frames, depth
+    negotiated as for any tile UDF. That is for UDFs that need each frame
+    whole (a frame's own minimum, as LogsumUDF) but do their work on many
+    frames a call: a call per frame costs the runner's per-frame views and
+    the UDF's per-call overhead, which on 256x256 frames was as much as the
+    work. (``process_partition`` UDFs get whole partitions anyway.)
+
+    >>> wants_whole_frames("tile", {"depth": 8}), wants_whole_frames("tile", {"whole_frames": True})
+    (False, True)
+    """
+    if method == "frame":
+        return True
+    return method == "tile" and bool(preferences.get(WHOLE_FRAMES, False))
 
 
 class TilingClient(Protocol):
@@ -46,7 +68,8 @@ class Negotiator:
 
     Inputs are: each UDF's method (``partition`` wants whole partitions,
     ``frame`` whole frames, ``tile`` anything), its
-    ``get_tiling_preferences()`` (``depth`` and ``total_size`` in bytes), the
+    ``get_tiling_preferences()`` (``depth`` and ``total_size`` in bytes;
+    ``whole_frames``, see :func:`wants_whole_frames`), the
     partition's ``get_base_shape`` (a tile shape is a multiple of it), its
     ``get_io_size`` (the tile size when no UDF asks for one) and its
     ``adjust_tileshape`` veto.
@@ -73,7 +96,7 @@ class Negotiator:
             tileshape = (max(frames, 1),) + sig_shape
         else:
             depth, total_size = self._preferences(udfs, frames, partition.get_io_size() or DEFAULT_TILE_BYTES)
-            whole_frames = "frame" in methods
+            whole_frames = any(wants_whole_frames(udf.get_method(), udf.get_tiling_preferences()) for udf in udfs)
             tileshape = self._fit(depth, total_size, itemsize, sig_shape, base_shape, whole_frames)
             tileshape = tuple(int(v) for v in partition.adjust_tileshape(tileshape, roi))
             if whole_frames:  # a forced tile shape (a memory data set's tileshape) still gives whole frames

@@ -315,7 +315,9 @@ class UDF:
         return np.dtype(np.float32)
 
     def get_tiling_preferences(self) -> dict[str, int]:
-        """``{"depth": frames, "total_size": bytes}``; either may be left out."""
+        """``{"depth": frames, "total_size": bytes}``; either may be left out. A ``process_tile`` UDF that
+        needs each frame whole adds ``"whole_frames": True`` (tiles of several whole frames, see
+        :func:`raytile.io.negotiator.wants_whole_frames`)."""
         return {"depth": self.TILE_DEPTH_DEFAULT, "total_size": self.TILE_SIZE_BEST_FIT}
 
     def get_backends(self) -> str | Sequence[str]:

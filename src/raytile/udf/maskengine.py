@@ -40,7 +40,7 @@ from raytile.common.numba import rmatmul
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.udf._tiles import dense, flat2d, is_scipy_like
-from raytile.udf.integer_tiles import dot_rows_into, is_integer_tile
+from raytile.udf.integer_tiles import dot_rows_into, is_integer_tile, mask_spans
 from raytile.udf.meta import UDFMeta
 
 __all__ = ["ApplyMasksEngine"]
@@ -80,6 +80,7 @@ class ApplyMasksEngine:
         self.use_torch = use_torch
         self.dtype = None if dtype is None else np.dtype(dtype)
         self._pixel_index: np.ndarray | None = None
+        self._spans: dict[int, tuple[Any, np.ndarray]] = {}  # id of the rows: (the rows, their mask_spans)
 
     def _product_dtype(self, tile_dtype: Any) -> np.dtype:
         return self.dtype if self.dtype is not None else np.result_type(tile_dtype, self.masks.dtype)
@@ -129,8 +130,12 @@ class ApplyMasksEngine:
         if is_integer_tile(flat, dtype) and self._sparse_format() is False:
             rows = self.masks.get_for_sig_slice(self.meta.sig_slice, dtype=dtype, sparse_backend=False,
                                                 transpose=False)
+            # the container's cut of the masks, one per signal region: their spans once, not once a tile
+            hit = self._spans.get(id(rows))
+            if hit is None or hit[0] is not rows:
+                hit = self._spans[id(rows)] = (rows, mask_spans(rows))
             out = np.zeros((flat.shape[0], rows.shape[0]), dtype=dtype)
-            dot_rows_into(flat, rows, out)
+            dot_rows_into(flat, rows, out, spans=hit[1])
             return out
         if flat.dtype != dtype:
             flat = flat.astype(dtype)
