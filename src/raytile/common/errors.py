@@ -9,7 +9,7 @@ from __future__ import annotations
 __all__ = [
     "RaytileError", "DataSetException", "UDFException", "udf_exception_class", "UnsafeCastError", "UDFRunCancelled", "BackendError",
     "ExecutorError", "CoordinatorDied", "ConfigValidationError", "RepairValueError", "StageFailed", "PipelineStateError", "StageActorDied",
-    "DataSetWarning",
+    "DataSetWarning", "DataSetShapeError",
     "AcquisitionError",
     "RunEnded",
 ]
@@ -21,6 +21,12 @@ class RaytileError(Exception):
 
 class DataSetException(RaytileError):
     """A data set cannot be opened or read: wrong shape, missing file, bad dtype..."""
+
+
+class DataSetShapeError(DataSetException, ValueError):
+    """A data set's shape parameters contradict each other or the data: ``sig_shape`` of another length
+    than ``sig_dims``, data whose size is no multiple of the frame size. Also a ``ValueError``, which
+    LiberTEM raises for these, so ported ``except``/``pytest.raises`` clauses keep working."""
 
 
 class DataSetWarning(UserWarning):
