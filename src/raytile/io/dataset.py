@@ -585,6 +585,11 @@ class DataSet(metaclass=DataSetType):
     def get_slices(self) -> list[Slice]:
         return partition_slices(self.shape.flatten_nav(), self.num_partitions)
 
+    def get_base_shape(self, roi: np.ndarray | None) -> tuple[int, ...]:
+        """The shape tiles of this data set are multiples of (``(depth, *sig)``), as LiberTEM's
+        ``DataSet.get_base_shape``: its first partition's."""
+        return tuple(self.get_partitions()[0].get_base_shape(roi))
+
     @abstractmethod
     def get_partitions(self) -> list[Partition]:
         """All partitions, in nav order."""
