@@ -9,7 +9,7 @@ from __future__ import annotations
 __all__ = [
     "RaytileError", "DataSetException", "UDFException", "udf_exception_class", "UnsafeCastError", "UDFRunCancelled", "BackendError",
     "ExecutorError", "CoordinatorDied", "ConfigValidationError", "RepairValueError", "StageFailed", "PipelineStateError", "StageActorDied",
-    "DataSetWarning", "DataSetShapeError",
+    "DataSetWarning", "DataSetShapeError", "InvalidMaskError",
     "AcquisitionError",
     "RunEnded",
 ]
@@ -100,6 +100,11 @@ class UnsafeCastError(UDFException, TypeError):
     Also a ``TypeError``, the exception LiberTEM's ``check_cast`` raises, so
     ported code that catches that keeps working.
     """
+
+
+class InvalidMaskError(RaytileError):
+    """A validity mask (``UDF.with_mask``) that does not fit its result: a shape that does not broadcast to
+    the result's, or a dtype other than bool. At LiberTEM's path ``libertem.common.buffers``."""
 
 
 class UDFRunCancelled(RaytileError):
