@@ -230,3 +230,12 @@ def test_hdf5_nav_shape_other_than_the_files(lt_ctx, ctx, h5_16_frames, nav_shap
     ref = lt_ctx.run_udf(dataset=lt_ctx.load("hdf5", **load), udf=LtSumSigUDF())
     got = ctx.run_udf(dataset=ctx.load("hdf5", **load), udf=rt.SumSigUDF())
     np.testing.assert_allclose(got["intensity"].data, ref["intensity"].data, rtol=1e-5)
+
+
+def test_memory_without_data_raises_dataset_exception(lt_ctx, inline_ctx):
+    from libertem.io.dataset.base import DataSetException as LtDataSetException
+
+    with pytest.raises(LtDataSetException):
+        lt_ctx.load("memory", tileshape=(5, 6, 7))
+    with pytest.raises(rt.common.errors.DataSetException, match="give data"):
+        inline_ctx.load("memory", tileshape=(5, 6, 7))

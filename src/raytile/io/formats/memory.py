@@ -81,7 +81,7 @@ class MemoryDataSet(DataSet):
 
     format_name = "memory"
     params_schema = {
-        "data": {"type": "array", "required": True},
+        "data": {"type": "array"},  # required; checked in __init__ to raise LiberTEM's DataSetException
         "sig_dims": {"type": "int", "min": 1},
         "nav_shape": {"type": "shape"},
         "sig_shape": {"type": "shape"},
@@ -96,10 +96,13 @@ class MemoryDataSet(DataSet):
             return SparseMemoryDataSet(data, *args, **kwargs)
         return super().__new__(cls)
 
-    def __init__(self, data: Any, sig_dims: int | None = None, nav_shape: tuple[int, ...] | None = None,
+    def __init__(self, data: Any = None, sig_dims: int | None = None, nav_shape: tuple[int, ...] | None = None,
                  sig_shape: tuple[int, ...] | None = None, tileshape: tuple[int, ...] | None = None,
                  sync_offset: int = 0, **kwargs):
         super().__init__(**kwargs)
+        if data is None:
+            raise DataSetException("memory: give data, the array to read (LiberTEM's MemoryDataSet also takes "
+                                   "datashape: zeros of that shape)")
         self._data = data
         self._tileshape = None if tileshape is None else tuple(int(t) for t in tileshape)
         self._sync_offset = int(sync_offset)
