@@ -239,3 +239,20 @@ def test_memory_without_data_raises_dataset_exception(lt_ctx, inline_ctx):
         lt_ctx.load("memory", tileshape=(5, 6, 7))
     with pytest.raises(rt.common.errors.DataSetException, match="give data"):
         inline_ctx.load("memory", tileshape=(5, 6, 7))
+
+
+def test_hdf5_diagnostics_and_2d_refusal(lt_ctx, inline_ctx, chunked_h5, tmp_path):
+    h5py = pytest.importorskip("h5py")
+    from libertem.io.dataset.base import DataSetException as LtDataSetException
+
+    path, _ = chunked_h5
+    lt_names = {d["name"] for d in lt_ctx.load("hdf5", path=path, ds_path="data").diagnostics}
+    names = {d["name"] for d in inline_ctx.load("hdf5", path=path, ds_path="data").diagnostics}
+    assert {"chunks"} <= lt_names & names
+    flat = tmp_path / "2d.h5"
+    with h5py.File(flat, "w") as f:
+        f.create_dataset("data", data=np.zeros((16, 16), dtype=np.float32))
+    with pytest.raises(LtDataSetException, match="2D HDF5 files are currently not supported"):
+        lt_ctx.load("hdf5", path=str(flat), ds_path="data")
+    with pytest.raises(rt.common.errors.DataSetException, match="2D HDF5 files are currently not supported"):
+        inline_ctx.load("hdf5", path=str(flat), ds_path="data")

@@ -557,6 +557,12 @@ class DataSet(metaclass=DataSetType):
             {"name": "partitions", "value": str(len(self.get_partitions()))},
         ]
 
+    @property
+    def diagnostics(self) -> list[dict[str, Any]]:
+        """LiberTEM's ``DataSet.diagnostics``: :meth:`get_diagnostics` and the partitions' shape."""
+        parts = self.get_partitions()
+        return self.get_diagnostics() + [{"name": "partition shape", "value": str(parts[0].shape.to_tuple())}]
+
     # -- properties --------------------------------------------------------
     @property
     def meta(self) -> DataSetMeta:

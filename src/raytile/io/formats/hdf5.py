@@ -374,7 +374,8 @@ class H5DataSet(DataSet):
                                  if len(shape) > self._sig_dims else None)
         if len(shape) <= self._sig_dims:
             raise DataSetException(
-                f"{self._path}:{self._ds_path}: shape {shape} has no nav axis for sig_dims={self._sig_dims}"
+                f"{self._path}:{self._ds_path}: shape {shape} has no nav axis for sig_dims={self._sig_dims} "
+                f"({len(shape)}D HDF5 files are currently not supported, as in LiberTEM)"
             )
         file_nav = shape[: len(shape) - self._sig_dims]
         sig = shape[len(shape) - self._sig_dims:]
