@@ -256,3 +256,18 @@ def test_hdf5_diagnostics_and_2d_refusal(lt_ctx, inline_ctx, chunked_h5, tmp_pat
         lt_ctx.load("hdf5", path=str(flat), ds_path="data")
     with pytest.raises(rt.common.errors.DataSetException, match="2D HDF5 files are currently not supported"):
         inline_ctx.load("hdf5", path=str(flat), ds_path="data")
+
+
+def test_partial_damage_raw_data_and_array_as_libertem(lt_ctx, ctx):
+    from libertem.udf.sumsigudf import SumSigUDF as LtSumSigUDF
+
+    data = np.random.default_rng(12).random((8, 8, 4, 4)).astype(np.float32)
+    roi = np.zeros((8, 8), dtype=bool)
+    roi[2:6, 1:7] = True
+    ref = list(lt_ctx.run_udf_iter(dataset=lt_ctx.load("memory", data=data, num_partitions=4),
+                                   udf=LtSumSigUDF(), roi=roi))[-1]
+    got = list(ctx.run_udf_iter(dataset=ctx.load("memory", data=data, num_partitions=4),
+                                udf=rt.SumSigUDF(), roi=roi))[-1]
+    np.testing.assert_array_equal(got.damage.raw_data, ref.damage.raw_data)
+    np.testing.assert_array_equal(np.asarray(got.damage), np.asarray(ref.damage))
+    assert np.allclose(got.buffers[0]["intensity"].valid_mask, got.damage)

@@ -56,10 +56,16 @@ class ResultBuffer:
 
 
 class Damage:
-    """Which nav positions have been merged so far: ``.data`` is a bool nav-shaped map."""
+    """Which nav positions have been merged so far: ``.data`` is a bool nav-shaped map, ``.raw_data`` the same
+    over the ROI's positions only (as LiberTEM's damage buffer; ``.data`` when there is no ROI).
+    ``np.asarray(damage)`` is ``.data``."""
 
-    def __init__(self, data: np.ndarray):
+    def __init__(self, data: np.ndarray, raw_data: np.ndarray | None = None):
         self.data = data
+        self.raw_data = data.reshape(-1) if raw_data is None else raw_data
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.data if dtype is None else self.data.astype(dtype)
 
     @property
     def fraction(self) -> float:
@@ -225,7 +231,7 @@ class ResultAccumulator:
                 name: self._wrap(name, value, declared.get(name), damage_full, nav_shape)
                 for name, value in results.items()
             })
-        return UDFResults(out, Damage(damage_full), self.versions, self.done, self._total, finished)
+        return UDFResults(out, Damage(damage_full, self._damage.copy()), self.versions, self.done, self._total, finished)
 
     def _wrap(self, name: str, value: Any, decl: BufferWrapper | None, damage_full: np.ndarray,
               nav_shape: tuple) -> ResultBuffer:
