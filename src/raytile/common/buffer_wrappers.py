@@ -11,11 +11,11 @@ from typing import Any, Literal, Union
 
 import numpy as np
 
-from raytile.common.errors import UDFException
+from raytile.common.errors import InvalidMaskError, UDFException
 
 __all__ = [
     "BufferWrapper", "AuxBufferWrapper", "PlaceholderBufferWrapper", "NavBufferView", "ArrayWithMask", "BufferKind",
-    "BufferUse", "BufferLocation", "expand_nav",
+    "BufferUse", "BufferLocation", "expand_nav", "check_mask_shape",
 ]
 
 #: What a result buffer is indexed by: one entry per frame, per signal pixel, or one for all.
@@ -27,11 +27,31 @@ BufferUse = Literal["private", "result_only", None]
 
 
 class ArrayWithMask:
-    """A result array with an explicit validity mask (see :meth:`UDF.with_mask`)."""
+    """A result array with an explicit validity mask (see :meth:`UDF.with_mask`).
+
+    As LiberTEM's: the mask must be bool, else :class:`~raytile.common.errors.InvalidMaskError`; so must
+    a mask that does not broadcast to the result's shape (checked where the result is shaped, as a nav
+    result of an ROI run may be given ROI-compressed or nav-shaped: :func:`check_mask_shape`).
+    """
 
     def __init__(self, data: np.ndarray, mask: np.ndarray | bool):
+        arr = np.asarray(mask)
+        if arr.dtype != np.dtype(bool):
+            raise InvalidMaskError(f"with_mask: the mask must have dtype bool, got {arr.dtype}")
         self.data = data
         self.mask = mask
+
+
+def check_mask_shape(mask: Any, *shapes: tuple[int, ...]) -> np.ndarray:
+    """``mask`` broadcast to the first of ``shapes`` it fits; InvalidMaskError when it fits none."""
+    arr = np.asarray(mask)
+    for shape in shapes:
+        try:
+            return np.broadcast_to(arr, shape)
+        except ValueError:
+            continue
+    raise InvalidMaskError(f"with_mask: a mask of shape {arr.shape} does not broadcast to the result's shape "
+                           f"{shapes[0]}")
 
 
 def expand_nav(arr: np.ndarray, nav_shape: tuple[int, ...], roi: np.ndarray | None,

@@ -26,6 +26,7 @@ import numpy as np
 from raytile.common.buffer_wrappers import (
     ArrayWithMask, AuxBufferWrapper, BufferKind, BufferLocation, BufferUse, BufferWrapper, PlaceholderBufferWrapper,
 )
+from raytile.common.errors import InvalidMaskError
 from raytile.common.math import prod
 from raytile.common.slice import Slice
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BufferSize", "BufferKind", "BufferLocation", "BufferUse", "reshaped_view", "to_numpy", "bytes_aligned",
     "empty_aligned", "zeros_aligned", "disjoint", "BufferWrapper", "AuxBufferWrapper", "PlaceholderBufferWrapper",
-    "ArrayWithMask",
+    "ArrayWithMask", "InvalidMaskError", "get_inner_slice", "get_bbox", "get_bbox_slice",
 ]
 
 #: A buffer size: a number of items or a shape.
@@ -125,3 +126,35 @@ def disjoint(sl: Slice, slices: Iterable[Slice]) -> bool:
     (True, False)
     """
     return all(sl.intersection_with(other).is_null() for other in slices)
+
+
+def get_inner_slice(arr: np.ndarray, axis: int = 0) -> tuple[slice, ...]:
+    """The slice of ``arr`` along ``axis`` over the first run of indices where every value on the other axes
+    is non-zero (``slice(None)`` on those axes), as LiberTEM's; ``slice(n, 1)`` (empty) when there is none."""
+    others = tuple(d for d in range(arr.ndim) if d != axis)
+    full = np.all(arr != 0, axis=others)
+    hits = np.flatnonzero(full)
+    if hits.size == 0:
+        lo, hi = arr.shape[axis], 1
+    else:
+        lo = int(hits[0])
+        gaps = np.flatnonzero(~full[lo:])
+        hi = lo + int(gaps[0]) if gaps.size else full.shape[0]
+    return tuple(slice(lo, hi) if d == axis else slice(None) for d in range(arr.ndim))
+
+
+def get_bbox(arr: np.ndarray) -> tuple[int, ...]:
+    """The bounding box of the non-zero values of ``arr``: ``(min0, max0, min1, max1, ...)``, inclusive,
+    as LiberTEM's (in 2D, values under 1e-8 in magnitude count as zero)."""
+    nonzero = np.abs(arr) >= 1e-8 if arr.ndim == 2 else arr != 0
+    out: list[int] = []
+    for axis in range(arr.ndim):
+        hits = np.flatnonzero(np.any(nonzero, axis=tuple(d for d in range(arr.ndim) if d != axis)))
+        out.extend((int(hits[0]), int(hits[-1])) if hits.size else (arr.shape[axis], 0))
+    return tuple(out)
+
+
+def get_bbox_slice(arr: np.ndarray) -> tuple[slice, ...]:
+    """:func:`get_bbox` as one slice per axis."""
+    box = get_bbox(arr)
+    return tuple(slice(box[i], box[i + 1] + 1) for i in range(0, len(box), 2))

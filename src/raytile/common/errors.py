@@ -9,7 +9,7 @@ from __future__ import annotations
 __all__ = [
     "RaytileError", "DataSetException", "UDFException", "udf_exception_class", "UnsafeCastError", "UDFRunCancelled", "BackendError",
     "ExecutorError", "CoordinatorDied", "ConfigValidationError", "RepairValueError", "StageFailed", "PipelineStateError", "StageActorDied",
-    "DataSetWarning",
+    "DataSetWarning", "DataSetShapeError", "InvalidMaskError",
     "AcquisitionError",
     "RunEnded",
 ]
@@ -21,6 +21,12 @@ class RaytileError(Exception):
 
 class DataSetException(RaytileError):
     """A data set cannot be opened or read: wrong shape, missing file, bad dtype..."""
+
+
+class DataSetShapeError(DataSetException, ValueError):
+    """A data set's shape parameters contradict each other or the data: ``sig_shape`` of another length
+    than ``sig_dims``, data whose size is no multiple of the frame size. Also a ``ValueError``, which
+    LiberTEM raises for these, so ported ``except``/``pytest.raises`` clauses keep working."""
 
 
 class DataSetWarning(UserWarning):
@@ -94,6 +100,11 @@ class UnsafeCastError(UDFException, TypeError):
     Also a ``TypeError``, the exception LiberTEM's ``check_cast`` raises, so
     ported code that catches that keeps working.
     """
+
+
+class InvalidMaskError(RaytileError):
+    """A validity mask (``UDF.with_mask``) that does not fit its result: a shape that does not broadcast to
+    the result's, or a dtype other than bool. At LiberTEM's path ``libertem.common.buffers``."""
 
 
 class UDFRunCancelled(RaytileError):

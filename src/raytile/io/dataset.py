@@ -557,6 +557,12 @@ class DataSet(metaclass=DataSetType):
             {"name": "partitions", "value": str(len(self.get_partitions()))},
         ]
 
+    @property
+    def diagnostics(self) -> list[dict[str, Any]]:
+        """LiberTEM's ``DataSet.diagnostics``: :meth:`get_diagnostics` and the partitions' shape."""
+        parts = self.get_partitions()
+        return self.get_diagnostics() + [{"name": "partition shape", "value": str(parts[0].shape.to_tuple())}]
+
     # -- properties --------------------------------------------------------
     @property
     def meta(self) -> DataSetMeta:
@@ -584,6 +590,11 @@ class DataSet(metaclass=DataSetType):
 
     def get_slices(self) -> list[Slice]:
         return partition_slices(self.shape.flatten_nav(), self.num_partitions)
+
+    def get_base_shape(self, roi: np.ndarray | None) -> tuple[int, ...]:
+        """The shape tiles of this data set are multiples of (``(depth, *sig)``), as LiberTEM's
+        ``DataSet.get_base_shape``: its first partition's."""
+        return tuple(self.get_partitions()[0].get_base_shape(roi))
 
     @abstractmethod
     def get_partitions(self) -> list[Partition]:

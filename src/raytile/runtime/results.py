@@ -6,6 +6,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from raytile.common.buffer_wrappers import check_mask_shape
 from raytile.common.errors import UDFException
 from raytile.common.shape import Shape
 from raytile.runtime.param_versions import ParamVersion
@@ -55,10 +56,16 @@ class ResultBuffer:
 
 
 class Damage:
-    """Which nav positions have been merged so far: ``.data`` is a bool nav-shaped map."""
+    """Which nav positions have been merged so far: ``.data`` is a bool nav-shaped map, ``.raw_data`` the same
+    over the ROI's positions only (as LiberTEM's damage buffer; ``.data`` when there is no ROI).
+    ``np.asarray(damage)`` is ``.data``."""
 
-    def __init__(self, data: np.ndarray):
+    def __init__(self, data: np.ndarray, raw_data: np.ndarray | None = None):
         self.data = data
+        self.raw_data = data.reshape(-1) if raw_data is None else raw_data
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.data if dtype is None else self.data.astype(dtype)
 
     @property
     def fraction(self) -> float:
@@ -204,12 +211,8 @@ class ResultAccumulator:
             self._apply_merge_all(i, udf)
             udf.meta.set_valid_nav_mask(self._damage.copy())
             udf.results.clear_views()
-            try:
+            with calling_udf(udf, "get_results", ""):  # what it raises stays catchable by its type
                 results = udf.get_results()
-            except UDFException:
-                raise
-            except Exception as e:
-                raise UDFException(f"{type(udf).__name__}.get_results raised {type(e).__name__}: {e}") from e
             declared = dict(udf.results.buffers())
             private = sorted(n for n in results if n in declared and declared[n].use == "private")
             if private:
@@ -228,7 +231,7 @@ class ResultAccumulator:
                 name: self._wrap(name, value, declared.get(name), damage_full, nav_shape)
                 for name, value in results.items()
             })
-        return UDFResults(out, Damage(damage_full), self.versions, self.done, self._total, finished)
+        return UDFResults(out, Damage(damage_full, self._damage.copy()), self.versions, self.done, self._total, finished)
 
     def _wrap(self, name: str, value: Any, decl: BufferWrapper | None, damage_full: np.ndarray,
               nav_shape: tuple) -> ResultBuffer:
@@ -248,10 +251,11 @@ class ResultAccumulator:
                                         data.shape).copy()
             else:
                 valid = np.asarray(mask)
+                check_mask_shape(valid, data.shape, arr.shape)
             return ResultBuffer("nav", arr, data, valid, extra_shape=tuple(extra))
         kind = decl.kind if decl is not None else "single"
         # sig and single results are valid as they stand (partial merges included), as in LiberTEM
-        valid = np.ones(arr.shape, dtype=bool) if mask is None else mask
+        valid = np.ones(arr.shape, dtype=bool) if mask is None else check_mask_shape(mask, arr.shape)
         return ResultBuffer(kind, arr, arr, valid, extra_shape=decl.extra_shape if decl is not None else arr.shape)
 
 

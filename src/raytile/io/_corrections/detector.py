@@ -27,8 +27,12 @@ def correct(buffer: np.ndarray, dark_image: np.ndarray | None = None, gain_map: 
     ``inplace=True`` writes into ``buffer`` (it must be of a floating dtype) and returns it;
     otherwise a copy of at least float32 comes back. ``repair_descriptor`` (LiberTEM's
     precomputed neighbourhoods) is accepted and not needed: neighbours are found here.
+    ``excluded_pixels`` given as a list is, as in LiberTEM, ``(ndim, n)``: one row of indices per signal
+    dimension (``CorrectionSet`` reads a list as ``[(y, x), ...]``).
     """
     buffer = np.asarray(buffer)
+    if isinstance(excluded_pixels, (list, tuple)) and len(excluded_pixels):
+        excluded_pixels = np.asarray(excluded_pixels)
     if sig_shape is None:
         ref = dark_image if dark_image is not None else gain_map
         sig_shape = tuple(np.shape(ref)) if ref is not None else tuple(buffer.shape[-2:])

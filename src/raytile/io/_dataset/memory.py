@@ -8,7 +8,6 @@ None) and ``sync_offset``, and its ``.data`` is the array as given.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import numpy as np
@@ -18,25 +17,6 @@ from raytile.io.backends import BACKENDS
 from raytile.io.formats import memory as _memory
 
 __all__ = ["MemoryDataSet"]
-
-
-def _shift_frames(data: np.ndarray, sig_dims: int, sync_offset: int) -> np.ndarray:
-    """``data`` with its frames moved by ``sync_offset``: positive skips that many frames at the start
-    (zeros fill the end), negative inserts that many zero frames at the start (the last frames drop)."""
-    if sync_offset == 0:
-        return data
-    shape = data.shape
-    sig = tuple(shape[data.ndim - sig_dims:])
-    frames = data.reshape((-1, *sig))
-    n = frames.shape[0]
-    if abs(sync_offset) > n:
-        raise DataSetException(f"sync_offset={sync_offset} is outside the data's {n} frames")
-    out = np.zeros_like(frames)
-    if sync_offset > 0:
-        out[:n - sync_offset] = frames[sync_offset:]
-    else:
-        out[-sync_offset:] = frames[:n + sync_offset]
-    return out.reshape(shape)
 
 
 class MemoryDataSet(_memory.MemoryDataSet):
@@ -73,26 +53,13 @@ class MemoryDataSet(_memory.MemoryDataSet):
             if datashape is None:
                 raise DataSetException("MemoryDataSet: give data (an array) or datashape (zeros of that shape)")
             data = np.zeros(datashape, dtype=np.float32)
-        if sig_dims is None:
-            if sig_shape is not None:
-                sig_dims = len(sig_shape)
-            elif nav_shape is not None:
-                sig_dims = data.ndim - len(nav_shape)
-            else:
-                sig_dims = 2
         self._given = data
         self.tileshape = tileshape
         self.sync_offset = int(sync_offset)
         self.check_cast = check_cast
         self.base_shape = base_shape
-        # raytile's own memory format may take tileshape and sync_offset itself; else they are done here
-        own = inspect.signature(_memory.MemoryDataSet.__init__).parameters
-        extra: dict[str, Any] = {k: v for k, v in (("tileshape", tileshape), ("sync_offset", self.sync_offset))
-                                 if k in own}
-        if self.sync_offset and "sync_offset" not in own:
-            data = _shift_frames(data, sig_dims, self.sync_offset)
         super().__init__(data=data, sig_dims=sig_dims, nav_shape=nav_shape, sig_shape=sig_shape,
-                         num_partitions=num_partitions, **extra)
+                         num_partitions=num_partitions, tileshape=tileshape, sync_offset=self.sync_offset)
         self.initialize(None)
 
     @property

@@ -305,13 +305,20 @@ class H5DataSet(DataSet):
         "sig_dims": {"type": "int", "min": 1},
         "nav_shape": {"type": "shape"},
         "io_backend": {"type": "io_backend", "choices": sorted(BACKENDS)},
+        "target_size": {"type": "int", "min": 1},
+        "min_num_partitions": {"type": "int", "min": 1},
         **REMOTE_PARAMS,
     }
 
     def __init__(self, path: str, ds_path: str | None = None, sig_dims: int = 2,
                  nav_shape: tuple[int, ...] | None = None, io_backend: str = "mmap",
                  sig_shape: tuple[int, ...] | None = None, sync_offset: int = 0,
-                 storage_options: Any = None, **kwargs):
+                 storage_options: Any = None, target_size: int | None = None,
+                 min_num_partitions: int | None = None, **kwargs):
+        """``target_size`` (LiberTEM's name) is the bytes a partition should hold, as ``partition_bytes``;
+        ``min_num_partitions`` is accepted and, as in LiberTEM, not used."""
+        if target_size is not None:
+            kwargs["partition_bytes"] = int(target_size)
         super().__init__(**kwargs)
         self._store = store_for(path, storage_options)
         self._path = path
@@ -372,7 +379,8 @@ class H5DataSet(DataSet):
                                  if len(shape) > self._sig_dims else None)
         if len(shape) <= self._sig_dims:
             raise DataSetException(
-                f"{self._path}:{self._ds_path}: shape {shape} has no nav axis for sig_dims={self._sig_dims}"
+                f"{self._path}:{self._ds_path}: shape {shape} has no nav axis for sig_dims={self._sig_dims} "
+                f"({len(shape)}D HDF5 files are currently not supported, as in LiberTEM)"
             )
         file_nav = shape[: len(shape) - self._sig_dims]
         sig = shape[len(shape) - self._sig_dims:]
@@ -380,11 +388,8 @@ class H5DataSet(DataSet):
             raise DataSetException(f"{self._path}:{self._ds_path}: sig_shape {self._sig_shape} is not the "
                                    f"dataset's signal shape {tuple(sig)}; HDF5 frames are not reshaped")
         nav = self._nav_shape or file_nav
+        # as LiberTEM: nav_shape may hold fewer positions than the file has frames, or more (read as zeros)
         check_sync_offset(self._path, self._sync_offset, math.prod(nav), math.prod(file_nav))
-        if math.prod(nav) != math.prod(file_nav) and self._sync_offset == 0:
-            raise DataSetException(
-                f"{self._path}:{self._ds_path}: holds {math.prod(file_nav)} frames, nav_shape {nav} needs {math.prod(nav)}"
-            )
         self._file_nav, self._chunks, self._h5dtype = file_nav, chunks, dtype
         return DataSetMeta(shape=Shape(tuple(nav) + tuple(sig), sig_dims=len(sig)), raw_dtype=dtype.newbyteorder("="),
                            sync_offset=self._sync_offset)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from raytile.common.errors import DataSetException
+from raytile.common.errors import DataSetException, DataSetShapeError
 from raytile.io.dataset import DataSet, DataSetMeta, FrameDelivery, Partition
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
@@ -70,14 +70,18 @@ class MemoryDataSet(DataSet):
     As LiberTEM's memory data set: ``tileshape`` (``(depth, *sig)``) fixes the
     tiles' shape (whole frames still go to UDFs that need them), and
     ``sync_offset`` shifts the frames: nav position ``i`` holds frame
-    ``i + sync_offset``, positions past either end hold zeros.
+    ``i + sync_offset``, positions past either end hold zeros. ``nav_shape``
+    and ``sig_shape`` may regroup the data's values (``sig_shape=(19 * 23,)``
+    for frames of 19 x 23), and ``nav_shape`` may hold fewer or more positions
+    than the data has frames (those past the end read zeros), as LiberTEM
+    reads them.
 
     >>> ds = ctx.load("memory", data=np.zeros((8, 8, 32, 32), dtype="uint16"))
     """
 
     format_name = "memory"
     params_schema = {
-        "data": {"type": "array", "required": True},
+        "data": {"type": "array"},  # required; checked in __init__ to raise LiberTEM's DataSetException
         "sig_dims": {"type": "int", "min": 1},
         "nav_shape": {"type": "shape"},
         "sig_shape": {"type": "shape"},
@@ -92,16 +96,19 @@ class MemoryDataSet(DataSet):
             return SparseMemoryDataSet(data, *args, **kwargs)
         return super().__new__(cls)
 
-    def __init__(self, data: Any, sig_dims: int = 2, nav_shape: tuple[int, ...] | None = None,
+    def __init__(self, data: Any = None, sig_dims: int | None = None, nav_shape: tuple[int, ...] | None = None,
                  sig_shape: tuple[int, ...] | None = None, tileshape: tuple[int, ...] | None = None,
                  sync_offset: int = 0, **kwargs):
         super().__init__(**kwargs)
+        if data is None:
+            raise DataSetException("memory: give data, the array to read (LiberTEM's MemoryDataSet also takes "
+                                   "datashape: zeros of that shape)")
         self._data = data
         self._tileshape = None if tileshape is None else tuple(int(t) for t in tileshape)
         self._sync_offset = int(sync_offset)
-        self._sig_dims = sig_dims if sig_shape is None else len(sig_shape)
-        self._nav_shape = nav_shape
-        self._sig_shape = sig_shape
+        self._sig_dims = _sig_dims(data, sig_dims, nav_shape, sig_shape)
+        self._nav_shape = None if nav_shape is None else tuple(int(n) for n in nav_shape)
+        self._sig_shape = None if sig_shape is None else tuple(int(n) for n in sig_shape)
 
     def _do_initialize(self) -> DataSetMeta:
         data = self._data
@@ -112,13 +119,16 @@ class MemoryDataSet(DataSet):
         sig = self._sig_shape or tuple(data.shape[data.ndim - self._sig_dims:])
         nav = self._nav_shape or tuple(data.shape[: data.ndim - self._sig_dims])
         shape = Shape(nav + sig, sig_dims=len(sig))
-        if shape.size != int(np.prod(data.shape)):
-            raise DataSetException(
-                f"memory data of shape {data.shape} cannot be viewed as nav {nav} x sig {sig}"
+        frame_size = int(np.prod(sig))
+        if frame_size == 0 or data.size % frame_size:
+            raise DataSetShapeError(
+                f"memory data of shape {data.shape} (size {data.size}) is no whole number of frames "
+                f"of sig_shape {sig}"
             )
         if self._tileshape is not None and len(self._tileshape) != len(sig) + 1:
             raise DataSetException(f"memory: tileshape {self._tileshape} must be (depth, *sig) for sig {sig}")
-        self._flat = _shifted(data.reshape(shape.flatten_nav().to_tuple()), self._sync_offset)
+        frames = data.reshape((data.size // frame_size, *sig))
+        self._flat = _nav_frames(frames, shape.nav.size, self._sync_offset)
         return DataSetMeta(shape=shape, raw_dtype=np.dtype(data.dtype), sync_offset=self._sync_offset)
 
     @property
@@ -137,19 +147,36 @@ class MemoryDataSet(DataSet):
         ]
 
 
-def _shifted(frames: Any, sync_offset: int) -> Any:
-    """``frames`` (``(n, *sig)``) moved by ``sync_offset``: position ``i`` holds frame ``i + sync_offset``,
-    zeros where that is outside ``[0, n)``. A copy only when shifted."""
+def _sig_dims(data: Any, sig_dims: int | None, nav_shape: tuple[int, ...] | None,
+              sig_shape: tuple[int, ...] | None) -> int:
+    """The number of signal axes, as LiberTEM finds it: ``sig_dims``, else ``len(sig_shape)``, else the data's
+    axes after ``nav_shape``'s, else 2. DataSetShapeError when ``sig_shape`` and ``sig_dims`` disagree."""
+    if sig_dims is not None:
+        if sig_shape is not None and len(sig_shape) != sig_dims:
+            raise DataSetShapeError(f"memory: sig_shape {tuple(sig_shape)} has {len(sig_shape)} axes, "
+                                    f"sig_dims={sig_dims}")
+        return int(sig_dims)
+    if sig_shape is not None:
+        return len(sig_shape)
+    if nav_shape is not None and data is not None and data.ndim > len(nav_shape):
+        return data.ndim - len(nav_shape)
+    return 2
+
+
+def _nav_frames(frames: Any, nav_size: int, sync_offset: int) -> Any:
+    """The frame of each nav position, as LiberTEM's memory data set reads them: position ``i`` holds
+    ``frames[i + sync_offset]``, zeros where that is outside the data (``nav_size`` may be smaller or
+    larger than the number of frames). A view of ``frames`` when every position has its frame."""
     n = frames.shape[0]
-    if sync_offset == 0:
-        return frames
-    if abs(sync_offset) >= n:
-        raise DataSetException(f"memory: sync_offset {sync_offset} reads no frame of the data's {n} frames")
-    out = np.zeros(frames.shape, dtype=frames.dtype)
-    if sync_offset > 0:
-        out[:n - sync_offset] = frames[sync_offset:]
-    else:
-        out[-sync_offset:] = frames[:n + sync_offset]
+    if not -n < sync_offset < n:
+        raise DataSetException(f"memory: sync_offset {sync_offset} must be in ({-n}, {n}), "
+                               f"(-image_count, image_count) of the data's {n} frames")
+    if sync_offset >= 0 and sync_offset + nav_size <= n:
+        return frames[sync_offset:sync_offset + nav_size]
+    out = np.zeros((nav_size, *frames.shape[1:]), dtype=frames.dtype)
+    first, last = max(0, -sync_offset), min(nav_size, n - sync_offset)  # nav positions that have a frame
+    if last > first:
+        out[first:last] = frames[first + sync_offset:last + sync_offset]
     return out
 
 

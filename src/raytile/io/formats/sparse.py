@@ -156,11 +156,11 @@ class SparseMemoryDataSet(DataSet):
         "sig_shape": {"type": "shape"},
     }
 
-    def __init__(self, data: Any, sig_dims: int = 2, nav_shape: tuple[int, ...] | None = None,
+    def __init__(self, data: Any, sig_dims: int | None = 2, nav_shape: tuple[int, ...] | None = None,
                  sig_shape: tuple[int, ...] | None = None, **kwargs):
         super().__init__(**kwargs)
         self._data = data
-        self._sig_dims = sig_dims if sig_shape is None else len(sig_shape)
+        self._sig_dims = (2 if sig_dims is None else sig_dims) if sig_shape is None else len(sig_shape)
         self._nav_shape = nav_shape
         self._sig_shape = sig_shape
 
