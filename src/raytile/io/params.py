@@ -3,7 +3,9 @@
 A format declares its constructor parameters in ``params_schema``, a dict
 ``name -> {"type": kind, "required": bool, "min": int, "max": int, "choices": [...],
 "deprecated_for": name}`` (an old name of another parameter, LiberTEM's ``scan_size``)
-with ``kind`` one of :data:`CHECKS`. :func:`validate_params` checks the given
+with ``kind`` one of :data:`CHECKS`. ``"required": "by_format"`` marks a parameter
+the format needs but checks itself (to raise its own exception, as LiberTEM's
+``MemoryDataSet`` without ``data``): validation lets it be missing. :func:`validate_params` checks the given
 values against a schema before the constructor runs and converts them to one
 canonical form (``int``, tuples of ``int``, ``str`` paths, ``np.dtype``), so
 constructors only ever see valid values. Python values (tuples, numpy
@@ -277,7 +279,7 @@ def validate_params(owner: str, schema: dict[str, ParamSpec], params: dict[str, 
     for name, spec in schema.items():
         value = params.get(name)
         if value is None:
-            if spec.get("required") and not _given_by_old_name(schema, params, name):
+            if spec.get("required") is True and not _given_by_old_name(schema, params, name):
                 got = ", got None" if name in params else ""
                 raise ConfigValidationError(f"{owner}: parameter {name!r} is required{got}")
             continue

@@ -81,7 +81,7 @@ class MemoryDataSet(DataSet):
 
     format_name = "memory"
     params_schema = {
-        "data": {"type": "array"},  # required; checked in __init__ to raise LiberTEM's DataSetException
+        "data": {"type": "array", "required": "by_format"},  # __init__ raises LiberTEM's DataSetException
         "sig_dims": {"type": "int", "min": 1},
         "nav_shape": {"type": "shape"},
         "sig_shape": {"type": "shape"},
