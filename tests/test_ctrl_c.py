@@ -23,9 +23,13 @@ psutil = pytest.importorskip("psutil")
 
 #: The child: a run of 0.2 s tiles, one line per tile in the log; "interrupted" when Ctrl-C comes.
 CHILD = r"""
-import sys, time
+import signal, sys, time
 import numpy as np
 import raytile as rt
+
+# as a script started from a terminal: a test session started in the background of a shell without job
+# control inherits SIGINT ignored, and so would this child
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 kind, log = sys.argv[1], sys.argv[2]
 
