@@ -17,6 +17,8 @@ from raytile.io.testing.mib import write_mib
 from raytile.live import LiveContext
 from raytile.udf import SumSigUDF, SumUDF
 
+from _procs import stop_process
+
 pytest.importorskip("libertem_live", reason="LiberTEM-live (its simulator) is a test dependency")
 
 NAV, SIG = (8, 12), (32, 64)
@@ -71,9 +73,4 @@ def test_libertem_live_simulator(tmp_path, mode):
         assert np.array_equal(total["intensity"].data, frames.sum(axis=0))
         assert np.array_equal(per_frame["intensity"].data, frames.sum(axis=(1, 2)).reshape(NAV))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc)

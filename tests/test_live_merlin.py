@@ -11,6 +11,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from _procs import stop_process
 from _ray_udfs import SlowSumUDF
 
 from raytile.common.errors import AcquisitionError, ConfigValidationError, DataSetException
@@ -290,8 +291,7 @@ def test_cli_sim_and_run(tmp_path):
         assert main(["live", "run", "merlin", "--udf", "sum,sumsig", "--data-port", data_port, "--api-port",
                      api_port, "--executor", "inline", "--out", str(out)]) == 0
     finally:
-        sim.terminate()
-        sim.wait(10)
+        stop_process(sim)
     frames = np.random.default_rng(0).integers(0, 0xFFF + 1, size=(96, 32, 64))  # the simulator's synthetic frames
     got = np.load(out)
     assert np.allclose(got["sum_intensity"], frames.sum(axis=0))
@@ -319,8 +319,7 @@ def _resting_rss_mib(*args: str, key: str = "VmRSS") -> float:
     try:
         return _rss_mib(rest.pid, key)
     finally:
-        rest.terminate()
-        rest.wait(10)
+        stop_process(rest)
 
 
 def test_cli_sim_large_scan_repeats_one_stack_in_bounded_memory(tmp_path):
@@ -342,8 +341,7 @@ def test_cli_sim_large_scan_repeats_one_stack_in_bounded_memory(tmp_path):
                      api_port, "--executor", "inline", "--out", str(out)]) == 0
         assert _rss_mib(sim.pid) - resting < 2 * 16
     finally:
-        sim.terminate()
-        sim.wait(10)
+        stop_process(sim)
     stack = np.random.default_rng(0).integers(0, 0xFFF + 1, size=(512, 128, 128))  # the synthetic frames
     frames = np.concatenate([stack] * 8)
     got = np.load(out)
@@ -373,8 +371,7 @@ def test_cli_sim_replays_a_file_in_bounded_memory(tmp_path):
         # anonymous memory: the file's pages the reader maps are page cache, not the simulator's own
         assert _rss_mib(sim.pid, "RssAnon") - resting < 16, (_rss_mib(sim.pid, "RssAnon"), resting)
     finally:
-        sim.terminate()
-        sim.wait(10)
+        stop_process(sim)
     got = np.load(out)
     assert np.array_equal(got["sum_intensity"], frames.sum(axis=(0, 1), dtype=np.float64))
     assert np.allclose(got["sumsig_intensity"], frames.sum(axis=(2, 3)), rtol=1e-6)  # float32 sums

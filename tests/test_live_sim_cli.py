@@ -19,6 +19,8 @@ from raytile.live.detectors.dectris import DectrisSimulator, SimplonClient
 from raytile.runtime.progress import ProgressReporter
 from raytile.udf import SumSigUDF, SumUDF
 
+from _procs import stop_process
+
 pytest.importorskip("zmq")
 pytest.importorskip("bitshuffle")
 
@@ -50,12 +52,7 @@ class SimProcess:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        stop_process(self.proc)
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,8 @@ import raytile as rt
 from raytile.cli import main
 from raytile.figures import result_figures, show
 
+from _procs import stop_process
+
 RING = (8.0, 10.0, 3.0, 7.0)  # cy, cx, ri, ro of --ring-center 8,10 --ring-radii 3,7
 
 
@@ -152,16 +154,6 @@ def _merlin_sim(tmp_path, frames, rate):
     return proc, found.group(1), found.group(2)
 
 
-def _stop(proc) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-
 class _Stderr(threading.Thread):
     """Collects a process's stderr (the progress bar writes no newlines) for :meth:`wait_for`."""
 
@@ -206,8 +198,8 @@ def test_live_run_writes_pngs_and_a_run_stopped_mid_scan_saves_its_partial_resul
         rest = run.stdout.read()
         run.wait(60)
     finally:
-        _stop(run)
-        _stop(sim)
+        stop_process(run)
+        stop_process(sim)
     assert run.returncode == 130, (rest, err.text[-3000:])
     assert "stopped (SIGTERM) mid-scan" in rest, rest
     assert (tmp_path / "live.npz").read_bytes() == b"an earlier result"  # not overwritten
@@ -233,7 +225,7 @@ def test_live_run_complete_writes_figures(tmp_path):
         assert main(["live", "run", "merlin", "--udf", "sum,sumsig", "--data-port", data_port, "--api-port",
                      api_port, "--executor", "inline", "--timeout", "30", "--out", str(out)]) == 0
     finally:
-        _stop(sim)
+        stop_process(sim)
     got = np.load(out)
     assert bool(got["complete"]) and got["damage"].all()
     np.testing.assert_array_equal(got["sum_intensity"], frames.sum(axis=(0, 1), dtype=np.float64))
