@@ -59,6 +59,26 @@ def test_auto_mib_hdr(inline_ctx, s3, tmp_path, rng):
     assert one.format_name == "mib" and one.shape.nav.size == 30
 
 
+def test_auto_mib_beside_another_acquisition_under_one_prefix(inline_ctx, s3, tmp_path, rng):
+    """X.hdr/X.mib beside XRAW.hdr/XRAW.mib under one S3 prefix, as in a local folder: "mib" on X.hdr
+    (its glob X*.mib takes both) says to pass disable_glob=True; auto takes the objects named after the
+    header, and XRAW.hdr its own object."""
+    from raytile.io.testing.mib import write_mib
+
+    frames = rng.integers(0, 4000, (6, 32, 32)).astype(np.uint16)
+    other = rng.integers(0, 4000, (6, 32, 32)).astype(np.uint16)
+    write_mib(tmp_path / "X", frames, mode="U16", nav_shape=(2, 3))
+    write_mib(tmp_path / "XRAW", other, mode="U16", nav_shape=(2, 3))
+    urls = upload_dir(s3, tmp_path, "s3://auto-bucket/neighbours")
+    with pytest.raises(DataSetException, match="XRAW.mib.*disable_glob=True"):
+        inline_ctx.load("mib", path=urls["X.hdr"], storage_options=s3.options)
+    for fmt, extra in (("auto", {}), ("mib", {"disable_glob": True})):
+        ds = inline_ctx.load(fmt, path=urls["X.hdr"], storage_options=s3.options, **extra)
+        assert ds.shape.to_tuple() == (2, 3, 32, 32)
+        check_sums(inline_ctx, ds, frames)
+    check_sums(inline_ctx, inline_ctx.load("auto", path=urls["XRAW.hdr"], storage_options=s3.options), other)
+
+
 def test_auto_empad(inline_ctx, s3, tmp_path, rng):
     from raytile.io.testing.empad import write_empad
 
