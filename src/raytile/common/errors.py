@@ -183,3 +183,8 @@ class AcquisitionError(DataSetException):
     connection, went silent past the timeout, or started a new acquisition mid-scan (an abort).
 
     The message names the detector's address and how many frames of how many arrived."""
+
+
+class UndeadException(RaytileError):
+    """A simulator's or receiver's thread did not end when asked to stop (LiberTEM-live's
+    ``libertem_live.detectors.common.UndeadException``); the message names the threads."""
