@@ -188,3 +188,18 @@ class AcquisitionError(DataSetException):
 class UndeadException(RaytileError):
     """A simulator's or receiver's thread did not end when asked to stop (LiberTEM-live's
     ``libertem_live.detectors.common.UndeadException``); the message names the threads."""
+
+
+class NavShapeError(ConfigValidationError, ValueError):
+    """A live acquisition's nav shape (given, or from a hook) is malformed or does not fit its image count;
+    a ``ValueError`` as LiberTEM-live's."""
+
+
+class NavShapeUnknown(ConfigValidationError, RuntimeError):
+    """A live acquisition's nav shape cannot be found (active mode without one, or an image count that is
+    no square and nothing else says the shape); a ``RuntimeError`` as LiberTEM-live's."""
+
+
+class RemovedAPIError(RaytileError, RuntimeError):
+    """A call LiberTEM or LiberTEM-live removed (e.g. ``LiveContext.prepare_acquisition``); a
+    ``RuntimeError`` as theirs, naming what replaced it."""
