@@ -203,3 +203,9 @@ class NavShapeUnknown(ConfigValidationError, RuntimeError):
 class RemovedAPIError(RaytileError, RuntimeError):
     """A call LiberTEM or LiberTEM-live removed (e.g. ``LiveContext.prepare_acquisition``); a
     ``RuntimeError`` as theirs, naming what replaced it."""
+
+
+class AcquisitionCancelled(AcquisitionError, UDFRunCancelled):
+    """A live acquisition has fewer images than the run's nav shape, or ended before them: the run is
+    cancelled, as LiberTEM-live cancels it (``except UDFRunCancelled`` catches it, and so does
+    ``except AcquisitionError``). The connection stays usable for the next acquisition."""

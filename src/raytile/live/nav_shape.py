@@ -1,6 +1,8 @@
 """How a live acquisition's nav shape is found: LiberTEM-live's order of rules, as a pure function.
 
-1. a concrete ``nav_shape`` given to ``make_acquisition`` (no ``-1``);
+1. a concrete ``nav_shape`` given to ``make_acquisition`` (no ``-1``), as given: a run on an
+   acquisition with fewer images ends with :class:`~raytile.common.errors.AcquisitionCancelled`
+   (a ``UDFRunCancelled``), one with more reads the first ones;
 2. what :meth:`Hooks.on_determine_nav_shape` returns;
 3. ``-1`` placeholders filled from the image count;
 4. what the detector's acquisition header says (ScanX/ScanY, frames per trigger);
@@ -38,8 +40,8 @@ def determine_nav_shape(nimages: int, shape_hint: tuple[int, ...] | None = None,
         if any(s < -1 for s in shape_hint):
             raise NavShapeError(f"make_acquisition: parameter 'nav_shape' {shape_hint} must hold positive "
                                 f"sizes or -1 placeholders")
-        if -1 not in shape_hint:
-            return _matching(shape_hint, nimages, "parameter 'nav_shape'")
+        if -1 not in shape_hint:  # as given, as in LiberTEM-live: a run that finds fewer images is cancelled
+            return shape_hint
     if hook is not None:
         found = hook(DetermineNavShapeEnv(nimages=nimages, shape_hint=shape_hint))
         if found is not None:
