@@ -15,6 +15,7 @@ results, live patches, progress, cancel, ``coordinator="actor"`` and attach.
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 from raytile.common.errors import ConfigValidationError, NavShapeUnknown, RemovedAPIError
@@ -149,12 +150,13 @@ def make_acquisition_on(ctx: Context, *, conn: LiveConnection, nav_shape: tuple[
     holder: dict[str, Any] = {}
 
     def ready() -> None:
-        hooks.on_ready_for_data(ReadyForDataEnv(aq=holder.get("aq")))
+        ref = holder.get("aq")
+        hooks.on_ready_for_data(ReadyForDataEnv(aq=None if ref is None else ref()))
 
     frames = conn.acquisition_frames(pending_aq, controller, shape, ready, count, dtype)
     ds = ctx.load("stream", frames=frames, nav_shape=shape, sig_shape=sig_shape, dtype=dtype,
                   frames_per_partition=frames_per_partition, scans=scans, preprocess=preprocess)
-    holder["aq"] = ds
+    holder["aq"] = weakref.ref(ds)  # no cycle ds -> frames -> ready -> ds: dropped, they go at once
     ds.stats = frames.stats  # type: ignore[attr-defined]  # frames delivered, and lost
     # the receiver cuts its arrays where the partitions are: the stream hands them on without a copy
     frames.batch = (ds.frames_per_partition, math.prod(shape))  # type: ignore[attr-defined]
