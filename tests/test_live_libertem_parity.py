@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import os
+import struct
 import time
 
 import numpy as np
@@ -315,16 +316,20 @@ def test_bitshuffle_chunks_with_an_all_zero_header_decode():
 
     bslz4.check_decoder()
     frames = np.random.default_rng(8).poisson(3.0, size=(3, 40, 50)).astype(np.uint16)
-    chunks = [np.frombuffer(bitshuffle.compress_lz4(f), np.uint8) for f in frames]  # block size 0: the default
-    sizes = np.array([len(c) for c in chunks])
+    nbytes = frames[0].nbytes
+    # the HDF5 filter's chunk: uncompressed size and block size in bytes, then bitshuffle's blocks; frame 1
+    # with a block size of its own (256 elements), frames 0 and 2 with bitshuffle's default (block_size=0)
+    blocks = [bitshuffle.compress_lz4(f, block_size=256 if i == 1 else 0) for i, f in enumerate(frames)]
+    real_chunks = [struct.pack(">QI", nbytes, 512 if i == 1 else 8192) + bytes(b) for i, b in enumerate(blocks)]
+    sizes = np.array([len(c) for c in real_chunks])
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    buf = np.concatenate(chunks)
-    real = buf.copy()
-    buf[offsets[0]:offsets[0] + 12] = 0
+    real = np.frombuffer(b"".join(real_chunks), np.uint8)
+    buf = real.copy()
+    buf[offsets[0]:offsets[0] + 12] = 0  # as libertem_dectris's mock sends them
     buf[offsets[2]:offsets[2] + 12] = 0
-    out = np.empty((3, frames[0].nbytes), np.uint8)
+    out = np.empty((3, nbytes), np.uint8)
     assert bslz4.decode_chunks(buf, offsets, sizes, np.zeros(3, np.bool_), bslz4.CODEC_BSLZ4, 2, out) != 0
-    assert fill_zero_headers(buf, offsets, sizes, frames[0].nbytes) == 2
-    assert np.array_equal(buf, real)  # what bitshuffle wrote there
+    assert fill_zero_headers(buf, offsets, sizes, nbytes) == 2
+    assert np.array_equal(buf, real)  # the header the filter writes; frame 1's own header untouched
     assert bslz4.decode_chunks(buf, offsets, sizes, np.zeros(3, np.bool_), bslz4.CODEC_BSLZ4, 2, out) == 0
     assert np.array_equal(out.view(np.uint16).reshape(frames.shape), frames)
