@@ -333,3 +333,26 @@ def test_bitshuffle_chunks_with_an_all_zero_header_decode():
     assert np.array_equal(buf, real)  # the header the filter writes; frame 1's own header untouched
     assert bslz4.decode_chunks(buf, offsets, sizes, np.zeros(3, np.bool_), bslz4.CODEC_BSLZ4, 2, out) == 0
     assert np.array_equal(out.view(np.uint16).reshape(frames.shape), frames)
+
+
+def test_libertem_live_paths_map():
+    """The LiberTEM-live names its suite and notebooks import map to raytile (``python -m raytile.compat.check``)."""
+    from raytile.compat import find_unmapped, rewrite_imports
+
+    source = "\n".join([
+        "from libertem_live.api import LiveContext, Hooks",
+        "from libertem_live.hooks import ReadyForDataEnv, DetermineNavShapeEnv",
+        "from libertem_live.detectors.merlin import MerlinAcquisition, MerlinConnectionBuilder",
+        "from libertem_live.detectors.merlin.acquisition import MerlinAcquisition",
+        "from libertem_live.detectors.merlin.control import MerlinControl",
+        "from libertem_live.detectors.dectris import DectrisAcquisition, DectrisConnectionBuilder",
+        "from libertem_live.detectors.dectris.acquisition import DectrisAcquisition",
+        "from libertem_live.detectors.memory import MemoryAcquisition, MemoryConnectionBuilder",
+        "from libertem_live.detectors.base.acquisition import determine_nav_shape",
+        "from libertem_live.detectors.base.connection import PendingAcquisition, DetectorConnection",
+        "from libertem_live.detectors.common import UndeadException, cleanup_handle_dir, set_thread_name",
+        "from libertem_live.udf.monitor import SignalMonitorUDF, PartitionMonitorUDF",
+        "from libertem_live.udf.record import RecordUDF",
+        "from libertem.exceptions import UDFRunCancelled, UDFException, ExecutorSpecException",
+    ])
+    assert find_unmapped(rewrite_imports(source)) == []
