@@ -356,3 +356,26 @@ def test_libertem_live_paths_map():
         "from libertem.exceptions import UDFRunCancelled, UDFException, ExecutorSpecException",
     ])
     assert find_unmapped(rewrite_imports(source)) == []
+
+
+@pytest.mark.ray
+def test_signal_monitor_on_ray_is_the_last_frame_in_scan_order(ray_context):
+    """On Ray partitions merge as they finish; SignalMonitorUDF still gives LiberTEM-live's inline result (the last
+    frame, and with an ROI the last frame in it), where LiberTEM-live's own depends on the merge order."""
+    from libertem.api import Context as LtContext
+    from libertem.executor.inline import InlineJobExecutor
+    from libertem.io.dataset.memory import MemoryDataSet as LtMemoryDataSet
+    from libertem_live.udf.monitor import SignalMonitorUDF as LtSignalMonitorUDF
+
+    data = np.random.default_rng(9).random((8, 8, 6, 5))
+    roi = np.ones((8, 8), bool)
+    roi[7, 3:] = False
+    lt = LtContext(executor=InlineJobExecutor())
+    ctx = LiveContext(executor=ray_context.executor)
+    with ctx.make_connection("memory").open(data=data, extra_kwargs={"num_partitions": 8}) as conn:
+        for r in (None, roi):
+            ref = lt.run_udf(dataset=LtMemoryDataSet(data=data, num_partitions=8), udf=LtSignalMonitorUDF(), roi=r)
+            res = ctx.run_udf(dataset=ctx.make_acquisition(conn=conn), udf=SignalMonitorUDF(), roi=r)
+            assert list(res) == ["intensity"]
+            np.testing.assert_array_equal(res["intensity"].data, ref["intensity"].data)
+    np.testing.assert_array_equal(ref["intensity"].data, data[7, 2])

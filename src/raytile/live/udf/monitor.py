@@ -21,7 +21,13 @@ __all__ = ["SignalMonitorUDF", "PartitionMonitorUDF"]
 
 
 class SignalMonitorUDF(UDF):
-    """The last frame of each tile stack, kept by the merge: the most recent frame."""
+    """The last frame of the data: per tile its last frame, kept by the merge when it comes later in the scan.
+
+    LiberTEM-live's keeps the last frame of whichever partition is merged last, so on a parallel
+    executor its result depends on the merge order; raytile's carries each kept frame's position
+    (a private buffer, not in the results) and keeps the later one, so the result is the last frame
+    processed in scan order, inline and on Ray alike, and on a partial result the latest frame so far.
+    """
 
     def get_backends(self) -> Any:
         """Every backend but the scipy COO formats (no row indexing for ``tile[[-1]]``), as LiberTEM-live."""
@@ -29,13 +35,22 @@ class SignalMonitorUDF(UDF):
         return [b for b in self.BACKEND_ALL if b not in coo]
 
     def get_result_buffers(self) -> dict:
-        return {"intensity": self.buffer(kind="sig", dtype=self.meta.input_dtype, where="device")}
+        return {
+            "intensity": self.buffer(kind="sig", dtype=self.meta.input_dtype, where="device"),
+            # 1 + the flat position of the frame in intensity (0: none yet)
+            "position": self.buffer(kind="single", dtype="int64", use="private"),
+        }
 
     def process_tile(self, tile: Any) -> None:
-        self.results.intensity[:] = self.forbuf(tile[[-1]], self.results.intensity)
+        last = int(self.meta.slice.origin[0]) + int(tile.shape[0])
+        if last >= int(self.results.position[0]):
+            self.results.intensity[:] = self.forbuf(tile[[-1]], self.results.intensity)
+            self.results.position[:] = last
 
     def merge(self, dest: Any, src: Any) -> None:
-        dest.intensity[:] = src.intensity
+        if int(src.position[0]) >= int(dest.position[0]):
+            dest.intensity[:] = src.intensity
+            dest.position[:] = src.position
 
 
 class PartitionMonitorUDF(UDF):
