@@ -42,7 +42,9 @@ class SignalMonitorUDF(UDF):
         }
 
     def process_tile(self, tile: Any) -> None:
-        last = int(self.meta.slice.origin[0]) + int(tile.shape[0])
+        tile_slice = self.meta.slice
+        assert tile_slice is not None  # set for every tile
+        last = int(tile_slice.origin[0]) + int(tile.shape[0])
         if last >= int(self.results.position[0]):
             self.results.intensity[:] = self.forbuf(tile[[-1]], self.results.intensity)
             self.results.position[:] = last
