@@ -209,3 +209,7 @@ class AcquisitionCancelled(AcquisitionError, UDFRunCancelled):
     """A live acquisition has fewer images than the run's nav shape, or ended before them: the run is
     cancelled, as LiberTEM-live cancels it (``except UDFRunCancelled`` catches it, and so does
     ``except AcquisitionError``). The connection stays usable for the next acquisition."""
+
+
+# (listed here rather than in __all__ above: the live errors were added by one change, kept together)
+__all__ += ["UndeadException", "NavShapeError", "NavShapeUnknown", "RemovedAPIError", "AcquisitionCancelled"]
