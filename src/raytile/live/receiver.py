@@ -252,7 +252,7 @@ class StackReceiver:
         if nbytes > slab.slot_bytes:
             raise AcquisitionError(f"{self.what}: a frame of {nbytes} bytes does not fit a receive slot of "
                                    f"{slab.slot_bytes} bytes")
-        if self._open_slot is not None and (layout != self._open_layout
+        if self._open_slot is not None and ((layout is not self._open_layout and layout != self._open_layout)
                                             or self._open_bytes + nbytes > slab.slot_bytes):
             self._flush()
         if self._open_slot is None:

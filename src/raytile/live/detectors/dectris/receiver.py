@@ -40,7 +40,7 @@ import numpy as np
 from raytile.common.errors import AcquisitionError, ConfigValidationError
 from raytile.io import bslz4
 from raytile.live.detectors.dectris import stream_v2
-from raytile.live.detectors.dectris.stream_v1 import CODEC_PLAIN_LZ4, ImageInfo, parse_image_info, parse_json
+from raytile.live.detectors.dectris.stream_v1 import CODEC_PLAIN_LZ4, ImageInfo, ImageInfoParser, parse_json
 from raytile.live.extra import live_module
 from raytile.live.receiver import DROP_POLICIES, End, Event, Failed, Header, Stack, StackReceiver
 
@@ -110,6 +110,7 @@ class DectrisReceiver(StackReceiver):
         #: Stream V2: the threshold channel read (e.g. ``"threshold_2"``); None: the first.
         self.channel = channel
         self.what = f"DECTRIS {uri}"
+        self._image_info = ImageInfoParser(self.what)  # the images' layouts, parsed once each
         self._bpf, self._rcvhwm = bytes_per_frame, rcvhwm
         self._context: Any = None
         self._wanted: int | None = None  # active mode: the armed series
@@ -281,7 +282,7 @@ class DectrisReceiver(StackReceiver):
             if series != self._series or self._series is None:
                 self.stale_messages += 1
                 return
-            self._on_image(series, head.get("frame"), parse_image_info(rest[0].buffer, what), rest[1].buffer)
+            self._on_image(series, head.get("frame"), self._image_info(rest[0].buffer), rest[1].buffer)
         elif htype.startswith("dheader-"):
             config: dict = {}
             if head.get("header_detail", "basic") != "none":
