@@ -17,11 +17,15 @@ Paced rates go up in steps of 1,000 frames/s from 10,000 to 20,000 until one is 
 receiver is measured three times and the fastest counts (the ratio is then the conservative one). Each
 line also gives the CPU time this process (receiver, decoding and, inline, the UDFs; not the simulator)
 spent per frame: on a shared machine it varies much less than the rates do. With ``--executor ray`` the
-workers' CPU is not in it.
+workers' CPU is not in it. ``--threads`` splits it by thread (Linux): ``rx`` the receiver's reader thread
+(socket reads, per-message Python), ``zmq`` ZeroMQ's I/O thread (DECTRIS), ``main`` the do-nothing
+consumer (decoding), ``stream`` the run's feeder (decoding into the partitions), ``run`` the UDFs, the
+merge and the partial results.
 
     python benchmarks/bench_live.py                       # 30 s per rate, as issue #21 asks
     python benchmarks/bench_live.py --quick               # 3 s per rate, fewer rates
     python benchmarks/bench_live.py --executor ray        # the UDFs on Ray workers
+    python benchmarks/bench_live.py --quick --threads     # CPU a frame per thread
 
 The machine is shared: the load average is printed beside the numbers.
 """
@@ -35,6 +39,7 @@ import re
 import resource
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Iterator
 
@@ -100,6 +105,45 @@ def cpu_s() -> float:
     return use.ru_utime + use.ru_stime
 
 
+class ThreadCPU:
+    """CPU seconds of this process's threads by role, from ``/proc/self/task`` (Linux; empty elsewhere).
+    Threads that end (a run's) are counted as last seen: :meth:`sample` while they run."""
+
+    ROLES = (("raytile-rx", "rx"), ("ZMQbg/IO", "zmq"), ("raytile-stream", "stream"), ("raytile-run", "run"))
+
+    def __init__(self) -> None:
+        self.seen: dict[int, tuple[str, float]] = {}
+        #: Sample while a run goes on (its threads end with it); the do-nothing run's split, as text.
+        self.enabled, self.last = False, ""
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def sample(self) -> None:
+        names = {t.native_id: t.name for t in threading.enumerate()}
+        try:
+            tids = os.listdir("/proc/self/task")
+        except OSError:
+            return
+        for tid in tids:
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/self/task/{tid}/comm") as f:
+                    comm = f.read().strip()
+            except OSError:
+                continue
+            name = names.get(int(tid)) or comm  # (a thread that just ended is gone from threading's list:
+            role = self.seen[int(tid)][0] if int(tid) in self.seen else (  # its first role stays)
+                "main" if int(tid) == os.getpid() else next((r for p, r in self.ROLES if name.startswith(p)), "other"))
+            self.seen[int(tid)] = (role, (int(fields[11]) + int(fields[12])) / self._tick)
+
+    def per_frame(self, before: dict[int, tuple[str, float]], frames: int) -> str:
+        """``role=us`` of CPU a frame since ``before`` (a copy of :attr:`seen`)."""
+        by_role: dict[str, float] = {}
+        for tid, (role, cpu) in self.seen.items():
+            by_role[role] = by_role.get(role, 0.0) + cpu - before.get(tid, (role, 0.0))[1]
+        return " ".join(f"{r}={v / frames * 1e6:.0f}" for r, v in sorted(by_role.items()) if v > 0.001)
+
+
 def do_nothing(ctx: LiveContext, case: str, scans: int) -> tuple[float, float]:
     """Frames/s of the receiver alone (receive + decode into partition-sized arrays), the simulator
     unpaced, and this process's CPU seconds per frame."""
@@ -107,9 +151,13 @@ def do_nothing(ctx: LiveContext, case: str, scans: int) -> tuple[float, float]:
     with simulator(case, None, scans) as (data_port, api_port), connect(ctx, case, data_port, api_port) as conn:
         conn.wait_for_acquisition(30.0)
         n = scans * SCAN
-        t0, c0 = time.perf_counter(), cpu_s()
+        THREADS.sample()
+        t0, c0, before = time.perf_counter(), cpu_s(), dict(THREADS.seen)
         got = sum(len(b) for b in conn.receiver.frames(n, dtype, batch=partition_batches(NAV, SIG, dtype)))
-        return got / (time.perf_counter() - t0), (cpu_s() - c0) / got
+        rate, cpu = got / (time.perf_counter() - t0), (cpu_s() - c0) / got
+        THREADS.sample()
+        THREADS.last = THREADS.per_frame(before, got)
+        return rate, cpu
 
 
 def with_udfs(ctx: LiveContext, case: str, rate: float, seconds: float) -> dict:
@@ -121,21 +169,26 @@ def with_udfs(ctx: LiveContext, case: str, rate: float, seconds: float) -> dict:
         aq = ctx.make_acquisition(conn=conn, pending_aq=pending, nav_shape=NAV, scans=scans)
         merged: list[tuple[int, float]] = []  # (frames merged in total, when)
         done_before = 0
-        t0, c0 = time.monotonic(), cpu_s()
+        THREADS.sample()
+        t0, c0, before = time.monotonic(), cpu_s(), dict(THREADS.seen)
         for part in ctx.run_udf_iter(dataset=aq, udf=[SumUDF(), ApplyMasksUDF(mask_factories=[lambda: ring])]):
+            if THREADS.enabled:
+                THREADS.sample()
             whole = bool(part.damage.data.all())  # the scan shown is complete (and counted in scans_done)
             done = max(done_before, part.scans_done * SCAN + (0 if whole else int(part.damage.data.sum())))
             merged.append((done, time.monotonic()))
             done_before = done
         elapsed = time.monotonic() - t0
         cpu = cpu_s() - c0
+        THREADS.sample()
         arrivals = list(conn.receiver.arrivals)
         lost = aq.stats.frames_dropped
     total = scans * SCAN
     p50, p99 = latencies(arrivals, merged)
     achieved = total / elapsed
     return {"ok": achieved >= 0.95 * rate and done_before == total and lost == 0, "achieved": achieved,
-            "lost": lost, "p50": p50, "p99": p99, "merged": done_before, "total": total, "cpu": cpu / total}
+            "lost": lost, "p50": p50, "p99": p99, "merged": done_before, "total": total, "cpu": cpu / total,
+            "threads": THREADS.per_frame(before, total)}
 
 
 def latencies(arrivals: list[tuple[int, float]], merged: list[tuple[int, float]]) -> tuple[float, float]:
@@ -151,6 +204,10 @@ def latencies(arrivals: list[tuple[int, float]], merged: list[tuple[int, float]]
     return float(np.percentile(out, 50)), float(np.percentile(out, 99))
 
 
+#: Per-thread CPU (``--threads``).
+THREADS = ThreadCPU()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=30.0, help="seconds per paced rate (default 30)")
@@ -158,8 +215,10 @@ def main() -> None:
                    f"sustained (default {RATES})")
     p.add_argument("--cases", default=",".join(CASES), help=f"of {', '.join(CASES)}")
     p.add_argument("--executor", default="inline", choices=["inline", "ray"])
+    p.add_argument("--threads", action="store_true", help="CPU a frame per thread too (Linux)")
     p.add_argument("--quick", action="store_true", help="3 s per rate (and rates 5000,10000,14000 unless --rates)")
     args = p.parse_args()
+    THREADS.enabled = args.threads
     if args.quick:
         args.seconds = 3.0
     args.rates = args.rates or ("5000,10000,14000" if args.quick else RATES)
@@ -168,18 +227,22 @@ def main() -> None:
           f"{SIG[0]}x{SIG[1]} frames, scans of {NAV[0]}x{NAV[1]}, {args.seconds:g} s per rate")
     try:
         for case in args.cases.split(","):
-            bases = [do_nothing(ctx, case, scans=20) for _ in range(BASE_REPEATS)]
+            bases, split = [], {}
+            for _ in range(BASE_REPEATS):
+                bases.append(do_nothing(ctx, case, scans=20))
+                split[bases[-1]] = THREADS.last
             base, base_cpu = max(bases)
             print(f"\n{case}: do-nothing receiver {base:,.0f} frames/s "
                   f"({base * SIG[0] * SIG[1] * 2 / 1e9:.2f} GB/s decoded; the best of "
-                  f"{', '.join(f'{b:,.0f}' for b, _ in bases)}; {base_cpu * 1e6:.0f} us CPU a frame)", flush=True)
+                  f"{', '.join(f'{b:,.0f}' for b, _ in bases)}; {base_cpu * 1e6:.0f} us CPU a frame"
+                  f"{'; ' + split[(base, base_cpu)] if args.threads else ''})", flush=True)
             best = best_fast = 0.0
             for rate in (float(r) for r in args.rates.split(",")):
                 r = with_udfs(ctx, case, rate, args.seconds)
                 print(f"  paced {rate:>7,.0f}/s: achieved {r['achieved']:>7,.0f}/s  "
                       f"{'sustained' if r['ok'] else 'NOT sustained'}  merged {r['merged']}/{r['total']}  "
                       f"lost {r['lost']}  latency p50 {r['p50'] * 1e3:6.1f} ms  p99 {r['p99'] * 1e3:6.1f} ms  "
-                      f"{r['cpu'] * 1e6:.0f} us CPU a frame",
+                      f"{r['cpu'] * 1e6:.0f} us CPU a frame{' (' + r['threads'] + ')' if args.threads else ''}",
                       flush=True)
                 if not r["ok"]:
                     break

@@ -9,6 +9,12 @@ Three figures in one run, same sender, same frames (bitshuffle-LZ4, sparse Poiss
 
     python benchmarks/bench_live_dectris.py --sig 256 --frames 20000
 
+``--reader`` measures, without sockets or a simulator, the CPU a frame (``time.thread_time``) of the two
+halves of the receiver in this process: the reader thread's handling of each image's four message parts
+(JSON head, layout part, copy into the slab) and the consumer's decoding of whole stacks. It varies much
+less with the machine's load than the rates do; run it against two source trees in turn
+(``PYTHONPATH=.../src``) to compare them.
+
 The machine is shared: write ``uptime``'s load beside the numbers.
 """
 
@@ -60,12 +66,54 @@ def _raw_pull(data_port: int, api_port: int, n: int) -> float:
     return (images - 1) / dt
 
 
+def _reader(sig: int, dtype: str, rounds: int = 5, n: int = 4096) -> None:
+    """CPU a frame of the reader's per-image work and of the consumer's decoding (see the docstring)."""
+    import zmq
+
+    from raytile.live.detectors.dectris import DectrisReceiver
+    from raytile.live.detectors.dectris.stream_v1 import encode_image, image_message
+
+    rng = np.random.default_rng(0)
+    frames = rng.poisson(0.5, size=(16, sig, sig)).astype(dtype)
+    encoded = [encode_image(f, "bslz4") for f in frames]
+    parts = []
+    for i in range(n):
+        data, encoding = encoded[i % len(encoded)]
+        parts += [zmq.Frame(p) for p in image_message(1, i, data, encoding, (sig, sig), frames.dtype)]
+    rx = DectrisReceiver("tcp://127.0.0.1:1", frame_stack_size=64, slots=n // 64 + 2,
+                         bytes_per_frame=frames[0].nbytes + 4096)
+    out = np.empty((64, sig, sig), dtype)
+    print(f"load: {os.getloadavg()}  {n} images of {sig}x{sig} {dtype}, bitshuffle-LZ4, "
+          f"{np.mean([len(e[0]) for e in encoded]):.0f} bytes each; one process, no sockets")
+    for r in range(rounds):
+        feed = iter(parts)
+        rx._next_part = lambda: next(feed)  # type: ignore[method-assign]  # the parts, as the socket gives them
+        rx._series, rx._in_series, rx._expected = 1, 0, n
+        t0 = time.thread_time()
+        for _ in range(n):
+            rx._message(rx._next_part())
+        reader = (time.thread_time() - t0) / n
+        t0, decoded = time.thread_time(), 0
+        while not rx._events.empty():
+            stack = rx._events.get()
+            rx._decode_into(stack, 0, stack.count, out[:stack.count])
+            rx._release(stack.slot)
+            decoded += stack.count
+        decode = (time.thread_time() - t0) / decoded
+        print(f"round {r + 1}: reader thread {reader * 1e6:6.2f} us CPU a frame, decoding {decode * 1e6:6.2f} us"
+              f"{'  (first round: the slab is touched for the first time)' if r == 0 else ''}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sig", type=int, default=256)
     ap.add_argument("--dtype", default="uint16")
     ap.add_argument("--frames", type=int, default=20000)
+    ap.add_argument("--reader", action="store_true", help="the reader's and the decoder's CPU a frame, no sockets")
     args = ap.parse_args()
+    if args.reader:
+        _reader(args.sig, args.dtype)
+        return
     from raytile.live import LiveContext
     from raytile.udf import ApplyMasksUDF, SumUDF, masks
 

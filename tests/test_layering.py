@@ -15,7 +15,7 @@ SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "raytile"
 #: ``raytile.masks`` (pure numpy over common) on the lowest floor, ``raytile.corrections`` (re-exports
 #: io's CorrectionSet) and ``raytile.compat`` (rewrites users' imports) with the applications.
 FLOORS: list[set[str]] = [
-    {"common", "masks", "viz", "figures", "utils"},  # viz, figures: images from arrays; utils: LiberTEM's helpers
+    {"common", "masks", "viz", "figures", "utils", "exceptions"},  # viz, figures: images from arrays; utils: LiberTEM's helpers; exceptions: libertem.exceptions
     {"udf", "io"},
     {"analysis", "warnings"},  # LiberTEM's Analysis API over UDFs and data sets; the Context mixes it in
     {"runtime", "executor"},  # executor: LiberTEM's executor paths (InlineJobExecutor)

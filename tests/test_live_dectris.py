@@ -347,3 +347,65 @@ def test_cbor_message_layout_follows_the_documentation():
     assert np.array_equal(plain.reshape(SIG), frame)
     with pytest.raises(AcquisitionError, match="not CBOR"):
         stream_v2.parse_message(b"\xff\x00junk", "test")
+
+
+# -- the images' layouts, parsed once each ------------------------------------------------------------
+
+def test_image_info_parser_equals_a_fresh_parse_and_never_caches_a_bad_part():
+    from raytile.live.detectors.dectris.stream_v1 import ImageInfoParser, parse_image_info
+
+    parse = ImageInfoParser("x", max_layouts=3)
+    parts = [b'{"htype": "dimage_d-1.0", "shape": [48, 32], "type": "uint16", "encoding": "bs16-lz4<", "size": 917}',
+             b'{"htype": "dimage_d-1.0", "shape": [48, 32], "type": "uint16", "encoding": "bs16-lz4<", "size": 1}',
+             b'{"size": 5, "htype": "dimage_d-1.0", "shape": [48, 32], "type": "uint16", "encoding": "bs16-lz4<"}',
+             b'{"htype":"dimage_d-1.0","shape":[48,32],"type":"uint16","encoding":"bs16-lz4<","size" : 70}',
+             b'{"htype": "dimage_d-1.0", "shape": [32, 48], "type": "uint16", "encoding": "bs16-lz4<", "size": 917}',
+             b'{"htype": "dimage_d-1.0", "shape": [48, 32], "type": "uint32", "encoding": "bs32-lz4<", "size": 917}',
+             b'{"htype": "dimage_d-1.0", "shape": [48, 32], "type": "uint8", "encoding": "lz4<", "size": 917}',
+             b'{"htype": "dimage_d-1.0", "shape": [48, 32], "type": "uint16", "encoding": "<"}',
+             b'{"htype": "dimage_d-1.0", "shape": [48, 32], "type": "uint16", "encoding": "bs16-lz4<", "size": 917}']
+    for _ in range(2):  # second time round from the cache (or, past max_layouts, parsed again)
+        for part in parts:
+            assert parse(part) == parse_image_info(part, "x")
+    assert len(parse._layouts) <= 3
+    first = ImageInfoParser("x")
+    assert first(parts[0]) is first(parts[1])  # same layout, another size: the cached one
+    # a part that does not parse fails every time, also where a valid one with the same key was cached
+    for bad in [b'{"htype": "dimage_d-1.0", "shape": [48, 32], "type": "uint16", "encoding": "bs16-lz4<", "size": 01}',
+                b'{"htype": "dimage_d-1.0", "shape": [48, 32], "type": "uint16", "encoding": "bs16-lz4<", "size": 1,}',
+                b'{"htype": "dimage_d-1.0", "shape": [48, 32], "type": "float16", "encoding": "<", "size": 1}']:
+        for _ in range(2):
+            with pytest.raises(AcquisitionError):
+                first(bad)
+
+
+def test_receiver_layout_changes_between_series_equal_numpy():
+    """Two series on one connection, uint16 then uint32 frames of another shape, from a hand-made PUSH
+    sender: each decodes to its frames (the layout cache keys on everything but the size)."""
+    zmq = pytest.importorskip("zmq")
+    from raytile.live.detectors.dectris import DectrisReceiver
+
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    port = push.bind_to_random_port("tcp://127.0.0.1")
+    rx = DectrisReceiver(f"tcp://127.0.0.1:{port}", frame_stack_size=5, slots=4, bytes_per_frame=1 << 14, timeout=5.0)
+    rx.start()
+    try:
+        series = {1: scan_frames(3, np.uint16, nav=(3, 4)),
+                  2: scan_frames(4, np.uint32, nav=(2, 3)).reshape(6, SIG[1], SIG[0])}
+        for sid, frames in series.items():
+            push.send_multipart(header_message(sid, {"nimages": len(frames), "trigger_mode": "exts"}))
+            for i, frame in enumerate(frames):
+                data, encoding = encode_image(frame, "bslz4")
+                push.send_multipart(image_message(sid, i, data, encoding, frame.shape, frames.dtype))
+            push.send_multipart(series_end_message(sid))
+        for sid, frames in series.items():
+            found = rx.wait_for_header(10.0)
+            assert found is not None and found[0] == sid
+            got = np.concatenate(list(rx.frames(len(frames))))
+            assert got.dtype == frames.dtype and np.array_equal(got, frames)
+    finally:
+        rx.close()
+        push.close()
+        ctx.term()

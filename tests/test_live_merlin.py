@@ -267,8 +267,9 @@ def test_nav_shape_rules():
     assert determine_nav_shape(96, (4, 24), hook=lambda env: (12, 8)) == (4, 24)  # a concrete shape wins
     with pytest.raises(ConfigValidationError, match="not a square"):
         determine_nav_shape(96)
+    assert determine_nav_shape(96, (10, 10)) == (10, 10)  # as given, as in LiberTEM-live: the run is cancelled
     with pytest.raises(ConfigValidationError, match="holds 100 frames"):
-        determine_nav_shape(96, (10, 10))
+        determine_nav_shape(96, None, detector_shape=(10, 10))
     header = AcquisitionHeader.make(96, frames_per_trigger=12)
     assert header.nav_shape == (8, 12) and header.nimages == 96
 

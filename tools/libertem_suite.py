@@ -50,19 +50,22 @@ DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) /
 MARKERS = "not slow and not dist and not flaky and not compilation and not web_api"
 
 
-def fetch_sdist(cache: Path) -> Path:
-    """LiberTEM's sdist in ``cache``, downloaded with pip the first time."""
+def fetch_sdist(cache: Path, package: str = "libertem", version: str = VERSION) -> Path:
+    """``package``'s sdist (LiberTEM's by default) in ``cache``, downloaded with pip the first time."""
     cache.mkdir(parents=True, exist_ok=True)
-    found = sorted(cache.glob(f"libertem-{VERSION}.tar.gz"))
-    if found:
-        return found[0]
+    names = {f"{package}-{version}.tar.gz", f"{package.replace('-', '_')}-{version}.tar.gz"}
+
+    def found() -> list[Path]:
+        return sorted(p for p in cache.glob("*.tar.gz") if p.name in names)
+
+    if found():
+        return found()[0]
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-           f"libertem=={VERSION}", "-d", str(cache)]
+           f"{package}=={version}", "-d", str(cache)]
     subprocess.run(cmd, check=True, timeout=600)
-    found = sorted(cache.glob(f"libertem-{VERSION}.tar.gz"))
-    if not found:
-        raise FileNotFoundError(f"pip download left no libertem-{VERSION}.tar.gz in {cache}")
-    return found[0]
+    if not found():
+        raise FileNotFoundError(f"pip download left no {package}-{version}.tar.gz in {cache}")
+    return found()[0]
 
 
 def extract(sdist: Path, workdir: Path) -> Path:
@@ -70,7 +73,7 @@ def extract(sdist: Path, workdir: Path) -> Path:
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
-    prefix = f"libertem-{VERSION}/"
+    prefix = sdist.name[:-len(".tar.gz")] + "/"  # the sdist's top folder: libertem-0.16.0/
     with tarfile.open(sdist) as tar:
         members = []
         for m in tar.getmembers():
@@ -437,11 +440,11 @@ def _wait(proc: subprocess.Popen, junit: Path, timeout: float, mode: str, linger
         time.sleep(1.0)
 
 
-def print_table(mode: str, per: dict[str, Counts], show_failures: bool) -> float:
+def print_table(mode: str, per: dict[str, Counts], show_failures: bool, suite: str = f"LiberTEM {VERSION}") -> float:
     """Print one mode's per-module table; the pass rate in percent."""
     total = Counts()
     width = max([len(m) for m in per] + [20])
-    print(f"\n== LiberTEM {VERSION} suite on raytile, {mode} ==")
+    print(f"\n== {suite} suite on raytile, {mode} ==")
     print(f"{'module':<{width}} {'pass':>5} {'fail':>5} {'error':>5} {'skip':>5}")
     for mod in sorted(per):
         c = per[mod]

@@ -183,3 +183,33 @@ class AcquisitionError(DataSetException):
     connection, went silent past the timeout, or started a new acquisition mid-scan (an abort).
 
     The message names the detector's address and how many frames of how many arrived."""
+
+
+class UndeadException(RaytileError):
+    """A simulator's or receiver's thread did not end when asked to stop (LiberTEM-live's
+    ``libertem_live.detectors.common.UndeadException``); the message names the threads."""
+
+
+class NavShapeError(ConfigValidationError, ValueError):
+    """A live acquisition's nav shape (given, or from a hook) is malformed or does not fit its image count;
+    a ``ValueError`` as LiberTEM-live's."""
+
+
+class NavShapeUnknown(ConfigValidationError, RuntimeError):
+    """A live acquisition's nav shape cannot be found (active mode without one, or an image count that is
+    no square and nothing else says the shape); a ``RuntimeError`` as LiberTEM-live's."""
+
+
+class RemovedAPIError(RaytileError, RuntimeError):
+    """A call LiberTEM or LiberTEM-live removed (e.g. ``LiveContext.prepare_acquisition``); a
+    ``RuntimeError`` as theirs, naming what replaced it."""
+
+
+class AcquisitionCancelled(AcquisitionError, UDFRunCancelled):
+    """A live acquisition has fewer images than the run's nav shape, or ended before them: the run is
+    cancelled, as LiberTEM-live cancels it (``except UDFRunCancelled`` catches it, and so does
+    ``except AcquisitionError``). The connection stays usable for the next acquisition."""
+
+
+# (listed here rather than in __all__ above: the live errors were added by one change, kept together)
+__all__ += ["UndeadException", "NavShapeError", "NavShapeUnknown", "RemovedAPIError", "AcquisitionCancelled"]

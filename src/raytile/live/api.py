@@ -15,12 +15,14 @@ results, live patches, progress, cancel, ``coordinator="actor"`` and attach.
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
-from raytile.common.errors import ConfigValidationError
+from raytile.common.errors import ConfigValidationError, NavShapeUnknown, RemovedAPIError
 from raytile.io.dataset import DataSet
 from raytile.live.connection import LiveConnection
 from raytile.live.detectors.dectris.connection import DectrisConnectionBuilder
+from raytile.live.detectors.memory.acquisition import MemoryConnection, MemoryConnectionBuilder
 from raytile.live.detectors.merlin.connection import MerlinConnectionBuilder
 from raytile.live.hooks import Hooks, ReadyForDataEnv
 from raytile.live.nav_shape import determine_nav_shape
@@ -30,14 +32,16 @@ from raytile.runtime.context import Context
 __all__ = ["LiveContext", "Hooks", "make_acquisition_on"]
 
 #: ``make_connection``'s detector types and their connection builders.
-DETECTORS: dict[str, Any] = {"merlin": MerlinConnectionBuilder, "dectris": DectrisConnectionBuilder}
+DETECTORS: dict[str, Any] = {"merlin": MerlinConnectionBuilder, "dectris": DectrisConnectionBuilder,
+                             "memory": MemoryConnectionBuilder}
 
 
 class LiveContext(Context):
     """A Context with :meth:`make_connection` and :meth:`make_acquisition` (LiberTEM-live's names)."""
 
     def make_connection(self, detector_type: str) -> Any:
-        """A builder whose ``open(...)`` connects to the detector: ``"merlin"`` or ``"dectris"``."""
+        """A builder whose ``open(...)`` connects to the detector: ``"merlin"``, ``"dectris"`` or ``"memory"``
+        (an array played as an acquisition, :mod:`raytile.live.detectors.memory`)."""
         builder = DETECTORS.get(str(detector_type).lower())
         if builder is None:
             raise ConfigValidationError(f"make_connection: parameter 'detector_type' {detector_type!r} is not "
@@ -48,15 +52,26 @@ class LiveContext(Context):
                 backends: Any = None, progress: Any = False, **kwargs: Any) -> Any:
         """:meth:`raytile.Context.run_udf`; on an acquisition the progress also reports frames the
         detector lost (:mod:`raytile.live.progress`)."""
-        return super().run_udf(dataset, udf, roi=roi, corrections=corrections, backends=backends,
-                               progress=with_dropped_frames(progress, dataset), **kwargs)
+        _start_acquisition(dataset)
+        try:
+            return super().run_udf(dataset, udf, roi=roi, corrections=corrections, backends=backends,
+                                   progress=with_dropped_frames(progress, dataset), **kwargs)
+        finally:
+            _end_acquisition(dataset)
 
     def run_udf_iter(self, dataset: DataSet, udf: Any, roi: Any = None, corrections: Any = None,  # type: ignore[override]
                      backends: Any = None, progress: Any = False, **kwargs: Any) -> Any:
         """:meth:`raytile.Context.run_udf_iter`; on an acquisition the progress also reports frames the
         detector lost (:mod:`raytile.live.progress`); ``aq.stats`` counts them while the run goes on."""
+        _start_acquisition(dataset)
         return super().run_udf_iter(dataset, udf, roi=roi, corrections=corrections, backends=backends,
                                     progress=with_dropped_frames(progress, dataset), **kwargs)
+
+    def prepare_acquisition(self, detector_type: str, *args: Any, trigger: Any = None, **kwargs: Any) -> Any:
+        """Removed in LiberTEM-live 0.2; raises its ``RuntimeError`` naming what replaced it."""
+        raise RemovedAPIError("`LiveContext.prepare_acquisition` has been replaced with "
+                              "`LiveContext.make_connection` and `LiveContext.make_acquisition`; "
+                              f"prepare_acquisition({detector_type!r}, ...) does nothing")
 
     def make_acquisition(self, *, conn: LiveConnection, nav_shape: tuple[int, ...] | None = None,
                          frames_per_partition: int | None = None, controller: Any = None,
@@ -84,12 +99,32 @@ class LiveContext(Context):
                                    preprocess=preprocess)
 
 
+def _start_acquisition(dataset: Any) -> None:
+    """A run on ``dataset`` starts: an acquisition that is no stream (the memory detector's) triggers
+    here, as LiberTEM-live's ``LiveContext`` does; a stream calls its hook when its frames are read."""
+    start = getattr(dataset, "start_acquisition", None)
+    if callable(start):
+        start()
+
+
+def _end_acquisition(dataset: Any) -> None:
+    end = getattr(dataset, "end_acquisition", None)
+    if callable(end):
+        end()
+
+
 def make_acquisition_on(ctx: Context, *, conn: LiveConnection, nav_shape: tuple[int, ...] | None = None,
                         frames_per_partition: int | None = None, controller: Any = None,
                         pending_aq: Any = None, hooks: Hooks | None = None, scans: int = 1,
                         preprocess: Any = None) -> DataSet:
     """:meth:`LiveContext.make_acquisition` for any :class:`~raytile.Context` ``ctx`` (the serve app's,
     e.g.); the parameters are the method's."""
+    if isinstance(conn, MemoryConnection):  # an array in memory: a memory data set, not a stream
+        if controller is not None or scans != 1 or preprocess is not None:
+            raise ConfigValidationError("make_acquisition: the memory detector takes no controller, scans or "
+                                        "preprocess")
+        return conn.make_acquisition(nav_shape=nav_shape, frames_per_partition=frames_per_partition,
+                                     pending_aq=pending_aq, hooks=hooks)
     if not isinstance(conn, LiveConnection):
         raise ConfigValidationError(f"make_acquisition: parameter 'conn' must be an open detector connection, "
                                     f"got {type(conn).__name__}")
@@ -97,16 +132,16 @@ def make_acquisition_on(ctx: Context, *, conn: LiveConnection, nav_shape: tuple[
     if pending_aq is None:
         controller = controller if controller is not None else conn.get_active_controller()
         if nav_shape is None or -1 in tuple(nav_shape):
-            raise ConfigValidationError(f"make_acquisition: active mode (no pending_aq) needs a concrete "
-                                        f"nav_shape, got {nav_shape!r}")
+            raise NavShapeUnknown(f"In active mode, please pass the full `nav_shape`: make_acquisition "
+                                  f"without pending_aq needs a concrete nav_shape, got {nav_shape!r}")
         shape = tuple(int(s) for s in nav_shape)
     else:
         nimages = pending_aq.nimages
         if nimages == 0 or scans != 1:  # continuous, or several scans: the image count is not one scan
             if nav_shape is None or -1 in tuple(nav_shape):
-                raise ConfigValidationError(f"make_acquisition: a continuous acquisition (no image count) or "
-                                            f"scans={scans} needs a concrete nav_shape, the shape of one scan; "
-                                            f"got {nav_shape!r}")
+                raise NavShapeUnknown(f"make_acquisition: a continuous acquisition (no image count) or "
+                                      f"scans={scans} needs a concrete nav_shape, the shape of one scan; "
+                                      f"got {nav_shape!r}")
             shape = tuple(int(s) for s in nav_shape)
         else:
             shape = determine_nav_shape(nimages, nav_shape, hooks.on_determine_nav_shape, pending_aq.nav_shape)
@@ -115,12 +150,13 @@ def make_acquisition_on(ctx: Context, *, conn: LiveConnection, nav_shape: tuple[
     holder: dict[str, Any] = {}
 
     def ready() -> None:
-        hooks.on_ready_for_data(ReadyForDataEnv(aq=holder.get("aq")))
+        ref = holder.get("aq")
+        hooks.on_ready_for_data(ReadyForDataEnv(aq=None if ref is None else ref()))
 
     frames = conn.acquisition_frames(pending_aq, controller, shape, ready, count, dtype)
     ds = ctx.load("stream", frames=frames, nav_shape=shape, sig_shape=sig_shape, dtype=dtype,
                   frames_per_partition=frames_per_partition, scans=scans, preprocess=preprocess)
-    holder["aq"] = ds
+    holder["aq"] = weakref.ref(ds)  # no cycle ds -> frames -> ready -> ds: dropped, they go at once
     ds.stats = frames.stats  # type: ignore[attr-defined]  # frames delivered, and lost
     # the receiver cuts its arrays where the partitions are: the stream hands them on without a copy
     frames.batch = (ds.frames_per_partition, math.prod(shape))  # type: ignore[attr-defined]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Generic, Protocol, TypeVar, runtime_checkable
 
+import weakref
+
 import numpy as np
 
 from raytile.common.errors import DataSetException
@@ -71,6 +73,9 @@ class ReceiverConnection(Generic[R]):
                 self._receiver.close()
             self._receiver = self._new_receiver()
             self._receiver.start()
+            # a connection the user never closes releases its socket when it is collected (the
+            # receiver's thread holds the receiver, not the connection), so the detector can go on
+            weakref.finalize(self, self._receiver.close)
         return self._receiver
 
     @property

@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator, Union
 
 import numpy as np
 
-from raytile.common.errors import AcquisitionError, DataSetException
+from raytile.common.errors import AcquisitionCancelled, AcquisitionError, DataSetException
 
 __all__ = ["AcquisitionStats", "AcquisitionFrames", "Slab", "StackReceiver", "Header", "Stack", "End", "Failed", "Event", "DROP_POLICIES", "partition_batches"]
 
@@ -165,8 +165,8 @@ class StackReceiver:
         """Stop the reader thread and release the connection (bounded: the thread polls the stop flag)."""
         self._stop.set()
         self._wake()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5.0)  # (a finalizer may run close on the reader thread itself)
         self._disconnect()
         self._thread = None
 
@@ -252,7 +252,7 @@ class StackReceiver:
         if nbytes > slab.slot_bytes:
             raise AcquisitionError(f"{self.what}: a frame of {nbytes} bytes does not fit a receive slot of "
                                    f"{slab.slot_bytes} bytes")
-        if self._open_slot is not None and (layout != self._open_layout
+        if self._open_slot is not None and ((layout is not self._open_layout and layout != self._open_layout)
                                             or self._open_bytes + nbytes > slab.slot_bytes):
             self._flush()
         if self._open_slot is None:
@@ -335,6 +335,8 @@ class StackReceiver:
                         break
                     if isinstance(event, Failed):
                         raise event.error
+                    if isinstance(event, End):  # ended short: LiberTEM-live cancels the run
+                        raise AcquisitionCancelled(self._short_message(event, got, count))
                     if not isinstance(event, Stack):
                         raise AcquisitionError(self._short_message(event, got, count))
                     held, start = event, 0

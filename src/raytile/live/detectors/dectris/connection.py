@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from raytile.common.errors import AcquisitionError, ConfigValidationError, DataSetException
+from raytile.common.errors import AcquisitionCancelled, AcquisitionError, ConfigValidationError, DataSetException
 from raytile.live.detectors.dectris.receiver import STREAM_FORMATS, DectrisReceiver, images_in_series
 from raytile.live.detectors.dectris.simplon import SimplonClient
 from raytile.live.detectors.dectris.stream_v1 import COMPRESSIONS
@@ -283,8 +283,8 @@ class DectrisDetectorConnection(ReceiverConnection[DectrisReceiver]):
                                        f"{self.timeout:g} s of arming")
             nimages = DectrisPendingAcquisition(found[1], found[0]).nimages
             if nimages and count is not None and nimages < count:
-                raise AcquisitionError(f"DECTRIS {receiver.uri}: series {series} has {nimages} images, "
-                                       f"nav_shape needs {count}")
+                raise AcquisitionCancelled(f"DECTRIS {receiver.uri}: series {series} has {nimages} images, "
+                                           f"nav_shape needs {count}: the run is cancelled")
         yield from receiver.frames(count, dtype, batch=af.batch, stats=af.stats)
 
 

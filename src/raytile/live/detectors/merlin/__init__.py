@@ -4,6 +4,7 @@
 ...     aq = ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), nav_shape=(128, 128))
 """
 
+from raytile.live.detectors.merlin.acquisition import MerlinAcquisition
 from raytile.live.detectors.merlin.connection import (
     MerlinActiveController, MerlinConnectionBuilder, MerlinDetectorConnection, MerlinPendingAcquisition,
 )
@@ -11,6 +12,7 @@ from raytile.live.detectors.merlin.control import MerlinCommandError, MerlinCont
 from raytile.live.detectors.merlin.sim import MerlinSimulator
 
 __all__ = [
+    "MerlinAcquisition",
     "MerlinConnectionBuilder", "MerlinDetectorConnection", "MerlinPendingAcquisition", "MerlinActiveController",
     "MerlinControl", "MerlinCommandError", "MerlinSimulator",
 ]

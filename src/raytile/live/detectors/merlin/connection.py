@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from raytile.common.errors import AcquisitionError, ConfigValidationError, DataSetException
+from raytile.common.errors import AcquisitionCancelled, AcquisitionError, ConfigValidationError, DataSetException
 from raytile.live.detectors.merlin.control import MerlinControl
 from raytile.live.detectors.merlin.mpx import AcquisitionHeader
 from raytile.live.detectors.merlin.receiver import MerlinReceiver
@@ -88,7 +88,8 @@ class MerlinDetectorConnection(ReceiverConnection[MerlinReceiver]):
         self.connect()
 
     def _new_receiver(self) -> MerlinReceiver:
-        return MerlinReceiver(self._data_host, self._data_port, **self._receiver_args)  # type: ignore[arg-type]
+        return MerlinReceiver(self._data_host, self._data_port, drain=self._drain,
+                              **self._receiver_args)  # type: ignore[arg-type]
 
     def wait_for_acquisition(self, timeout: float | None = None) -> MerlinPendingAcquisition | None:
         """Wait up to ``timeout`` s (None: forever) for the next acquisition's header; None on timeout."""
@@ -144,8 +145,9 @@ class MerlinDetectorConnection(ReceiverConnection[MerlinReceiver]):
                 raise AcquisitionError(f"Merlin {receiver.address}: no acquisition started within "
                                        f"{timeout:g} s of on_ready_for_data")
             if count is not None and header.nimages and header.nimages < count:
-                raise AcquisitionError(f"Merlin {receiver.address}: the acquisition has {header.nimages} images, "
-                                       f"nav_shape needs {count}")
+                self.close()  # its frames are not read: the next run reconnects (LiberTEM-live's recovery)
+                raise AcquisitionCancelled(f"Merlin {receiver.address}: the acquisition has {header.nimages} "
+                                           f"images, nav_shape needs {count}: the run is cancelled")
         yield from self.receiver.frames(count, dtype, batch=af.batch, stats=af.stats)
 
 

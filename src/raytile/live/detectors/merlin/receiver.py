@@ -46,6 +46,9 @@ from raytile.io.decoders_mib import MIBFrameHeader, MIBRawFrameDecoder, frames_v
 from raytile.live.detectors.merlin.mpx import PREFIX_BYTES, AcquisitionHeader, mpx_prefix, parse_prefix
 from raytile.live.receiver import End, Event, Failed, Header, Slab, Stack, StackReceiver
 
+#: How every MPX message starts.
+MPX_MARK = b"MPX,"
+
 __all__ = ["MerlinReceiver"]
 
 #: Buffers per ``recvmsg_into`` beyond the first (well under Linux's IOV_MAX of 1024): 64 frames' worth.
@@ -68,12 +71,18 @@ class MerlinReceiver(StackReceiver):
 
     ``frame_stack_size``: frames per slot; ``slots``: slots in the slab (its
     memory bound); ``timeout``: seconds of silence mid-acquisition after
-    which it fails; ``flush_s``: the latency deadline for a partial stack.
+    which it fails; ``flush_s``: the latency deadline for a partial stack;
+    ``drain`` (LiberTEM-live's): bytes that are no MPX message between acquisitions (what old Merlin
+    software sends on connect) are skipped up to the next ``MPX,`` prefix, and counted in
+    :attr:`drained_bytes`; without it they fail the run.
     """
 
     def __init__(self, host: str, port: int, frame_stack_size: int = 64, slots: int = 16,
-                 timeout: float = 10.0, flush_s: float = 0.05, connect_timeout: float = 10.0):
+                 timeout: float = 10.0, flush_s: float = 0.05, connect_timeout: float = 10.0,
+                 drain: bool = False):
         super().__init__(frame_stack_size, slots, timeout, flush_s)
+        self._drain = bool(drain)
+        self.drained_bytes = 0
         self.address = f"{host}:{port}"
         self.what = f"Merlin {self.address}"
         self._host, self._port, self._connect_timeout = host, port, connect_timeout
@@ -193,6 +202,8 @@ class MerlinReceiver(StackReceiver):
             if pending is None:
                 if self._recv(memoryview(prefix), False) < PREFIX_BYTES:
                     return  # closed between acquisitions
+                if self._drain and not prefix.startswith(MPX_MARK) and not self._skip_to_message(prefix):
+                    return  # closed while draining
                 body = bytearray(parse_prefix(bytes(prefix), f"Merlin {self.address}"))
                 if self._recv(memoryview(body), True) < len(body):
                     raise AcquisitionError(f"Merlin {self.address}: connection closed inside a message")
@@ -202,6 +213,25 @@ class MerlinReceiver(StackReceiver):
             self._post(Header(header))
             self._nimages, self._frames_in_aq, self._frame_header = header.nimages, 0, None
             pending = self._read_frames(prefix)
+
+    def _skip_to_message(self, prefix: bytearray) -> bool:
+        """Drain: read on from ``prefix`` until an ``MPX,`` prefix starts, put it back to be read, and
+        count what was skipped; False if the peer closed first."""
+        window = bytes(prefix)
+        piece = bytearray(PREFIX_BYTES)
+        while True:
+            at = window.find(MPX_MARK)
+            if at >= 0:
+                self.drained_bytes += at
+                self._pushback[:0] = window[at:]
+                return self._recv(memoryview(prefix), False) == PREFIX_BYTES
+            keep = len(MPX_MARK) - 1  # a marker split across two reads
+            self.drained_bytes += len(window) - keep
+            window = window[-keep:]
+            n = self._recv(memoryview(piece), False)
+            if n < PREFIX_BYTES:
+                return False
+            window += bytes(piece)
 
     def _read_frames(self, prefix: bytearray) -> bytes | None:
         """Frames of one acquisition into the slab; returns a new acquisition's header message when one
