@@ -150,7 +150,8 @@ class MerlinSimulator:
     def _send_acquisitions(self, conn: socket.socket) -> None:
         for _ in range(self._acquisitions):
             if self._triggered:
-                self._trigger.acquire()
+                if not self._wait_for_trigger(conn):
+                    return
             elif self._start_delay:
                 time.sleep(self._start_delay)
             if self._stop.is_set():
@@ -167,6 +168,18 @@ class MerlinSimulator:
                     return
             except TimeoutError:
                 continue
+
+    def _wait_for_trigger(self, conn: socket.socket) -> bool:
+        """Wait for ``STARTACQUISITION``; False when the simulator stops or the receiver has gone (a
+        receiver that closed its connection and connects again gets the next acquisition on its new
+        connection: a trigger that comes meanwhile is left for it, as the Merlin software does)."""
+        while not self._trigger.acquire(timeout=0.1):
+            if self._stop.is_set() or _peer_closed(conn):
+                return False
+        if _peer_closed(conn):
+            self._trigger.release()
+            return False
+        return True
 
     def _send_frames(self, conn: socket.socket) -> bool:
         """One acquisition's frames (repeated while continuous); False when the connection is to end."""
@@ -276,6 +289,16 @@ def _send_all(conn: socket.socket, messages: list[bytes]) -> None:
             first += 1
         if sent:
             views[first] = views[first][sent:]
+
+
+def _peer_closed(conn: socket.socket) -> bool:
+    """Whether the other end closed ``conn`` (without reading what it has sent)."""
+    try:
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 def _listen(host: str, port: int) -> socket.socket:
