@@ -111,15 +111,32 @@ def test_frame_moments_match_numpy(rng, dtype, frames):
 
 
 @pytest.mark.parametrize("dtype", SMALL_INTS)
-def test_region_moments_are_exact(rng, dtype):
+@pytest.mark.parametrize("frames", [1, 3, 4, 9])  # four frames a pass, then the rest one by one
+def test_region_moments_are_exact(rng, dtype, frames):
     info = np.iinfo(dtype)
-    tile = rng.integers(info.min, info.max, size=(3, 40, 37), endpoint=True).astype(dtype)
+    tile = rng.integers(info.min, info.max, size=(frames, 40, 37), endpoint=True).astype(dtype)
+    tile[-1, :3] = info.max  # whole rows at the extremes: row and column sums far from 0
+    tile[0, 3:6] = info.min
     region = (rng.random((40, 37)) > 0.4).astype(np.float64)
-    out = np.full((3, 3), 2.0)
-    region_moments_into(tile, region_lanes(region), 5, 7, out)
-    v = tile.astype(np.int64) * region.astype(np.int64)  # exact integers
-    y, x = np.mgrid[5:45, 7:44]
-    ref = np.stack([v.sum(axis=(1, 2)), (v * y).sum(axis=(1, 2)), (v * x).sum(axis=(1, 2))], axis=1) + 2
+    region[:3] = 1
+    for weights in (region, np.ones_like(region)):
+        out = np.full((frames, 3), 2.0)
+        region_moments_into(tile, region_lanes(weights), 5, 7, out)
+        v = tile.astype(np.int64) * weights.astype(np.int64)  # exact integers
+        y, x = np.mgrid[5:45, 7:44]
+        ref = np.stack([v.sum(axis=(1, 2)), (v * y).sum(axis=(1, 2)), (v * x).sum(axis=(1, 2))], axis=1) + 2
+        np.testing.assert_array_equal(out, ref.astype(np.float64))
+
+
+def test_region_moments_of_wide_frames_at_the_top_of_uint16_are_exact():
+    # 2000 x 2000 pixels of 65535: each row sum and column sum (1.3e8) near int32's range, still exact
+    tile = np.full((5, 2000, 2000), 65535, np.uint16)
+    tile[1, ::3, ::7] = 0
+    out = np.zeros((5, 3))
+    region_moments_into(tile, region_lanes(np.ones((2000, 2000))), 1, 2, out)
+    v = tile.astype(np.int64)
+    y, x = np.mgrid[1:2001, 2:2002]
+    ref = np.stack([v.sum(axis=(1, 2)), (v * y).sum(axis=(1, 2)), (v * x).sum(axis=(1, 2))], axis=1)
     np.testing.assert_array_equal(out, ref.astype(np.float64))
 
 
