@@ -69,12 +69,32 @@ def test_frame_sums_and_logs_match_numpy(rng, dtype, out_dtype):
             start += n
         np.testing.assert_allclose(product, terms.prod(axis=0), rtol=4e-7)
         np.testing.assert_allclose(np.log(product), np.log(terms).sum(axis=0), rtol=1e-7, atol=4e-7)
-    big = rng.integers(0, 2**16, size=(13, 40), endpoint=False).astype(np.uint16)  # chunks of 8, groups of 4
+    big = rng.integers(0, 2**16, size=(13, 40), endpoint=False).astype(np.uint16)  # chunks and groups of 4
     product = np.zeros(40)
     multiply_frames_into(big, product, fresh=True)
     wide = big.astype(np.float64)
     np.testing.assert_allclose(np.log(product), np.log(wide - wide.min(axis=1, keepdims=True) + 1).sum(axis=0),
                                rtol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", SMALL_INTS)
+@pytest.mark.parametrize("frames", [1, 3, 4, 5, 8, 9, 13])
+def test_products_over_blocks_and_chunks_match_numpy(rng, dtype, frames):
+    # 2500 pixels: three blocks, the last short; each frame's minimum sits in another block (the minima of
+    # the next four frames are found block by block while the products of the four before are taken)
+    info = np.iinfo(dtype)
+    lo, hi = max(info.min, -3000), min(info.max, 3000)
+    tile = rng.integers(lo, hi, size=(frames, 2500), endpoint=True).astype(dtype)
+    for f in range(frames):
+        tile[f, (f * 977) % 2500] = info.min
+    wide = tile.astype(np.float64)
+    terms = wide - wide.min(axis=1, keepdims=True) + 1
+    start = rng.integers(1, 5, size=2500).astype(np.float64)
+    for fresh in (True, False):
+        product = start.copy()
+        multiply_frames_into(tile, product, fresh=fresh)
+        want = terms.prod(axis=0) * (1 if fresh else start)
+        np.testing.assert_allclose(product, want, rtol=4e-7)
 
 
 def test_products_of_as_many_frames_as_promised_stay_finite():
