@@ -78,6 +78,21 @@ def test_frame_sums_and_logs_match_numpy(rng, dtype, out_dtype):
 
 
 @pytest.mark.parametrize("dtype", SMALL_INTS)
+@pytest.mark.parametrize("frames", [1, 4, 7, 9])  # four frames a pass, then the rest
+@pytest.mark.parametrize("pixels", [256, 700, 65536])  # runs of 256 pixels, then the rest
+def test_frame_sums_are_exact(rng, dtype, frames, pixels):
+    info = np.iinfo(dtype)
+    tile = rng.integers(info.min, info.max, size=(frames, pixels), endpoint=True).astype(dtype)
+    tile[0] = info.max  # every run at the top (and the bottom): the int32 run sums' extremes
+    tile[-1, :pixels // 2] = info.min
+    for out_dtype in ("float64", "float32"):
+        sums = np.full(frames, -5, out_dtype)
+        sum_pixels_into(tile, sums)
+        exact = tile.astype(np.int64).sum(axis=1) - 5
+        np.testing.assert_array_equal(sums, exact.astype(out_dtype))  # the exact sum, rounded once
+
+
+@pytest.mark.parametrize("dtype", SMALL_INTS)
 @pytest.mark.parametrize("frames", [1, 3, 4, 5, 8, 9, 13])
 def test_products_over_blocks_and_chunks_match_numpy(rng, dtype, frames):
     # 2500 pixels: three blocks, the last short; each frame's minimum sits in another block (the minima of
