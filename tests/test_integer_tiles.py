@@ -408,6 +408,11 @@ def test_logsum_gets_tiles_of_whole_frames(inline_ctx):
     # with a UDF that asks for 64-byte tiles: still whole frames (one a tile: its byte budget)
     assert Negotiator().get_scheme([small, LogsumUDF()], part, np.dtype("uint16")).sig_shape == (64, 64)
     assert Negotiator().get_scheme([small], part, np.dtype("uint16")).sig_shape != (64, 64)  # cut without it
+    # a product's worth of frames a tile (60: one kernel call and one log a tile), in at most 8 MiB
+    for sig, depth in (((256, 256), 60), ((1024, 1024), 4)):
+        part = inline_ctx.load("memory", data=np.zeros((2, 80) + sig, np.uint16), num_partitions=2).get_partitions()[0]
+        scheme = Negotiator().get_scheme([LogsumUDF()], part, np.dtype("uint16"))
+        assert (scheme.depth, scheme.sig_shape) == (depth, sig)
 
 
 @pytest.mark.parametrize("dtype", ["uint16", "int16", "uint8", "int32", "float32"])
