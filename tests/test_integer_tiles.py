@@ -409,8 +409,9 @@ def test_logsum_gets_tiles_of_whole_frames(inline_ctx):
     assert Negotiator().get_scheme([small, LogsumUDF()], part, np.dtype("uint16")).sig_shape == (64, 64)
     assert Negotiator().get_scheme([small], part, np.dtype("uint16")).sig_shape != (64, 64)  # cut without it
     # a product's worth of frames a tile (60: one kernel call and one log a tile), in at most 8 MiB
-    for sig, depth in (((256, 256), 60), ((1024, 1024), 4)):
-        part = inline_ctx.load("memory", data=np.zeros((2, 80) + sig, np.uint16), num_partitions=2).get_partitions()[0]
+    for frames, sig, depth in ((80, (256, 256), 60), (8, (1024, 1024), 4)):
+        data = np.zeros((2, frames) + sig, np.uint16)
+        part = inline_ctx.load("memory", data=data, num_partitions=2).get_partitions()[0]
         scheme = Negotiator().get_scheme([LogsumUDF()], part, np.dtype("uint16"))
         assert (scheme.depth, scheme.sig_shape) == (depth, sig)
 
