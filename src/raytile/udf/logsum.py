@@ -91,8 +91,7 @@ class LogsumUDF(UDF):
         products = self.task_data.products
         if products.frames:
             out = self.results.logsum
-            logs = np.log(products.values, out=products.values)  # in place (the next product starts fresh)
-            out += logs.reshape(out.shape)  # added in float64, rounded once into the result
+            out += np.log(products.values).reshape(out.shape).astype(out.dtype, copy=False)
             products.frames = 0
 
     def postprocess(self) -> None:
