@@ -202,17 +202,18 @@ def test_pixel_moments_match_numpy(rng, dtype, split):
 @pytest.mark.parametrize("dtype", ["uint16", "float64"])
 def test_pixel_moments_merge_into_pixels_that_saw_different_frames(rng, dtype):
     # running values where the pixels have seen 0, 3 or 5 frames (within one block of pixels and across
-    # blocks: 2500 pixels), then a tile of 6 frames for all: per pixel the moments of all its frames
-    before = _frames(rng, dtype, (5, 2500)).astype(np.float64)
-    seen = np.where(np.arange(2500) % 3 == 0, 0, np.where(np.arange(2500) < 1700, 3, 5))
-    seen[1024:2048] = 3  # one block where all pixels have seen the same frames
+    # blocks), then a tile of 6 frames for all: per pixel the moments of all its frames
+    px = 20000  # blocks of 8192 pixels: two whole ones and a short one
+    before = _frames(rng, dtype, (5, px)).astype(np.float64)
+    seen = np.where(np.arange(px) % 3 == 0, 0, np.where(np.arange(px) < 13000, 3, 5))
+    seen[8192:16384] = 3  # one block where all pixels have seen the same frames
     count = seen.astype(np.int64)
     sums = np.array([before[:c, j].sum() for j, c in enumerate(seen)])
     m2 = np.array([((before[:c, j] - before[:c, j].mean()) ** 2).sum() if c else 0.0 for j, c in enumerate(seen)])
-    tile = _frames(rng, dtype, (6, 2500))
+    tile = _frames(rng, dtype, (6, px))
     pixel_moments_into(tile, count, sums, m2)
     np.testing.assert_array_equal(count, seen + 6)
-    for j in range(0, 2500, 7):
+    for j in range(0, px, 7):
         frames = np.concatenate([before[:seen[j], j], tile[:, j].astype(np.float64)])
         np.testing.assert_allclose(sums[j], frames.sum(), rtol=1e-14)
         np.testing.assert_allclose(m2[j], ((frames - frames.mean()) ** 2).sum(), rtol=1e-9)
