@@ -19,7 +19,7 @@ from raytile.udf import UDF, ApplyMasksUDF, CoMUDF, LogsumUDF, StdDevUDF, SumSig
 from raytile.udf import integer_tiles
 from raytile.udf.integer_tiles import (
     dot_rows_into, frame_moments_into, is_integer_tile, load_kernels, multiply_frames_into, pixel_moments_into,
-    region_lanes, region_moments_into, sum_frames_into, sum_pixels_into,
+    region_lanes, region_moments_into, split_exponents_into, sum_frames_into, sum_pixels_into,
 )
 
 SMALL_INTS = ["uint8", "int8", "uint16", "int16"]
@@ -110,6 +110,23 @@ def test_products_over_blocks_and_chunks_match_numpy(rng, dtype, frames):
         multiply_frames_into(tile, product, fresh=fresh)
         want = terms.prod(axis=0) * (1 if fresh else start)
         np.testing.assert_allclose(product, want, rtol=4e-7)
+
+
+def test_split_exponents_are_exact_and_refuse_what_is_no_product(rng):
+    product = np.exp(rng.uniform(0, 700, size=1000))
+    product[:4] = 1.0, 2.0, np.nextafter(2.0, 0), 2.0**1000 * 1.5  # both ends of a binade, a large power
+    m, e = np.frexp(product)
+    exponents = np.full(1000, 7, np.int64)
+    split = product.copy()
+    split_exponents_into(split, exponents)
+    np.testing.assert_array_equal(split, 2 * m)  # [1, 2)
+    np.testing.assert_array_equal(exponents, 7 + e - 1)
+    np.testing.assert_array_equal(split * 2.0 ** (exponents - 7), product)  # exact
+    for bad in (0.5, np.inf, np.nan, -2.0, 0.0):
+        with pytest.raises(ValueError, match="split_exponents_into"):
+            split_exponents_into(np.array([2.0, bad]), np.zeros(2, np.int64))
+    with pytest.raises(ValueError, match="exponents"):
+        split_exponents_into(np.ones(3), np.zeros(3, np.int32))
 
 
 def test_products_of_as_many_frames_as_promised_stay_finite():
@@ -244,6 +261,7 @@ def test_load_kernels_readies_the_detector_dtypes_as_runs_call_them():
         ready = {str(sig[0].dtype) for sig in kernel.signatures
                  if all(a.layout == "C" for a in sig if hasattr(a, "layout"))}
         assert {"uint8", "uint16"} <= ready
+    assert ("float64", "C") in {(str(sig[0].dtype), sig[0].layout) for sig in integer_tiles._split_exponents.signatures}
 
 
 def test_kernels_refuse_what_they_do_not_do():
@@ -454,6 +472,21 @@ def test_logsum_over_tiles_equals_numpy(inline_ctx, rng, dtype):
         want = np.log(frames - frames.min(axis=(1, 2), keepdims=True) + 1).sum(axis=0)
         assert res["logsum"].data.dtype == np.result_type(dtype, np.float32)
         np.testing.assert_allclose(res["logsum"].data, want, rtol=1e-5)
+
+
+def test_logsum_of_a_long_partition_at_the_top_of_uint16_equals_numpy(inline_ctx, rng):
+    # 250 frames a partition, terms up to 2**16: a product of all would be 2**4000; its powers of two are
+    # split off every 60 frames, one log at the end of the partition
+    data = rng.integers(0, 3, size=(2, 250, 6, 5)).astype(np.uint16)
+    data[..., 0, 0] = 65535
+    data[..., 1, 1] = 0
+    data[0, 7, 2, 2] = 40000
+    ds = inline_ctx.load("memory", data=data, num_partitions=2)
+    res = inline_ctx.run_udf(dataset=ds, udf=LogsumUDF())
+    frames = data.reshape(-1, 6, 5).astype(np.float64)
+    want = np.log(frames - frames.min(axis=(1, 2), keepdims=True) + 1).sum(axis=0)
+    assert np.isfinite(res["logsum"].data).all()
+    np.testing.assert_allclose(res["logsum"].data, want, rtol=1e-6)
 
 
 def test_masks_zero_in_whole_blocks_or_parts_of_them_are_skipped_exactly(rng):

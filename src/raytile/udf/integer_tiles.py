@@ -15,7 +15,9 @@ tile once and convert each value as they go:
 - :func:`multiply_frames_into`: ``product *= frame - frame.min() + 1`` per pixel for
   each frame of a tile, into a float64 product, so that one log serves up to 63
   frames (LogsumUDF: the sum of the logs is the log of the product; 2x less
-  time a frame than a table of logs, 2-2.5x less than numpy's float32 log)
+  time a frame than a table of logs, 2-2.5x less than numpy's float32 log);
+  :func:`split_exponents_into` takes the product's powers of two out, exactly,
+  so that it takes more frames: one log per pixel and partition
 
 For 8- and 16-bit integers into float32 (the dtype LiberTEM reads such
 data in); sums are exact while they stay integers below 2**24, products
@@ -60,7 +62,8 @@ import numpy as np
 from raytile.common.numba import cached_njit
 
 __all__ = ["is_integer_tile", "is_real_tile", "sum_frames_into", "dot_rows_into", "mask_spans", "sum_pixels_into",
-           "multiply_frames_into", "PRODUCT_FRAMES", "frame_moments_into", "region_lanes", "region_moments_into",
+           "multiply_frames_into", "split_exponents_into", "PRODUCT_FRAMES", "frame_moments_into", "region_lanes",
+           "region_moments_into",
            "pixel_moments_into",
            "load_kernels"]
 
@@ -379,6 +382,24 @@ def _multiply_frames(tile, product, fresh):  # pragma: no cover (numba)
                     prod[i] *= np.float64(np.float32(row[i]) + bf)
 
 
+# Bits of a positive, finite, normal float64: the exponent field is taken out whole (a power of two: exact)
+# and the mantissa kept with exponent 0. About 15 us for 65536 values against 60 for numpy's log.
+# Returns how many values were not (sign bit or an exponent below 0, or inf/NaN): those are left as they are.
+@cached_njit(nogil=True)
+def _split_exponents(product, exponents):  # pragma: no cover (numba)
+    bits = product.view(np.int64)
+    bad = 0
+    for i in range(bits.shape[0]):
+        b = bits[i]
+        field = (b >> 52) & 0xFFF  # with the sign bit: >= 0x800 for negative values
+        good = field >= 1023 and field < 0x7FF
+        bad += not good
+        if good:
+            exponents[i] += field - 1023
+            bits[i] = (b & 0x000FFFFFFFFFFFFF) | 0x3FF0000000000000
+    return bad
+
+
 # One pass over each frame: per row the weighted sum and the x-weighted sum (two multiply-adds a
 # pixel, in float64); the y moment is each row's sum times its y.
 @cached_njit(nogil=True, fastmath=_FLOAT_FASTMATH)
@@ -645,6 +666,23 @@ def multiply_frames_into(tile: np.ndarray, product: np.ndarray, fresh: bool) -> 
         _multiply_frames(tile, product, bool(fresh))
 
 
+def split_exponents_into(product: np.ndarray, exponents: np.ndarray) -> None:
+    """``product = m * 2**e`` with ``1 <= m < 2``: ``product`` becomes ``m`` and ``exponents`` grows by ``e``,
+    per value, exactly: a product of :func:`multiply_frames_into` (values >= 1, finite) can then take
+    another :data:`PRODUCT_FRAMES` frames, and ``log(product) + exponents * log(2)`` is the log of all of
+    them (LogsumUDF: one log per pixel per partition)."""
+    if not (isinstance(product, np.ndarray) and product.dtype == np.float64 and product.ndim == 1
+            and product.flags.c_contiguous):
+        raise ValueError(f"split_exponents_into: product ({product.dtype}, {product.shape}) must be 1D "
+                         "C-contiguous float64")
+    if not (isinstance(exponents, np.ndarray) and exponents.dtype == np.int64 and exponents.shape == product.shape):
+        raise ValueError(f"split_exponents_into: exponents ({exponents.dtype}, {exponents.shape}) must be int64 "
+                         f"shaped {product.shape}")
+    bad = _split_exponents(product, exponents)
+    if bad:
+        raise ValueError(f"split_exponents_into: {bad} product values are not finite and >= 1")
+
+
 def frame_moments_into(tile: np.ndarray, weights: np.ndarray, xweights: np.ndarray, y0: int,
                        out: np.ndarray) -> None:
     """``out[f] += (sum(I * weights), sum((y0 + y) * I * weights), sum(I * xweights))`` for each frame ``I``
@@ -738,3 +776,4 @@ def load_kernels() -> None:
         pixel_moments_into(tile, np.zeros(1, np.int64), np.zeros(1), np.zeros(1))
         sum_pixels_into(tile, np.zeros(1, np.float32))
         multiply_frames_into(tile, np.zeros(1), True)
+    split_exponents_into(np.ones(1), np.zeros(1, np.int64))
