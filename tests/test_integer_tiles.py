@@ -19,7 +19,7 @@ from raytile.udf import UDF, ApplyMasksUDF, CoMUDF, LogsumUDF, StdDevUDF, SumSig
 from raytile.udf import integer_tiles
 from raytile.udf.integer_tiles import (
     dot_rows_into, frame_moments_into, is_integer_tile, load_kernels, multiply_frames_into, pixel_moments_into,
-    region_lanes, region_moments_into, sum_frames_into, sum_pixels_into,
+    region_lanes, region_moments_into, split_exponents_into, sum_frames_into, sum_pixels_into,
 )
 
 SMALL_INTS = ["uint8", "int8", "uint16", "int16"]
@@ -69,12 +69,64 @@ def test_frame_sums_and_logs_match_numpy(rng, dtype, out_dtype):
             start += n
         np.testing.assert_allclose(product, terms.prod(axis=0), rtol=4e-7)
         np.testing.assert_allclose(np.log(product), np.log(terms).sum(axis=0), rtol=1e-7, atol=4e-7)
-    big = rng.integers(0, 2**16, size=(13, 40), endpoint=False).astype(np.uint16)  # chunks of 8, groups of 4
+    big = rng.integers(0, 2**16, size=(13, 40), endpoint=False).astype(np.uint16)  # chunks and groups of 4
     product = np.zeros(40)
     multiply_frames_into(big, product, fresh=True)
     wide = big.astype(np.float64)
     np.testing.assert_allclose(np.log(product), np.log(wide - wide.min(axis=1, keepdims=True) + 1).sum(axis=0),
                                rtol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", SMALL_INTS)
+@pytest.mark.parametrize("frames", [1, 4, 7, 9])  # four frames a pass, then the rest
+@pytest.mark.parametrize("pixels", [256, 700, 65536])  # runs of 256 pixels, then the rest
+def test_frame_sums_are_exact(rng, dtype, frames, pixels):
+    info = np.iinfo(dtype)
+    tile = rng.integers(info.min, info.max, size=(frames, pixels), endpoint=True).astype(dtype)
+    tile[0] = info.max  # every run at the top (and the bottom): the int32 run sums' extremes
+    tile[-1, :pixels // 2] = info.min
+    for out_dtype in ("float64", "float32"):
+        sums = np.full(frames, -5, out_dtype)
+        sum_pixels_into(tile, sums)
+        exact = tile.astype(np.int64).sum(axis=1) - 5
+        np.testing.assert_array_equal(sums, exact.astype(out_dtype))  # the exact sum, rounded once
+
+
+@pytest.mark.parametrize("dtype", SMALL_INTS)
+@pytest.mark.parametrize("frames", [1, 3, 4, 5, 8, 9, 13])
+def test_products_over_blocks_and_chunks_match_numpy(rng, dtype, frames):
+    # 2500 pixels: three blocks, the last short; each frame's minimum sits in another block (the minima of
+    # the next four frames are found block by block while the products of the four before are taken)
+    info = np.iinfo(dtype)
+    lo, hi = max(info.min, -3000), min(info.max, 3000)
+    tile = rng.integers(lo, hi, size=(frames, 2500), endpoint=True).astype(dtype)
+    for f in range(frames):
+        tile[f, (f * 977) % 2500] = info.min
+    wide = tile.astype(np.float64)
+    terms = wide - wide.min(axis=1, keepdims=True) + 1
+    start = rng.integers(1, 5, size=2500).astype(np.float64)
+    for fresh in (True, False):
+        product = start.copy()
+        multiply_frames_into(tile, product, fresh=fresh)
+        want = terms.prod(axis=0) * (1 if fresh else start)
+        np.testing.assert_allclose(product, want, rtol=4e-7)
+
+
+def test_split_exponents_are_exact_and_refuse_what_is_no_product(rng):
+    product = np.exp(rng.uniform(0, 700, size=1000))
+    product[:4] = 1.0, 2.0, np.nextafter(2.0, 0), 2.0**1000 * 1.5  # both ends of a binade, a large power
+    m, e = np.frexp(product)
+    exponents = np.full(1000, 7, np.int64)
+    split = product.copy()
+    split_exponents_into(split, exponents)
+    np.testing.assert_array_equal(split, 2 * m)  # [1, 2)
+    np.testing.assert_array_equal(exponents, 7 + e - 1)
+    np.testing.assert_array_equal(split * 2.0 ** (exponents - 7), product)  # exact
+    for bad in (0.5, np.inf, np.nan, -2.0, 0.0):
+        with pytest.raises(ValueError, match="split_exponents_into"):
+            split_exponents_into(np.array([2.0, bad]), np.zeros(2, np.int64))
+    with pytest.raises(ValueError, match="exponents"):
+        split_exponents_into(np.ones(3), np.zeros(3, np.int32))
 
 
 def test_products_of_as_many_frames_as_promised_stay_finite():
@@ -111,15 +163,32 @@ def test_frame_moments_match_numpy(rng, dtype, frames):
 
 
 @pytest.mark.parametrize("dtype", SMALL_INTS)
-def test_region_moments_are_exact(rng, dtype):
+@pytest.mark.parametrize("frames", [1, 3, 4, 9])  # four frames a pass, then the rest one by one
+def test_region_moments_are_exact(rng, dtype, frames):
     info = np.iinfo(dtype)
-    tile = rng.integers(info.min, info.max, size=(3, 40, 37), endpoint=True).astype(dtype)
+    tile = rng.integers(info.min, info.max, size=(frames, 40, 37), endpoint=True).astype(dtype)
+    tile[-1, :3] = info.max  # whole rows at the extremes: row and column sums far from 0
+    tile[0, 3:6] = info.min
     region = (rng.random((40, 37)) > 0.4).astype(np.float64)
-    out = np.full((3, 3), 2.0)
-    region_moments_into(tile, region_lanes(region), 5, 7, out)
-    v = tile.astype(np.int64) * region.astype(np.int64)  # exact integers
-    y, x = np.mgrid[5:45, 7:44]
-    ref = np.stack([v.sum(axis=(1, 2)), (v * y).sum(axis=(1, 2)), (v * x).sum(axis=(1, 2))], axis=1) + 2
+    region[:3] = 1
+    for weights in (region, np.ones_like(region)):
+        out = np.full((frames, 3), 2.0)
+        region_moments_into(tile, region_lanes(weights), 5, 7, out)
+        v = tile.astype(np.int64) * weights.astype(np.int64)  # exact integers
+        y, x = np.mgrid[5:45, 7:44]
+        ref = np.stack([v.sum(axis=(1, 2)), (v * y).sum(axis=(1, 2)), (v * x).sum(axis=(1, 2))], axis=1) + 2
+        np.testing.assert_array_equal(out, ref.astype(np.float64))
+
+
+def test_region_moments_of_wide_frames_at_the_top_of_uint16_are_exact():
+    # 2000 x 2000 pixels of 65535: each row sum and column sum (1.3e8) near int32's range, still exact
+    tile = np.full((5, 2000, 2000), 65535, np.uint16)
+    tile[1, ::3, ::7] = 0
+    out = np.zeros((5, 3))
+    region_moments_into(tile, region_lanes(np.ones((2000, 2000))), 1, 2, out)
+    v = tile.astype(np.int64)
+    y, x = np.mgrid[1:2001, 2:2002]
+    ref = np.stack([v.sum(axis=(1, 2)), (v * y).sum(axis=(1, 2)), (v * x).sum(axis=(1, 2))], axis=1)
     np.testing.assert_array_equal(out, ref.astype(np.float64))
 
 
@@ -147,6 +216,26 @@ def test_pixel_moments_match_numpy(rng, dtype, split):
     np.testing.assert_allclose(m2 / 9, f.var(axis=0), rtol=1e-9)
 
 
+@pytest.mark.parametrize("dtype", ["uint16", "float64"])
+def test_pixel_moments_merge_into_pixels_that_saw_different_frames(rng, dtype):
+    # running values where the pixels have seen 0, 3 or 5 frames (within one block of pixels and across
+    # blocks), then a tile of 6 frames for all: per pixel the moments of all its frames
+    px = 20000  # blocks of 8192 pixels: two whole ones and a short one
+    before = _frames(rng, dtype, (5, px)).astype(np.float64)
+    seen = np.where(np.arange(px) % 3 == 0, 0, np.where(np.arange(px) < 13000, 3, 5))
+    seen[8192:16384] = 3  # one block where all pixels have seen the same frames
+    count = seen.astype(np.int64)
+    sums = np.array([before[:c, j].sum() for j, c in enumerate(seen)])
+    m2 = np.array([((before[:c, j] - before[:c, j].mean()) ** 2).sum() if c else 0.0 for j, c in enumerate(seen)])
+    tile = _frames(rng, dtype, (6, px))
+    pixel_moments_into(tile, count, sums, m2)
+    np.testing.assert_array_equal(count, seen + 6)
+    for j in range(0, px, 7):
+        frames = np.concatenate([before[:seen[j], j], tile[:, j].astype(np.float64)])
+        np.testing.assert_allclose(sums[j], frames.sum(), rtol=1e-14)
+        np.testing.assert_allclose(m2[j], ((frames - frames.mean()) ** 2).sum(), rtol=1e-9)
+
+
 def test_pixel_moments_keep_nan_and_merge_into_running_values(rng):
     data = rng.normal(5, 2, size=(8, 6))
     data[3, 2] = np.nan  # fastmath must not assume NaN away: numpy gives NaN for that pixel
@@ -172,6 +261,7 @@ def test_load_kernels_readies_the_detector_dtypes_as_runs_call_them():
         ready = {str(sig[0].dtype) for sig in kernel.signatures
                  if all(a.layout == "C" for a in sig if hasattr(a, "layout"))}
         assert {"uint8", "uint16"} <= ready
+    assert ("float64", "C") in {(str(sig[0].dtype), sig[0].layout) for sig in integer_tiles._split_exponents.signatures}
 
 
 def test_kernels_refuse_what_they_do_not_do():
@@ -356,6 +446,12 @@ def test_logsum_gets_tiles_of_whole_frames(inline_ctx):
     # with a UDF that asks for 64-byte tiles: still whole frames (one a tile: its byte budget)
     assert Negotiator().get_scheme([small, LogsumUDF()], part, np.dtype("uint16")).sig_shape == (64, 64)
     assert Negotiator().get_scheme([small], part, np.dtype("uint16")).sig_shape != (64, 64)  # cut without it
+    # a product's worth of frames a tile (60: one kernel call and one log a tile), in at most 8 MiB
+    for frames, sig, depth in ((80, (256, 256), 60), (8, (1024, 1024), 4)):
+        data = np.zeros((2, frames) + sig, np.uint16)
+        part = inline_ctx.load("memory", data=data, num_partitions=2).get_partitions()[0]
+        scheme = Negotiator().get_scheme([LogsumUDF()], part, np.dtype("uint16"))
+        assert (scheme.depth, scheme.sig_shape) == (depth, sig)
 
 
 @pytest.mark.parametrize("dtype", ["uint16", "int16", "uint8", "int32", "float32"])
@@ -376,6 +472,21 @@ def test_logsum_over_tiles_equals_numpy(inline_ctx, rng, dtype):
         want = np.log(frames - frames.min(axis=(1, 2), keepdims=True) + 1).sum(axis=0)
         assert res["logsum"].data.dtype == np.result_type(dtype, np.float32)
         np.testing.assert_allclose(res["logsum"].data, want, rtol=1e-5)
+
+
+def test_logsum_of_a_long_partition_at_the_top_of_uint16_equals_numpy(inline_ctx, rng):
+    # 250 frames a partition, terms up to 2**16: a product of all would be 2**4000; its powers of two are
+    # split off every 60 frames, one log at the end of the partition
+    data = rng.integers(0, 3, size=(2, 250, 6, 5)).astype(np.uint16)
+    data[..., 0, 0] = 65535
+    data[..., 1, 1] = 0
+    data[0, 7, 2, 2] = 40000
+    ds = inline_ctx.load("memory", data=data, num_partitions=2)
+    res = inline_ctx.run_udf(dataset=ds, udf=LogsumUDF())
+    frames = data.reshape(-1, 6, 5).astype(np.float64)
+    want = np.log(frames - frames.min(axis=(1, 2), keepdims=True) + 1).sum(axis=0)
+    assert np.isfinite(res["logsum"].data).all()
+    np.testing.assert_allclose(res["logsum"].data, want, rtol=1e-6)
 
 
 def test_masks_zero_in_whole_blocks_or_parts_of_them_are_skipped_exactly(rng):

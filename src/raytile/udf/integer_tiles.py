@@ -15,7 +15,9 @@ tile once and convert each value as they go:
 - :func:`multiply_frames_into`: ``product *= frame - frame.min() + 1`` per pixel for
   each frame of a tile, into a float64 product, so that one log serves up to 63
   frames (LogsumUDF: the sum of the logs is the log of the product; 2x less
-  time a frame than a table of logs, 2-2.5x less than numpy's float32 log)
+  time a frame than a table of logs, 2-2.5x less than numpy's float32 log);
+  :func:`split_exponents_into` takes the product's powers of two out, exactly,
+  so that it takes more frames: one log per pixel and partition
 
 For 8- and 16-bit integers into float32 (the dtype LiberTEM reads such
 data in); sums are exact while they stay integers below 2**24, products
@@ -34,9 +36,10 @@ float64) in float64, the precision their UDFs promise:
   deviations of the frames, merged into running values (StdDevUDF).
 
 Measured on 256x256 uint16 frames hot in cache, against the sum kernel in
-the same process: moments 7x its time a frame, region moments 2-3x
-(converting to float64 and BLAS with the three masks took 15-20x), pixel
-moments 3.5x (numpy's float64 copy, deviations and merge took over 25x).
+the same process: moments 7x its time a frame, region moments 1x (1.1x
+read from the page cache; converting to float64 and BLAS with the three
+masks took 15-20x), pixel
+moments 3x (numpy's float64 copy, deviations and merge took over 25x).
 
 >>> import numpy as np
 >>> tile = np.arange(12, dtype=np.uint16).reshape(3, 4)
@@ -59,7 +62,8 @@ import numpy as np
 from raytile.common.numba import cached_njit
 
 __all__ = ["is_integer_tile", "is_real_tile", "sum_frames_into", "dot_rows_into", "mask_spans", "sum_pixels_into",
-           "multiply_frames_into", "PRODUCT_FRAMES", "frame_moments_into", "region_lanes", "region_moments_into",
+           "multiply_frames_into", "split_exponents_into", "PRODUCT_FRAMES", "frame_moments_into", "region_lanes",
+           "region_moments_into",
            "pixel_moments_into",
            "load_kernels"]
 
@@ -68,6 +72,9 @@ __all__ = ["is_integer_tile", "is_real_tile", "sum_frames_into", "dot_rows_into"
 _FLOAT_FASTMATH = {"reassoc", "contract", "arcp", "nsz"}
 #: Pixels a block, for kernels that keep a running value per pixel in L1 while they go through frames.
 _BLOCK = 1024
+_i32 = np.int32
+#: Pixels a block in :func:`pixel_moments_into`: their running sums (2 x 64 KiB of float64) stay in L2.
+_MOMENT_BLOCK = 8192
 
 
 def is_integer_tile(flat: Any, out_dtype: Any) -> bool:
@@ -251,14 +258,49 @@ def _mask_spans(rows):  # pragma: no cover (numba)
     return spans
 
 
-# Integers of up to 16 bits add up exactly in int64 (numpy's float32 reduction converts in chunks
-# first and rounds as it goes).
+#: Pixels a run whose sum :func:`_sum_pixels` keeps in int32 (256 x 65535 < 2**24).
+_SUM_RUN = 256
+
+
+# Integers of up to 16 bits add up exactly (numpy's float32 reduction converts in chunks first and rounds
+# as it goes): per run of 256 pixels in int32 lanes (every step cast back to int32: numba widens int32 +
+# int32 to int64, half the lanes), the runs' sums in int64. Four frames a pass: four streams from memory
+# at once. Measured on 256x256 uint16 from the page cache: 13 us/frame against 19 for a frame at a time in
+# int64 (the sum kernel 12-14).
 @cached_njit(nogil=True, fastmath=True)
 def _sum_pixels(tile, out):  # pragma: no cover (numba)
-    for f in range(tile.shape[0]):
+    n, px = tile.shape
+    whole = px - px % _SUM_RUN
+    f = 0
+    while f + 4 <= n:
+        a, b, c, d = tile[f], tile[f + 1], tile[f + 2], tile[f + 3]
+        t0 = t1 = t2 = t3 = 0
+        for s in range(0, whole, _SUM_RUN):
+            r0, r1, r2, r3 = a[s:s + _SUM_RUN], b[s:s + _SUM_RUN], c[s:s + _SUM_RUN], d[s:s + _SUM_RUN]
+            s0 = s1 = s2 = s3 = _i32(0)
+            for x in range(_SUM_RUN):
+                s0 = _i32(s0 + _i32(r0[x]))
+                s1 = _i32(s1 + _i32(r1[x]))
+                s2 = _i32(s2 + _i32(r2[x]))
+                s3 = _i32(s3 + _i32(r3[x]))
+            t0 += s0
+            t1 += s1
+            t2 += s2
+            t3 += s3
+        for x in range(whole, px):
+            t0 += np.int64(a[x])
+            t1 += np.int64(b[x])
+            t2 += np.int64(c[x])
+            t3 += np.int64(d[x])
+        out[f] += t0
+        out[f + 1] += t1
+        out[f + 2] += t2
+        out[f + 3] += t3
+        f += 4
+    for f in range(f, n):
         row = tile[f]
         acc = 0
-        for i in range(row.shape[0]):
+        for i in range(px):
             acc += np.int64(row[i])
         out[f] += acc
 
@@ -266,52 +308,96 @@ def _sum_pixels(tile, out):  # pragma: no cover (numba)
 #: Frames whose ``frame - frame.min() + 1`` terms (at most 2**16 for 16-bit data) one float64 product
 #: per pixel holds: 2**(16 * 63) < 2**1024.
 PRODUCT_FRAMES = 63
-#: Frames whose minima are found before they are multiplied: 8 frames of 256x256 uint16 (1 MiB) are
-#: still in L2 when they are read the second time.
-_MIN_CHUNK = 8
+#: Frames a chunk: a chunk's products are taken while the next chunk's minima are found, block by block,
+#: so that reading the next frames from memory overlaps the products of frames already in L2 (two chunks
+#: of 256x256 uint16, 1 MiB, fit in L2).
+_MIN_CHUNK = 4
 
 
-# Per chunk of frames: each frame's minimum, then per block of pixels (its products stay in L1) the
-# frames' terms v - min + 1, four at a time multiplied in float32 (exact integers up to 2**16, their
-# product below 2**64 rounded at most three times to 2**-24) and that into the float64 product: one
-# float64 multiply a pixel for four frames (measured, 256x256 uint16: 27 us/frame against 31 for one
-# float64 multiply a pixel a frame; the sum kernel 12).
+# Per chunk of four frames, block by block of pixels (the block's products stay in L1): the next chunk's
+# minima over the block (those frames come from memory), then the chunk's terms v - min + 1 multiplied
+# in float32 into an L1 scratch (exact integers up to 2**16, their product below 2**64 rounded at most
+# three times to 2**-24; eight pixels a vector), and the scratch into the float64 product (a separate
+# loop: mixed in the first it held the float32 work to four pixels a vector). Measured on 256x256 uint16
+# from the page cache: 19-20 us/frame against 23 for a pass for the minima of eight frames before their
+# products (the sum kernel 12); hot in cache 11.7 against 13.8.
 @cached_njit(nogil=True, fastmath=True)
 def _multiply_frames(tile, product, fresh):  # pragma: no cover (numba)
     n, px = tile.shape
-    base = np.empty(_MIN_CHUNK, np.float32)
+    lows = np.empty(n, tile.dtype)
+    for f in range(min(n, _MIN_CHUNK)):  # the first chunk's minima
+        row = tile[f]
+        low = row[0]
+        for i in range(px):
+            low = min(low, row[i])
+        lows[f] = low
+    base = np.empty(n, np.float32)
+    scratch = np.empty(_BLOCK, np.float32)
     for c in range(0, n, _MIN_CHUNK):
         ce = min(n, c + _MIN_CHUNK)
+        ne = min(n, ce + _MIN_CHUNK)
         for f in range(c, ce):
-            row = tile[f]
-            low = row[0]
-            for i in range(px):
-                low = min(low, row[i])
-            base[f - c] = np.float32(1) - np.float32(low)  # exact: |1 - low| <= 2**16
+            base[f] = np.float32(1) - np.float32(lows[f])  # exact: |1 - low| <= 2**16
+        for f in range(ce, ne):
+            lows[f] = tile[f, 0]
         for b in range(0, px, _BLOCK):
             k = min(_BLOCK, px - b)
-            prod = product[b:b + k]
-            f = c
-            if fresh and c == 0:
-                row = tile[0, b:b + k]
-                b0 = base[0]
+            f = ce
+            while f + 4 <= ne:
+                r0, r1 = tile[f, b:b + k], tile[f + 1, b:b + k]
+                r2, r3 = tile[f + 2, b:b + k], tile[f + 3, b:b + k]
+                l0, l1, l2, l3 = lows[f], lows[f + 1], lows[f + 2], lows[f + 3]
                 for i in range(k):
-                    prod[i] = np.float64(np.float32(row[i]) + b0)
-                f = 1
+                    l0 = min(l0, r0[i])
+                    l1 = min(l1, r1[i])
+                    l2 = min(l2, r2[i])
+                    l3 = min(l3, r3[i])
+                lows[f], lows[f + 1], lows[f + 2], lows[f + 3] = l0, l1, l2, l3
+                f += 4
+            for f in range(f, ne):
+                row = tile[f, b:b + k]
+                low = lows[f]
+                for i in range(k):
+                    low = min(low, row[i])
+                lows[f] = low
+            prod = product[b:b + k]
+            q = scratch[:k]
+            if fresh and c == 0:
+                prod[:] = 1.0
+            f = c
             while f + 4 <= ce:
                 r0, r1 = tile[f, b:b + k], tile[f + 1, b:b + k]
                 r2, r3 = tile[f + 2, b:b + k], tile[f + 3, b:b + k]
-                b0, b1, b2, b3 = base[f - c], base[f + 1 - c], base[f + 2 - c], base[f + 3 - c]
+                b0, b1, b2, b3 = base[f], base[f + 1], base[f + 2], base[f + 3]
                 for i in range(k):
-                    q = ((np.float32(r0[i]) + b0) * (np.float32(r1[i]) + b1)) * (
+                    q[i] = ((np.float32(r0[i]) + b0) * (np.float32(r1[i]) + b1)) * (
                         (np.float32(r2[i]) + b2) * (np.float32(r3[i]) + b3))
-                    prod[i] *= np.float64(q)
+                for i in range(k):
+                    prod[i] *= np.float64(q[i])
                 f += 4
             for f in range(f, ce):
                 row = tile[f, b:b + k]
-                bf = base[f - c]
+                bf = base[f]
                 for i in range(k):
                     prod[i] *= np.float64(np.float32(row[i]) + bf)
+
+
+# Bits of a positive, finite, normal float64: the exponent field is taken out whole (a power of two: exact)
+# and the mantissa kept with exponent 0. About 15 us for 65536 values against 60 for numpy's log.
+# Returns how many values were not (sign bit or an exponent below 0, or inf/NaN): those are left as they are.
+@cached_njit(nogil=True)
+def _split_exponents(product, exponents):  # pragma: no cover (numba)
+    bits = product.view(np.int64)
+    bad = 0
+    for i in range(bits.shape[0]):
+        b = bits[i]
+        field = (b >> 52) & 0xFFF  # with the sign bit: >= 0x800 for negative values
+        good = field >= 1023 and field < 0x7FF
+        bad += not good
+        if good:
+            exponents[i] += field - 1023
+            bits[i] = (b & 0x000FFFFFFFFFFFFF) | 0x3FF0000000000000
+    return bad
 
 
 # One pass over each frame: per row the weighted sum and the x-weighted sum (two multiply-adds a
@@ -343,46 +429,137 @@ def _frame_moments(tile, weights, xweights, y0, out):  # pragma: no cover (numba
 
 # A 0/1 region as lane masks (-1 inside, 0 outside): a pixel is masked by a bitwise and. Column sums
 # stay in int32 (h * 65535 < 2**31 for h < 32768) in L1; row sums too; both exact, then weighed by x
-# and y in float64 (exact below 2**53).
+# and y in float64 (exact below 2**53). Every step is cast back to int32: numba widens int32 + int32
+# to int64, which halves the lanes of a vector (2x the time hot in cache). Four frames a pass, row by
+# row: four streams from memory at once (a frame at a time is one, at a third less bandwidth), and
+# each lane mask serves four frames. Measured on 256x256 uint16 from the page cache: 13-14 us/frame
+# against 28 before (the sum kernel 12-13); hot in cache 5.9 against 11 (sum 5.9).
 @cached_njit(nogil=True, fastmath=True)
 def _region_moments(tile, lanes, y0, x0, out):  # pragma: no cover (numba)
     n, h, w = tile.shape
-    cols = np.empty(w, np.int32)
-    for f in range(n):
-        for x in range(w):
-            cols[x] = 0
+    cols = np.empty((4, w), np.int32)
+    f = 0
+    while f + 4 <= n:
+        cols[:] = 0
+        c0, c1, c2, c3 = cols[0], cols[1], cols[2], cols[3]
+        t0 = t1 = t2 = t3 = 0.0
+        m0 = m1 = m2 = m3 = 0.0
+        for y in range(h):
+            r0, r1, r2, r3 = tile[f, y], tile[f + 1, y], tile[f + 2, y], tile[f + 3, y]
+            inside = lanes[y]
+            s0 = s1 = s2 = s3 = _i32(0)
+            for x in range(w):
+                m = inside[x]
+                v0 = _i32(_i32(r0[x]) & m)
+                v1 = _i32(_i32(r1[x]) & m)
+                v2 = _i32(_i32(r2[x]) & m)
+                v3 = _i32(_i32(r3[x]) & m)
+                c0[x] = _i32(c0[x] + v0)
+                c1[x] = _i32(c1[x] + v1)
+                c2[x] = _i32(c2[x] + v2)
+                c3[x] = _i32(c3[x] + v3)
+                s0 = _i32(s0 + v0)
+                s1 = _i32(s1 + v1)
+                s2 = _i32(s2 + v2)
+                s3 = _i32(s3 + v3)
+            yy = np.float64(y0 + y)
+            t0 += np.float64(s0)
+            t1 += np.float64(s1)
+            t2 += np.float64(s2)
+            t3 += np.float64(s3)
+            m0 += yy * np.float64(s0)
+            m1 += yy * np.float64(s1)
+            m2 += yy * np.float64(s2)
+            m3 += yy * np.float64(s3)
+        for q in range(4):
+            xmom = 0.0
+            for x in range(w):
+                xmom += np.float64(x0 + x) * np.float64(cols[q, x])
+            out[f + q, 2] += xmom
+        out[f, 0] += t0
+        out[f + 1, 0] += t1
+        out[f + 2, 0] += t2
+        out[f + 3, 0] += t3
+        out[f, 1] += m0
+        out[f + 1, 1] += m1
+        out[f + 2, 1] += m2
+        out[f + 3, 1] += m3
+        f += 4
+    c = cols[0]
+    for f in range(f, n):
+        c[:] = 0
         total = 0.0
         ymom = 0.0
         for y in range(h):
             row = tile[f, y]
             inside = lanes[y]
-            rs = np.int32(0)
+            rs = _i32(0)
             for x in range(w):
-                v = np.int32(row[x]) & inside[x]
-                cols[x] += v
-                rs += v
+                v = _i32(_i32(row[x]) & inside[x])
+                c[x] = _i32(c[x] + v)
+                rs = _i32(rs + v)
             total += np.float64(rs)
             ymom += np.float64(y0 + y) * np.float64(rs)
         xmom = 0.0
         for x in range(w):
-            xmom += np.float64(x0 + x) * np.float64(cols[x])
+            xmom += np.float64(x0 + x) * np.float64(c[x])
         out[f, 0] += total
         out[f, 1] += ymom
         out[f, 2] += xmom
 
 
+# A block's (n, sum, M2) from its deviations' sums, merged into the running values by Chan et al.'s formula.
+# When the block's pixels have all seen the same frames (dense tiles), without a division a pixel: 2.3x
+# less time than a division or two a pixel (measured per pixel, 1.2 against 2.8 ns).
+@cached_njit(nogil=True, fastmath=_FLOAT_FASTMATH)
+def _merge_moments(first, s1, s2, n, count, sums, m2):  # pragma: no cover (numba)
+    k = s1.shape[0]
+    inv_n = 1.0 / n
+    same = count[0]
+    for i in range(k):
+        if count[i] != same:
+            same = -1
+            break
+    if same > 0:
+        inv_a = 1.0 / same
+        weight = same * n / (same + n)
+        for i in range(k):
+            sum_b = np.float64(first[i]) * n + s1[i]
+            delta = sum_b * inv_n - sums[i] * inv_a
+            sums[i] += sum_b
+            m2[i] += (s2[i] - s1[i] * s1[i] * inv_n) + delta * delta * weight
+    else:
+        for i in range(k):
+            sum_b = np.float64(first[i]) * n + s1[i]
+            m2_b = s2[i] - s1[i] * s1[i] * inv_n
+            n_a = count[i]
+            if n_a == 0:
+                sums[i] = sum_b
+                m2[i] = m2_b
+            else:
+                delta = sum_b * inv_n - sums[i] / n_a
+                sums[i] += sum_b
+                m2[i] += m2_b + delta * delta * (n_a * n / (n_a + n))
+    for i in range(k):
+        count[i] += n
+
+
 # Per block of pixels (their running values stay in L1), the tile's frames as deviations from its
 # first frame: sum d and sum d**2 in float64 (exact for integer data below 2**53), four frames a
 # pass; then the tile's M2 = sum d**2 - (sum d)**2 / n, merged into the running (count, sum, M2) by
-# Chan et al.'s formula. The shift is one of the tile's own values, so (sum d)**2 / n is at most n
-# times M2: the subtraction loses no more than log2(n + 1) bits, and a large offset none.
+# Chan et al.'s formula (:func:`_merge_moments`). The shift is one of the tile's own values, so
+# (sum d)**2 / n is at most n times M2: the subtraction loses no more than log2(n + 1) bits, and a large
+# offset none. Blocks of _MOMENT_BLOCK pixels: each frame's part of a block is 16 KiB (blocks of 1024
+# pixels read 2 KiB from each of 32 frames in turn, which memory serves at less bandwidth). Measured on
+# 256x256 uint16, 32 frames a tile: 15.7 us/frame hot, 19-20 from the page cache (blocks of 1024 pixels
+# 14.8 and 25; with the merge's two divisions a pixel 18.5 and 26-30; the sum kernel 5.5 and 12).
 @cached_njit(nogil=True, fastmath=_FLOAT_FASTMATH)
 def _pixel_moments(tile, count, sums, m2):  # pragma: no cover (numba)
     n, px = tile.shape
-    s1 = np.empty(_BLOCK)
-    s2 = np.empty(_BLOCK)
-    for b in range(0, px, _BLOCK):
-        k = min(_BLOCK, px - b)
+    s1 = np.empty(_MOMENT_BLOCK)
+    s2 = np.empty(_MOMENT_BLOCK)
+    for b in range(0, px, _MOMENT_BLOCK):
+        k = min(_MOMENT_BLOCK, px - b)
         first = tile[0, b:b + k]
         for i in range(k):
             s1[i] = 0.0
@@ -406,19 +583,7 @@ def _pixel_moments(tile, count, sums, m2):  # pragma: no cover (numba)
                 d = np.float64(row[i]) - np.float64(first[i])
                 s1[i] += d
                 s2[i] += d * d
-        for i in range(k):
-            j = b + i
-            sum_b = np.float64(first[i]) * n + s1[i]
-            m2_b = s2[i] - s1[i] * s1[i] / n
-            n_a = count[j]
-            if n_a == 0:
-                sums[j] = sum_b
-                m2[j] = m2_b
-            else:
-                delta = sum_b / n - sums[j] / n_a
-                sums[j] += sum_b
-                m2[j] += m2_b + delta * delta * (n_a * n / (n_a + n))
-            count[j] += n
+        _merge_moments(first, s1[:k], s2[:k], n, count[b:b + k], sums[b:b + k], m2[b:b + k])
 
 
 def _check(flat: np.ndarray, out: np.ndarray, name: str) -> None:
@@ -499,6 +664,23 @@ def multiply_frames_into(tile: np.ndarray, product: np.ndarray, fresh: bool) -> 
                          f"float64 shaped {tile.shape[1:]}")
     if tile.size:
         _multiply_frames(tile, product, bool(fresh))
+
+
+def split_exponents_into(product: np.ndarray, exponents: np.ndarray) -> None:
+    """``product = m * 2**e`` with ``1 <= m < 2``: ``product`` becomes ``m`` and ``exponents`` grows by ``e``,
+    per value, exactly: a product of :func:`multiply_frames_into` (values >= 1, finite) can then take
+    another :data:`PRODUCT_FRAMES` frames, and ``log(product) + exponents * log(2)`` is the log of all of
+    them (LogsumUDF: one log per pixel per partition)."""
+    if not (isinstance(product, np.ndarray) and product.dtype == np.float64 and product.ndim == 1
+            and product.flags.c_contiguous):
+        raise ValueError(f"split_exponents_into: product ({product.dtype}, {product.shape}) must be 1D "
+                         "C-contiguous float64")
+    if not (isinstance(exponents, np.ndarray) and exponents.dtype == np.int64 and exponents.shape == product.shape):
+        raise ValueError(f"split_exponents_into: exponents ({exponents.dtype}, {exponents.shape}) must be int64 "
+                         f"shaped {product.shape}")
+    bad = _split_exponents(product, exponents)
+    if bad:
+        raise ValueError(f"split_exponents_into: {bad} product values are not finite and >= 1")
 
 
 def frame_moments_into(tile: np.ndarray, weights: np.ndarray, xweights: np.ndarray, y0: int,
@@ -594,3 +776,4 @@ def load_kernels() -> None:
         pixel_moments_into(tile, np.zeros(1, np.int64), np.zeros(1), np.zeros(1))
         sum_pixels_into(tile, np.zeros(1, np.float32))
         multiply_frames_into(tile, np.zeros(1), True)
+    split_exponents_into(np.ones(1), np.zeros(1, np.int64))
