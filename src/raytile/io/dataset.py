@@ -72,7 +72,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DataSet", "DataSetType", "DataSetMeta", "Partition", "FrameDelivery", "WorkerAccess", "dataset_from_json",
     "validate_roi", "partition_slices", "choose_num_partitions", "iter_array_tiles", "DEFAULT_PARTITION_BYTES",
-    "NUMPY_BACKENDS", "check_array_backend",
+    "NUMPY_BACKENDS", "check_array_backend", "get_dataset_cls",
 ]
 
 #: Partition size aimed for by default, in bytes of raw data.
@@ -115,6 +115,13 @@ class DataSetMeta:
     raw_dtype: np.dtype
     sync_offset: int = 0
     extra: dict = field(default_factory=dict)
+    #: Frames the data holds (LiberTEM's ``image_count``; a file may hold more or fewer than the nav
+    #: shape has positions). None: as many as nav positions.
+    image_count: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.image_count is None:
+            object.__setattr__(self, "image_count", self.shape.nav.size)
 
     @property
     def num_frames(self) -> int:
@@ -617,6 +624,16 @@ class DataSet(metaclass=DataSetType):
         if self._meta is None:
             return f"<{type(self).__name__} (not initialized)>"
         return f"<{type(self).__name__} shape={self.shape.to_tuple()} dtype={self.dtype}>"
+
+
+def get_dataset_cls(filetype: "str | type[DataSet]") -> type[DataSet]:
+    """The data set class of a format name (LiberTEM's ``libertem.io.dataset.get_dataset_cls``); a class
+    is returned as it is. DataSetException for an unknown name."""
+    if not isinstance(filetype, str):
+        return filetype
+    from raytile.io.formats import get_format  # the registry imports the formats, which import this module
+
+    return get_format(filetype)
 
 
 # the base's own detect_params takes LiberTEM's executor argument too (__init_subclass__ wraps subclasses')
