@@ -372,6 +372,9 @@ def iter_array_tiles(
             src = source[(nav_sl,) + sig_slice.get()]
             if straight:
                 data = src
+            elif not isinstance(src, np.ndarray) and hasattr(src, "astype"):
+                # a sparse (or device) source keeps its format: no dense buffer to copy it into
+                data = src if np.dtype(src.dtype) == dest_dtype else src.astype(dest_dtype)
             else:
                 shape = (count,) + sig_slice.shape.to_tuple()
                 buf = buffers.get(shape)
