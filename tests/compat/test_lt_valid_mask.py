@@ -92,3 +92,37 @@ def test_raw_masked_data_and_valid_slice_bounding_as_libertem(lt_ctx, ctx, with_
         assert gm.shape == rm.shape, name
         np.testing.assert_array_equal(np.ma.getmaskarray(gm), np.ma.getmaskarray(rm), err_msg=name)
         np.testing.assert_allclose(gm.compressed(), rm.compressed(), rtol=1e-6, err_msg=name)
+
+
+class _FullShapeResult:
+    """get_results gives a nav result in the data set's whole nav shape (not ROI-compressed)."""
+
+    def get_result_buffers(self):
+        return {"default": self.buffer(kind="nav", dtype=np.float32),
+                "full": self.buffer(kind="nav", dtype=np.float32, use="result_only")}
+
+    def process_frame(self, frame):
+        self.results.default[:] = np.sum(frame)
+
+    def get_results(self):
+        full = np.zeros(self.meta.dataset_shape.nav, dtype=np.float32)
+        full[self.meta.roi] = self.results.default
+        return {"full": full}
+
+
+class LtFullShapeResult(_FullShapeResult, lt_udf.UDF):
+    pass
+
+
+class RtFullShapeResult(_FullShapeResult, rt.UDF):
+    pass
+
+
+def test_nav_result_in_the_whole_nav_shape_with_an_roi_as_libertem(lt_ctx, inline_ctx):
+    data = np.random.default_rng(10).random((4, 5, 6, 8)).astype(np.float32)
+    roi = np.random.default_rng(1).random((4, 5)) > 0.5
+    ref = lt_ctx.run_udf(dataset=lt_ctx.load("memory", data=data), udf=LtFullShapeResult(), roi=roi)
+    got = inline_ctx.run_udf(dataset=inline_ctx.load("memory", data=data), udf=RtFullShapeResult(), roi=roi)
+    np.testing.assert_allclose(got["full"].data, ref["full"].data, rtol=1e-6)
+    np.testing.assert_allclose(got["full"].data[roi], data[roi].sum(axis=(1, 2)), rtol=1e-5)
+    assert got["full"].valid_mask.shape == ref["full"].valid_mask.shape == (4, 5)

@@ -268,7 +268,8 @@ class ResultAccumulator:
         if decl is not None and decl.kind == "nav":
             extra = decl.extra_shape
             n_compressed = self._damage.size
-            if arr.shape[:1] == (n_compressed,) and arr.shape[1:] == tuple(extra):
+            compressed = arr.shape[:1] == (n_compressed,) and arr.shape[1:] == tuple(extra)
+            if compressed:
                 data = expand_nav(arr, nav_shape, self._roi, extra)
             else:
                 data = arr.reshape(tuple(nav_shape) + tuple(extra))
@@ -278,6 +279,12 @@ class ResultAccumulator:
             else:
                 valid = np.asarray(mask)
                 check_mask_shape(valid, data.shape, arr.shape)
+            if not compressed:  # get_results gave the whole nav shape: raw_data is that, too
+                try:
+                    full_valid = np.broadcast_to(valid, data.shape).copy()
+                except ValueError:  # a mask of raw_data's (flat) shape
+                    full_valid = np.broadcast_to(valid, arr.shape).reshape(data.shape).copy()
+                return ResultBuffer("nav", arr, data, full_valid, extra_shape=tuple(extra))
             raw_valid = self._raw_nav_mask(valid, data.shape, arr.shape)
             if valid.shape != data.shape:  # a mask of the ROI-compressed result: over the data set's nav, too
                 valid = expand_nav(np.broadcast_to(raw_valid, arr.shape), nav_shape, self._roi, extra)
