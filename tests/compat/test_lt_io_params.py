@@ -152,3 +152,24 @@ def test_crop_detector_to_is_libertems_old_sig_shape(lt_ctx, inline_ctx, files):
         lt_ctx.load("raw", path=files[0], **cropping)
     with pytest.raises(ConfigValidationError, match="do not crop"), pytest.warns(FutureWarning):
         inline_ctx.load("raw", path=files[0], **cropping)
+
+
+@pytest.mark.parametrize("sync_offset", [-2, 0, 2])
+def test_raw_positional_dtype_and_export_to_npy_as_libertem(lt_ctx, inline_ctx, files, tmp_path, sync_offset):
+    # LiberTEM's positional order: ctx.load("raw", path, dtype, ...)
+    kw = {"nav_shape": (8, 8), "sig_shape": (8, 8), "sync_offset": sync_offset}
+    ref_ds = lt_ctx.load("raw", files[0], np.float32, **kw)
+    got_ds = inline_ctx.load("raw", files[0], np.float32, **kw)
+    assert got_ds.dtype == ref_ds.dtype
+    lt_ctx.export_dataset(ref_ds, path=tmp_path / "lt.npy")
+    inline_ctx.export_dataset(got_ds, path=tmp_path / "rt.npy")
+    np.testing.assert_array_equal(np.load(tmp_path / "rt.npy"), np.load(tmp_path / "lt.npy"))
+
+
+@pytest.mark.parametrize("index", [np.s_[0], np.s_[5, 5], np.s_[0:5], np.s_[0:5, 2:7]])
+def test_dataset_roi_helper_as_libertem(lt_ctx, inline_ctx, files, index):
+    kw = {"nav_shape": (8, 8), "sig_shape": (8, 8), "dtype": "float32"}
+    ref = lt_ctx.load("raw", path=files[0], **kw).roi[index]
+    got = inline_ctx.load("raw", path=files[0], **kw).roi[index]
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    np.testing.assert_array_equal(got, ref)

@@ -149,6 +149,18 @@ def choose_num_partitions(
     return max(1, min(shape.nav.size, max(math.ceil(total / target_bytes), num_workers)))
 
 
+class RoiHelper:
+    """``ds.roi[index]``: a bool array of the data set's nav shape, True at ``index``."""
+
+    def __init__(self, ds: "DataSet"):
+        self._ds = ds
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        roi = np.zeros(self._ds.shape.nav.to_tuple(), dtype=bool)
+        roi[index] = True
+        return roi
+
+
 def validate_roi(roi: Any, shape: Shape) -> np.ndarray | None:
     """Check an ROI against the nav shape; return it as a flat bool array (or None).
 
@@ -600,6 +612,12 @@ class DataSet(metaclass=DataSetType):
 
     def get_slices(self) -> list[Slice]:
         return partition_slices(self.shape.flatten_nav(), self.num_partitions)
+
+    @property
+    def roi(self) -> "RoiHelper":
+        """ROIs by indexing (LiberTEM's ``ds.roi``): ``ds.roi[0:5, 2:7]`` is a nav-shaped bool array, True
+        where the index selects."""
+        return RoiHelper(self)
 
     def get_base_shape(self, roi: np.ndarray | None) -> tuple[int, ...]:
         """The shape tiles of this data set are multiples of (``(depth, *sig)``), as LiberTEM's

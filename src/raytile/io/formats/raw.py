@@ -81,12 +81,13 @@ class RawFileDataSet(FileDataSet):
         **REMOTE_PARAMS,
     }
 
-    def __init__(self, path: str | list[str], nav_shape: tuple[int, ...] | None = None,
-                 sig_shape: tuple[int, ...] | None = None, dtype: np.dtype | None = None, sync_offset: int = 0,
-                 file_header_bytes: int = 0, frame_header_bytes: int = 0, frame_footer_bytes: int = 0,
+    def __init__(self, path: str | list[str], dtype: np.dtype | None = None,
                  scan_size: tuple[int, ...] | None = None, detector_size: tuple[int, ...] | None = None,
                  enable_direct: bool = False, detector_size_raw: tuple[int, ...] | None = None,
-                 crop_detector_to: tuple[int, ...] | None = None, **kwargs):
+                 crop_detector_to: tuple[int, ...] | None = None, *, nav_shape: tuple[int, ...] | None = None,
+                 sig_shape: tuple[int, ...] | None = None, sync_offset: int = 0,
+                 file_header_bytes: int = 0, frame_header_bytes: int = 0, frame_footer_bytes: int = 0, **kwargs):
+        # (the positional order is LiberTEM's: ``ctx.load("raw", path, np.float32, nav_shape=...)``)
         owner = self.format_name
         if crop_detector_to is not None:  # LiberTEM's oldest names for sig_shape, with its FutureWarning
             warnings.warn("crop_detector_to and detector_size_raw are deprecated; please specify sig_shape "
