@@ -43,6 +43,8 @@ def test_stddev_of_complex_data_as_libertem(lt_ctx, ctx, with_roi):
     frames = data.reshape(-1, 3, 7) if roi is None else data[roi]
     np.testing.assert_allclose(got["var"], frames.astype(np.complex128).var(axis=0), rtol=1e-6)
     assert abs(got["sum"].imag).max() > 0
+    # outside a run (declarations listed without data) the sum is declared float64, as before
+    assert rt.StdDevUDF().get_result_buffers()["sum"].dtype == np.float64
 
 
 @pytest.mark.parametrize("backend", ["sparse.COO", "scipy.sparse.csr_matrix"])

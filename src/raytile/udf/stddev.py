@@ -86,7 +86,7 @@ class StdDevUDF(UDF):
 
     def _sum_dtype(self) -> np.dtype:
         """float64, complex128 for complex input (whose imaginary part the sum keeps)."""
-        meta = getattr(self, "meta", None)
+        meta = self._meta  # None outside a run (declarations listed without data): float64
         complex_in = meta is not None and np.issubdtype(meta.input_dtype, np.complexfloating)
         return np.dtype(np.complex128 if complex_in else np.float64)
 
