@@ -65,3 +65,50 @@ def test_detect_warns_about_a_broken_cupy_as_libertem(monkeypatch):
     with pytest.warns(RuntimeWarning, match="Mocked import error cupy"):
         got = detect()
     assert got["has_cupy"] is lt_devices.detect()["has_cupy"] is False
+
+
+class _Undeclared:
+    def get_result_buffers(self):
+        return {"buf": self.buffer(kind="nav", dtype=np.float32)}
+
+    def process_frame(self, frame):
+        self.results.buf[:] = frame.sum()
+
+    def get_results(self):
+        return {"buf": self.results.buf, "blah": np.zeros((3, 3))}
+
+
+class _ResultOnlyWithoutGetResults:
+    def get_result_buffers(self):
+        return {"default": self.buffer(kind="nav", dtype=np.float32),
+                "result_only": self.buffer(kind="nav", dtype=np.float32, use="result_only")}
+
+    def process_frame(self, frame):
+        self.results.default[:] = frame.sum()
+
+
+def _both(cls):
+    import libertem.udf.base as lt_udf
+
+    return type("Lt" + cls.__name__, (cls, lt_udf.UDF), {}), type("Rt" + cls.__name__, (cls, rt.UDF), {})
+
+
+def test_misdeclared_results_raise_libertems_type_and_words(ctx):
+    from libertem.common.exceptions import UDFException as LtUDFException
+
+    data = np.random.default_rng(6).random((3, 4, 5, 5)).astype(np.float32)
+    lt_ctx = lt_api.Context.make_with("inline")
+    lt_cls, rt_cls = _both(_Undeclared)
+    with pytest.raises(KeyError):
+        lt_ctx.run_udf(dataset=lt_ctx.load("memory", data=data), udf=lt_cls())
+    with pytest.raises(KeyError, match="blah") as e:
+        ctx.run_udf(dataset=ctx.load("memory", data=data), udf=rt_cls())
+    assert isinstance(e.value, rt.UDFException)
+    lt_cls, rt_cls = _both(_ResultOnlyWithoutGetResults)
+    words = "don't know how to set use='result_only' buffer 'result_only'; please implement `get_results`"
+    with pytest.raises(LtUDFException) as ref:
+        lt_ctx.run_udf(dataset=lt_ctx.load("memory", data=data), udf=lt_cls())
+    assert ref.match(words)
+    with pytest.raises(rt.UDFException) as got:
+        ctx.run_udf(dataset=ctx.load("memory", data=data), udf=rt_cls())
+    assert got.match(words)

@@ -8,7 +8,7 @@ import numpy as np
 
 from raytile.common.buffer_wrappers import check_mask_shape
 from raytile.common.buffers import get_bbox_slice
-from raytile.common.errors import UDFException
+from raytile.common.errors import UDFException, udf_exception_class
 from raytile.common.shape import Shape
 from raytile.runtime.param_versions import ParamVersion
 from raytile.runtime.params import PartitionResult
@@ -237,8 +237,9 @@ class ResultAccumulator:
                 raise UDFException(f"{type(udf).__name__}.get_results returned use='private' buffers {private}; "
                                    "private buffers are merged for get_results but are not results")
             undeclared = sorted(str(n) for n in results if n not in declared)
-            if undeclared:
-                raise UDFException(f"{type(udf).__name__}.get_results returned {undeclared}, which "
+            if undeclared:  # also a KeyError, LiberTEM's type for it
+                raise udf_exception_class(KeyError)(
+                                   f"{type(udf).__name__}.get_results returned {undeclared}, which "
                                    f"get_result_buffers does not declare (it declares {sorted(declared)}); "
                                    "declare them, with use='result_only' if get_results computes them")
             results = dict(results)
