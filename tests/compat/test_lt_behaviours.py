@@ -69,10 +69,7 @@ class RtPreparedMergeUDF(_PreparedMerge, rt.UDF):
     pass
 
 
-def test_merge_gets_what_preprocess_set_up_and_a_valid_nav_mask(lt_ctx, ctx, request):
-    if request.node.callspec.params["ctx"] == "ray":
-        pytest.xfail("open (#36): a worker's merge of its partitions starts from zeroed buffers, not from what "
-                     "preprocess set up; running preprocess there double-counts what it writes (see the stop note)")
+def test_merge_gets_what_preprocess_set_up_and_a_valid_nav_mask(lt_ctx, ctx):
     data = np.random.default_rng(3).random((8, 6, 5, 5)).astype(np.float32)
     roi = np.ones((8, 6), dtype=bool)
     roi[2, 1:4] = False

@@ -24,6 +24,8 @@ from raytile.analysis.masks import BaseMasksAnalysis
 from raytile.analysis.results import AnalysisResult, AnalysisResultSet, COMResultSet
 from raytile.udf.com import apply_correction, center_shifts, com_masks_factory, com_masks_generic, curl_2d
 from raytile.udf.com import divergence, magnitude
+# at LiberTEM's path too (``libertem.analysis.com`` re-exports them from the UDF module)
+from raytile.udf.com import GuessResult, coordinate_check, guess_corrections  # noqa: F401
 
 __all__ = ["COMAnalysis"]
 

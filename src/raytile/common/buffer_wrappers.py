@@ -112,6 +112,18 @@ class BufferWrapper:
             return tuple(sig_shape) + self.extra_shape
         return self.extra_shape or (1,)
 
+    def make_default_mask(self, valid_nav_mask: np.ndarray, dataset_shape: Any,
+                          roi: np.ndarray | None = None) -> np.ndarray:
+        """The valid mask a result of this buffer has by default (LiberTEM's ``make_default_mask``): for
+        ``nav``, ``valid_nav_mask`` (the merged positions, flat and ROI-compressed) over the extra shape;
+        for ``sig`` and ``single``, all True. Shaped as the buffer is allocated."""
+        frames = int(np.count_nonzero(roi)) if roi is not None else int(dataset_shape.nav.size)
+        shape = self.shape_for(frames, tuple(dataset_shape.sig))
+        if self.kind != "nav":
+            return np.ones(shape, dtype=bool)
+        nav = np.asarray(valid_nav_mask, dtype=bool).reshape(-1)
+        return np.broadcast_to(nav.reshape(nav.shape + (1,) * len(self.extra_shape)), shape).copy()
+
     def allocate(self, num_frames: int, sig_shape: tuple[int, ...], xp=np) -> None:
         self.data = xp.zeros(self.shape_for(num_frames, sig_shape), dtype=self.dtype)
 

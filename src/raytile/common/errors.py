@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "RaytileError", "DataSetException", "UDFException", "udf_exception_class", "UnsafeCastError", "UDFRunCancelled", "BackendError",
-    "ExecutorError", "CoordinatorDied", "ConfigValidationError", "RepairValueError", "StageFailed", "PipelineStateError", "StageActorDied",
+    "ExecutorError", "CoordinatorDied", "ConfigValidationError", "MissingParameterError", "RepairValueError", "CorrectError", "StageFailed", "PipelineStateError", "StageActorDied",
     "DataSetWarning", "DataSetShapeError", "InvalidMaskError",
     "AcquisitionError",
     "RunEnded",
@@ -127,6 +127,16 @@ class ExecutorError(RaytileError):
 
 class ConfigValidationError(RaytileError):
     """A configuration (data set parameters, pipeline config) does not validate."""
+
+
+class MissingParameterError(ConfigValidationError, TypeError):
+    """A required data set parameter is not given. Also a ``TypeError``, what LiberTEM's data set
+    constructors raise then (Python's "missing 1 required argument")."""
+
+
+class CorrectError(RaytileError):
+    """``detector.correct`` cannot work on the buffer given: it is not C-contiguous (LiberTEM's
+    ``libertem.io.corrections.detector.CorrectError``)."""
 
 
 class RepairValueError(ConfigValidationError, ValueError):

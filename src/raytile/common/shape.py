@@ -139,7 +139,7 @@ class Shape:
         return hash((self._dims, self._sig_dims))
 
     def __repr__(self) -> str:
-        return f"Shape({self._dims}, sig_dims={self._sig_dims})"
+        return repr(tuple(self._dims))  # LiberTEM's repr: the dims as a tuple
 
     def __reduce__(self):
         return (Shape, (self._dims, self._sig_dims))

@@ -72,7 +72,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DataSet", "DataSetType", "DataSetMeta", "Partition", "FrameDelivery", "WorkerAccess", "dataset_from_json",
     "validate_roi", "partition_slices", "choose_num_partitions", "iter_array_tiles", "DEFAULT_PARTITION_BYTES",
-    "NUMPY_BACKENDS", "check_array_backend",
+    "NUMPY_BACKENDS", "check_array_backend", "get_dataset_cls",
 ]
 
 #: Partition size aimed for by default, in bytes of raw data.
@@ -115,6 +115,13 @@ class DataSetMeta:
     raw_dtype: np.dtype
     sync_offset: int = 0
     extra: dict = field(default_factory=dict)
+    #: Frames the data holds (LiberTEM's ``image_count``; a file may hold more or fewer than the nav
+    #: shape has positions). None: as many as nav positions.
+    image_count: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.image_count is None:
+            object.__setattr__(self, "image_count", self.shape.nav.size)
 
     @property
     def num_frames(self) -> int:
@@ -140,6 +147,18 @@ def choose_num_partitions(
     """Enough partitions to keep each near ``target_bytes``, and at least one per worker."""
     total = shape.size * np.dtype(dtype).itemsize
     return max(1, min(shape.nav.size, max(math.ceil(total / target_bytes), num_workers)))
+
+
+class RoiHelper:
+    """``ds.roi[index]``: a bool array of the data set's nav shape, True at ``index``."""
+
+    def __init__(self, ds: "DataSet"):
+        self._ds = ds
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        roi = np.zeros(self._ds.shape.nav.to_tuple(), dtype=bool)
+        roi[index] = True
+        return roi
 
 
 def validate_roi(roi: Any, shape: Shape) -> np.ndarray | None:
@@ -365,6 +384,9 @@ def iter_array_tiles(
             src = source[(nav_sl,) + sig_slice.get()]
             if straight:
                 data = src
+            elif not isinstance(src, np.ndarray) and hasattr(src, "astype"):
+                # a sparse (or device) source keeps its format: no dense buffer to copy it into
+                data = src if np.dtype(src.dtype) == dest_dtype else src.astype(dest_dtype)
             else:
                 shape = (count,) + sig_slice.shape.to_tuple()
                 buf = buffers.get(shape)
@@ -591,6 +613,12 @@ class DataSet(metaclass=DataSetType):
     def get_slices(self) -> list[Slice]:
         return partition_slices(self.shape.flatten_nav(), self.num_partitions)
 
+    @property
+    def roi(self) -> "RoiHelper":
+        """ROIs by indexing (LiberTEM's ``ds.roi``): ``ds.roi[0:5, 2:7]`` is a nav-shaped bool array, True
+        where the index selects."""
+        return RoiHelper(self)
+
     def get_base_shape(self, roi: np.ndarray | None) -> tuple[int, ...]:
         """The shape tiles of this data set are multiples of (``(depth, *sig)``), as LiberTEM's
         ``DataSet.get_base_shape``: its first partition's."""
@@ -617,6 +645,16 @@ class DataSet(metaclass=DataSetType):
         if self._meta is None:
             return f"<{type(self).__name__} (not initialized)>"
         return f"<{type(self).__name__} shape={self.shape.to_tuple()} dtype={self.dtype}>"
+
+
+def get_dataset_cls(filetype: "str | type[DataSet]") -> type[DataSet]:
+    """The data set class of a format name (LiberTEM's ``libertem.io.dataset.get_dataset_cls``); a class
+    is returned as it is. DataSetException for an unknown name."""
+    if not isinstance(filetype, str):
+        return filetype
+    from raytile.io.formats import get_format  # the registry imports the formats, which import this module
+
+    return get_format(filetype)
 
 
 # the base's own detect_params takes LiberTEM's executor argument too (__init_subclass__ wraps subclasses')

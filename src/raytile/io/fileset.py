@@ -95,9 +95,13 @@ def check_sync_offset(path: str, sync_offset: int, nav_frames: int, file_frames:
     file to hold every nav position's frame.)
     """
     if sync_offset and max(sync_offset, 0) >= min(sync_offset + nav_frames, file_frames):
+        # LiberTEM's words where its rule, |sync_offset| < frames in the file, says the same
+        lt_rule = (f" (sync_offset should be in ({-file_frames}, {file_frames}), which is (-image_count, image_count))"
+                   if abs(sync_offset) >= file_frames else "")
         raise DataSetException(
             f"{path}: sync_offset {sync_offset} reads no frame of the file: nav positions 0..{nav_frames - 1} "
             f"map to file frames {sync_offset}..{sync_offset + nav_frames - 1}, the file holds {file_frames} frames"
+            f"{lt_rule}"
         )
 
 

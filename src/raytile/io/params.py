@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from raytile.common.errors import ConfigValidationError
+from raytile.common.errors import ConfigValidationError, MissingParameterError
 from raytile.common.shape import Shape
 from raytile.io.corrections import CorrectionSet
 
@@ -280,8 +280,10 @@ def validate_params(owner: str, schema: dict[str, ParamSpec], params: dict[str, 
         value = params.get(name)
         if value is None:
             if spec.get("required") is True and not _given_by_old_name(schema, params, name):
-                got = ", got None" if name in params else ""
-                raise ConfigValidationError(f"{owner}: parameter {name!r} is required{got}")
+                if name in params:
+                    raise ConfigValidationError(f"{owner}: parameter {name!r} is required, got None")
+                raise MissingParameterError(f"{owner}: parameter {name!r} is required "
+                                            f"(missing 1 required argument: {name!r})")
             continue
         check = CHECKS.get(spec["type"])
         if check is None:

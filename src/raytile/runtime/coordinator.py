@@ -348,8 +348,12 @@ class Coordinator:
 
     def _merge(self, handle: TaskHandle, result: PartitionResult) -> None:
         assert self._acc is not None
-        where = handle.describe() if result.covers == [] else (
-            f"partitions {result.covers} (merged on worker {result.worker})")
+        if result.covers == []:
+            where = handle.describe()
+        elif len(result.covers) == 1:  # a worker's segment of one partition: name the partition
+            where = f"{self._state.describe_partition(result.covers[0])}, held on worker {result.worker}"
+        else:
+            where = f"partitions {result.covers} (merged on worker {result.worker})"
         with tracing.child_span("raytile.merge", {"raytile.partition": result.idx}):
             self._acc.merge(result, where)
         self._frames_merged += self._state.frames_of(result.partitions)

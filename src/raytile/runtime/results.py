@@ -7,7 +7,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from raytile.common.buffer_wrappers import check_mask_shape
-from raytile.common.errors import UDFException
+from raytile.common.buffers import get_bbox_slice
+from raytile.common.errors import UDFException, udf_exception_class
 from raytile.common.shape import Shape
 from raytile.runtime.param_versions import ParamVersion
 from raytile.runtime.params import PartitionResult
@@ -27,15 +28,17 @@ class ResultBuffer:
     ``.valid_mask`` has the shape of ``.data`` and is False for both.
     ``.raw_data`` is the ROI-compressed array the UDF sees; ``.extra_shape``
     the declared extra shape (LiberTEM's ``BufferWrapper.extra_shape``).
+    ``._valid_mask`` is the valid mask of ``.raw_data`` (LiberTEM's name).
     """
 
     def __init__(self, kind: str, raw_data: np.ndarray, data: np.ndarray, valid_mask: Any,
-                 extra_shape: tuple[int, ...] = ()):
+                 extra_shape: tuple[int, ...] = (), raw_valid_mask: Any = None):
         self.kind = kind
         self.extra_shape = tuple(extra_shape)
         self.raw_data = raw_data
         self.data = data
         self.valid_mask = valid_mask
+        self._valid_mask = valid_mask if raw_valid_mask is None else raw_valid_mask
 
     @property
     def dtype(self) -> np.dtype:
@@ -47,6 +50,21 @@ class ResultBuffer:
         invalid = ~np.asarray(self.valid_mask, dtype=bool)
         invalid = invalid.reshape(invalid.shape + (1,) * (self.data.ndim - invalid.ndim))
         return np.ma.MaskedArray(self.data, mask=np.broadcast_to(invalid, self.data.shape))
+
+    @property
+    def raw_masked_data(self) -> np.ma.MaskedArray:
+        """``raw_data`` as a masked array, invalid entries masked (LiberTEM's ``raw_masked_data``)."""
+        invalid = ~np.asarray(self._valid_mask, dtype=bool)
+        invalid = invalid.reshape(invalid.shape + (1,) * (self.raw_data.ndim - invalid.ndim))
+        return np.ma.MaskedArray(self.raw_data, mask=np.broadcast_to(invalid, self.raw_data.shape))
+
+    @property
+    def valid_slice_bounding(self) -> tuple[slice, ...]:
+        """One slice per axis of ``data`` that bounds its valid entries (it may hold invalid ones too;
+        empty slices when none is valid), LiberTEM's ``valid_slice_bounding``."""
+        valid = np.asarray(self.valid_mask, dtype=bool)
+        valid = np.broadcast_to(valid.reshape(valid.shape + (1,) * (self.data.ndim - valid.ndim)), self.data.shape)
+        return get_bbox_slice(valid)
 
     def __array__(self, dtype=None, copy=None):
         return np.asarray(self.data, dtype=dtype)
@@ -219,8 +237,9 @@ class ResultAccumulator:
                 raise UDFException(f"{type(udf).__name__}.get_results returned use='private' buffers {private}; "
                                    "private buffers are merged for get_results but are not results")
             undeclared = sorted(str(n) for n in results if n not in declared)
-            if undeclared:
-                raise UDFException(f"{type(udf).__name__}.get_results returned {undeclared}, which "
+            if undeclared:  # also a KeyError, LiberTEM's type for it
+                raise udf_exception_class(KeyError)(
+                                   f"{type(udf).__name__}.get_results returned {undeclared}, which "
                                    f"get_result_buffers does not declare (it declares {sorted(declared)}); "
                                    "declare them, with use='result_only' if get_results computes them")
             results = dict(results)
@@ -233,6 +252,14 @@ class ResultAccumulator:
             })
         return UDFResults(out, Damage(damage_full, self._damage.copy()), self.versions, self.done, self._total, finished)
 
+    def _raw_nav_mask(self, valid: np.ndarray, full: tuple, raw: tuple) -> np.ndarray:
+        """A nav result's valid mask over its ROI-compressed ``raw_data`` (of shape ``raw``)."""
+        try:
+            flat = np.broadcast_to(valid, full).reshape((-1,) + raw[1:])
+        except ValueError:  # a mask of the compressed shape (it fits only that)
+            return np.broadcast_to(valid, raw)
+        return flat if self._roi is None else flat[np.asarray(self._roi).reshape(-1)]
+
     def _wrap(self, name: str, value: Any, decl: BufferWrapper | None, damage_full: np.ndarray,
               nav_shape: tuple) -> ResultBuffer:
         mask = None
@@ -242,7 +269,8 @@ class ResultAccumulator:
         if decl is not None and decl.kind == "nav":
             extra = decl.extra_shape
             n_compressed = self._damage.size
-            if arr.shape[:1] == (n_compressed,) and arr.shape[1:] == tuple(extra):
+            compressed = arr.shape[:1] == (n_compressed,) and arr.shape[1:] == tuple(extra)
+            if compressed:
                 data = expand_nav(arr, nav_shape, self._roi, extra)
             else:
                 data = arr.reshape(tuple(nav_shape) + tuple(extra))
@@ -252,7 +280,16 @@ class ResultAccumulator:
             else:
                 valid = np.asarray(mask)
                 check_mask_shape(valid, data.shape, arr.shape)
-            return ResultBuffer("nav", arr, data, valid, extra_shape=tuple(extra))
+            if not compressed:  # get_results gave the whole nav shape: raw_data is that, too
+                try:
+                    full_valid = np.broadcast_to(valid, data.shape).copy()
+                except ValueError:  # a mask of raw_data's (flat) shape
+                    full_valid = np.broadcast_to(valid, arr.shape).reshape(data.shape).copy()
+                return ResultBuffer("nav", arr, data, full_valid, extra_shape=tuple(extra))
+            raw_valid = self._raw_nav_mask(valid, data.shape, arr.shape)
+            if valid.shape != data.shape:  # a mask of the ROI-compressed result: over the data set's nav, too
+                valid = expand_nav(np.broadcast_to(raw_valid, arr.shape), nav_shape, self._roi, extra)
+            return ResultBuffer("nav", arr, data, valid, extra_shape=tuple(extra), raw_valid_mask=raw_valid)
         kind = decl.kind if decl is not None else "single"
         # sig and single results are valid as they stand (partial merges included), as in LiberTEM
         valid = np.ones(arr.shape, dtype=bool) if mask is None else check_mask_shape(mask, arr.shape)

@@ -73,6 +73,11 @@ class RunState:
         self.needed_version.pop(idx, None)
         self.retries.pop(idx, None)
 
+    def describe_partition(self, idx: int) -> str:
+        """Partition ``idx`` in words (its frames, where the state still knows its task)."""
+        task = self._by_idx.get(idx)
+        return task.describe() if task is not None else f"partition {idx}"
+
     @property
     def needs_flush(self) -> bool:
         """Everything ran, but workers still hold merged results: ask them for those."""

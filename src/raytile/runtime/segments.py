@@ -11,9 +11,13 @@ It merges into *segments*. With nav buffers (a result per frame) a segment
 is a run of partitions contiguous in the (ROI-compressed) nav space, exactly
 what one larger partition covering its nav range would have produced: its
 nav buffers cover that range,
-its sig and single buffers are the merge of its partitions into freshly
-allocated (zeroed) buffers, the same as the coordinator would do. So the
-coordinator merges a segment like a partition, any UDF's merge stays exact,
+its sig and single buffers start as its first partition's (what
+``preprocess`` set up on the worker and the partition added) and the UDF's
+``merge`` adds each further partition to them; the coordinator then merges
+the segment into its own buffers (set up by ``preprocess`` on the main node)
+as it merges a partition: main + (p1 + p2 + ...) instead of
+((main + p1) + p2) + ..., equal for any merge that is associative, as
+LiberTEM's own merges are. So any UDF's merge stays exact,
 and ``damage`` and per-partition parameter versions stay exact (a segment
 lists the partitions it covers, all of one parameters version). The
 coordinator dispatches each worker a contiguous block of partitions (see
@@ -109,12 +113,10 @@ class SegmentMerger:
         """
         count = result.num_frames
         seg = next((s for s in self._segments if s.nav_stop == nav_start or not self._has_nav), None)
-        fresh = self._fresh(count)
         if seg is None:
-            seg = Segment(result.version, nav_start, nav_start,
-                          buffers=[{n: a for n, a in f.items() if not self._is_nav(i, n)} for i, f in enumerate(fresh)],
-                          nav_chunks=[{n: [] for n in f if self._is_nav(i, n)} for i, f in enumerate(fresh)])
-            self._segments.append(seg)
+            self._segments.append(self._seeded(result, nav_start))
+            return
+        fresh = self._fresh(count)
         merged_so_far = list(seg.ranges)
         for i, (udf, part) in enumerate(zip(self._udfs, result.buffers)):
             # as on the main node: the positions merged into ``dest`` so far (made only if merge asks)
@@ -126,6 +128,23 @@ class SegmentMerger:
             with calling_udf(udf, "merge", f"while merging {where or 'a partition'}"):
                 udf.merge(MergeAttrMapping(view), MergeAttrMapping(part))
         self._note_merged(seg, result, nav_start, count)
+
+    def _seeded(self, result: PartitionResult, nav_start: int) -> Segment:
+        """A new segment holding (a copy of) ``result``'s buffers as they are, without a merge.
+
+        The partition's buffers are what ``preprocess`` set up on the worker and
+        the partition's processing added, as the coordinator expects of any
+        partition result; merging them into zeroed buffers instead would lose
+        what ``preprocess`` put there (a list in an object buffer) that the
+        UDF's ``merge`` builds on (LiberTEM's ``merge`` always finds it in
+        ``dest``). A copy: the segment outlives the partition's buffers.
+        """
+        seg = Segment(result.version, nav_start, nav_start)
+        for i, part in enumerate(result.buffers):
+            seg.buffers.append({n: np.array(a, copy=True) for n, a in part.items() if not self._is_nav(i, n)})
+            seg.nav_chunks.append({n: [np.array(a, copy=True)] for n, a in part.items() if self._is_nav(i, n)})
+        self._note_merged(seg, result, nav_start, result.num_frames)
+        return seg
 
     @staticmethod
     def _note_merged(seg: Segment, result: PartitionResult, nav_start: int, count: int) -> None:

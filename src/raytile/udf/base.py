@@ -470,8 +470,9 @@ class UDF:
             if buf.use == "private":
                 continue
             if buf.use == "result_only":
-                raise UDFException(
-                    f"{type(self).__name__}: buffer {name!r} is result_only; compute it in get_results"
+                raise UDFException(  # with LiberTEM's words
+                    f"{type(self).__name__}: buffer {name!r} is result_only; compute it in get_results "
+                    f"(don't know how to set use='result_only' buffer {name!r}; please implement `get_results`)"
                 )
             out[name] = buf.data
         return out

@@ -498,10 +498,13 @@ class CoMUDF(UDF):
                 inp = self._regression_input(coords)
                 result[:] = np.linalg.lstsq(inp[usable], field[usable], rcond=None)[0]
                 return result
-            raise UDFException(f"CoMUDF: unrecognized regression option {reg!r}; use -1, 0, 1 or a (3, 2) array")
+            # also a ValueError, LiberTEM's type for it
+            raise udf_exception_class(ValueError)(
+                f"CoMUDF: unrecognized regression option {reg!r}; use -1, 0, 1 or a (3, 2) array")
         arr = np.asarray(reg, dtype=np.float64)
         if arr.shape != (3, 2):
-            raise UDFException(f"CoMUDF: regression {reg!r} is not an option (-1, 0, 1) and not shaped (3, 2)")
+            raise udf_exception_class(ValueError)(
+                f"CoMUDF: regression {reg!r} is not an option (-1, 0, 1) and not shaped (3, 2)")
         result[:] = arr
         return result
 

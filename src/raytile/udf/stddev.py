@@ -10,7 +10,14 @@ from raytile.udf._tiles import TILE_BACKENDS, dense, flat2d, is_pydata_sparse, i
 from raytile.udf.base import UDF
 from raytile.udf.integer_tiles import is_real_tile, pixel_moments_into
 
-__all__ = ["StdDevUDF", "merge_moments", "run_stddev", "consolidate_result"]
+__all__ = ["StdDevUDF", "merge_moments", "run_stddev", "consolidate_result", "process_tile", "merge"]
+
+
+def _abs2(x, xp=np):
+    """``|x|**2``, real also for complex ``x`` (the variance of complex data is real, as in LiberTEM)."""
+    if xp.iscomplexobj(x):
+        return x.real * x.real + x.imag * x.imag
+    return x * x
 
 
 def merge_moments(n_a, sum_a, m2_a, n_b, sum_b, m2_b, xp=np):
@@ -27,7 +34,7 @@ def merge_moments(n_a, sum_a, m2_a, n_b, sum_b, m2_b, xp=np):
     safe_b = xp.where(n_b > 0, n_b, 1.0)
     safe_n = xp.where(n > 0, n, 1.0)
     delta = sum_b / safe_b - sum_a / safe_a
-    m2 = m2_a + m2_b + delta * delta * (n_a * n_b / safe_n)
+    m2 = m2_a + m2_b + _abs2(delta, xp) * (n_a * n_b / safe_n)
     return n, sum_a + sum_b, m2
 
 
@@ -44,7 +51,8 @@ class StdDevUDF(UDF):
 
     Results: ``var``, ``std``, ``mean``, ``sum`` (sig, float64) and
     ``num_frames`` (single). ``var`` is the population variance (``ddof=0``,
-    like ``np.var``).
+    like ``np.var``). Complex data gives a complex ``sum`` and ``mean`` and a
+    real ``var`` (mean of ``|x - mean|**2``), as LiberTEM's StdDevUDF.
 
     Example::
 
@@ -66,37 +74,48 @@ class StdDevUDF(UDF):
         return {
             # while running, ``var`` holds the sum of squared deviations (M2)
             "var": self.buffer(kind="sig", dtype="float64", where="device"),
-            "sum": self.buffer(kind="sig", dtype="float64", where="device"),
+            "sum": self.buffer(kind="sig", dtype=self._sum_dtype(), where="device"),
             "num_frames": self.buffer(kind="single", dtype="int64"),
             # frames seen per pixel within this partition (robust to any tile order)
             "count": self.buffer(kind="sig", dtype="int64", where="device", use="private"),
             "std": self.buffer(kind="sig", dtype="float64", use="result_only"),
-            "mean": self.buffer(kind="sig", dtype="float64", use="result_only"),
+            "mean": self.buffer(kind="sig", dtype=self._sum_dtype(), use="result_only"),
             # LiberTEM's name for the sum of squared deviations (what consolidate_result reads)
             "varsum": self.buffer(kind="sig", dtype="float64", use="result_only"),
         }
 
+    def _sum_dtype(self) -> np.dtype:
+        """float64, complex128 for complex input (whose imaginary part the sum keeps)."""
+        meta = self._meta  # None outside a run (declarations listed without data): float64
+        complex_in = meta is not None and np.issubdtype(meta.input_dtype, np.complexfloating)
+        return np.dtype(np.complex128 if complex_in else np.float64)
+
     def _tile_moments(self, tile) -> tuple[Any, Any, int]:
         """(sum, M2) of a tile per pixel (flat), and its number of frames."""
         n = int(tile.shape[0])
+        calc = np.complex128 if np.issubdtype(tile.dtype, np.complexfloating) else np.float64
         if is_scipy_like(tile) or is_pydata_sparse(tile):
             pixels = int(np.prod(self.results.sum.shape))
             if is_scipy_like(tile):
                 tile = tile.tocoo()
                 tile.sum_duplicates()
             _, cols, vals = sparse_entries(tile)
-            vals = vals.astype(np.float64)
-            s = np.bincount(cols, weights=vals, minlength=pixels)
+            vals = vals.astype(calc)
+            if calc is np.complex128:  # bincount takes real weights only
+                s = (np.bincount(cols, weights=vals.real, minlength=pixels)
+                     + 1j * np.bincount(cols, weights=vals.imag, minlength=pixels))
+            else:
+                s = np.bincount(cols, weights=vals, minlength=pixels)
             mean = s / n
             nnz = np.bincount(cols, minlength=pixels)
             # (numpy's stubs type bincount as integer even with float weights)
-            m2: np.ndarray = np.bincount(cols, weights=(vals - mean[cols]) ** 2, minlength=pixels)
-            m2 += (n - nnz) * mean * mean
+            m2: np.ndarray = np.bincount(cols, weights=_abs2(vals - mean[cols]), minlength=pixels)
+            m2 += (n - nnz) * _abs2(mean)
             return s, m2, n
-        x = flat2d(tile).astype(np.float64)
+        x = flat2d(tile).astype(calc)
         s = x.sum(axis=0)
         dev = x - s / n
-        m2 = (dev * dev).sum(axis=0)
+        m2 = _abs2(dev).sum(axis=0)
         return s, m2, n
 
     def process_tile(self, tile) -> None:
@@ -151,6 +170,36 @@ class StdDevUDF(UDF):
             "varsum": m2.copy(),
             "num_frames": np.asarray(self.results.num_frames).copy(),
         }
+
+
+def process_tile(tile: np.ndarray, n_0: int, sum_inout: np.ndarray, varsum_inout: np.ndarray) -> int:
+    """Add a ``(frames, pixels)`` tile to running per-pixel ``sum_inout`` and ``varsum_inout`` (the sum of
+    squared deviations) of ``n_0`` frames, in place; returns the new number of frames.
+
+    LiberTEM's ``libertem.udf.stddev.process_tile`` (there a numba kernel, here numpy; ``n_0`` may be 0).
+    """
+    tile = np.asarray(tile)
+    calc = np.complex128 if np.issubdtype(tile.dtype, np.complexfloating) else np.float64
+    n_b = int(tile.shape[0])
+    s_b = tile.astype(calc).sum(axis=0)
+    m2_b = _abs2(tile.astype(calc) - s_b / max(n_b, 1)).sum(axis=0)
+    n, s, m2 = merge_moments(n_0, sum_inout, varsum_inout, n_b, s_b, m2_b)
+    sum_inout[...] = s
+    varsum_inout[...] = m2
+    return int(n_0) + n_b
+
+
+def merge(dest_n: int, dest_sum: np.ndarray, dest_varsum: np.ndarray, src_n: int, src_sum: np.ndarray,
+          src_varsum: np.ndarray, src_mean: np.ndarray | None = None) -> int:
+    """Merge ``src``'s frame count, per-pixel sum and sum of squared deviations into ``dest``'s, in place;
+    returns the joint number of frames. LiberTEM's ``libertem.udf.stddev.merge`` (``src_mean`` is
+    accepted for its signature; the mean is ``src_sum / src_n``)."""
+    if src_n == 0:
+        return int(dest_n)
+    _, s, m2 = merge_moments(dest_n, dest_sum, dest_varsum, src_n, src_sum, src_varsum)
+    dest_sum[...] = s
+    dest_varsum[...] = m2
+    return int(dest_n) + int(src_n)
 
 
 def consolidate_result(udf_result: Any) -> dict[str, Any]:

@@ -8,8 +8,8 @@ cupy imports and sees a device.
 
 from __future__ import annotations
 
-import functools
 import os
+import warnings
 from typing import TypedDict
 
 __all__ = ["DetectResult", "detect", "has_cupy"]
@@ -42,15 +42,21 @@ def _cuda_devices() -> list[int]:
         return []
 
 
-@functools.cache
 def has_cupy() -> bool:
-    """True if cupy imports and can make an array on a device."""
+    """True if cupy imports and can make an array on a device (asked anew each time, as LiberTEM: an
+    installation that fails says why in a RuntimeWarning)."""
     try:
         import cupy
-
+    except ModuleNotFoundError:  # not installed
+        return False
+    except Exception as e:  # noqa: BLE001 - a broken install: said, as LiberTEM says it, and no cupy
+        warnings.warn(repr(e), RuntimeWarning, stacklevel=2)
+        return False
+    try:
         cupy.zeros((1,))
         return True
-    except Exception:  # noqa: BLE001 - not installed, no device, a broken install
+    except Exception as e:  # noqa: BLE001 - no device, no driver
+        warnings.warn(repr(e), RuntimeWarning, stacklevel=2)
         return False
 
 

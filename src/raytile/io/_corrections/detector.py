@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from raytile.common.errors import RepairValueError
-from raytile.io.corrections import CorrectionSet, patch_pixels
+from raytile.common.errors import CorrectError, RepairValueError
+from raytile.io.corrections import CorrectionSet, patch_pixels, repair_sources
 
-__all__ = ["correct", "RepairValueError"]
+__all__ = ["correct", "correct_dot_masks", "CorrectError", "RepairValueError"]
 
 
 def correct(buffer: np.ndarray, dark_image: np.ndarray | None = None, gain_map: np.ndarray | None = None,
@@ -31,6 +31,10 @@ def correct(buffer: np.ndarray, dark_image: np.ndarray | None = None, gain_map: 
     dimension (``CorrectionSet`` reads a list as ``[(y, x), ...]``).
     """
     buffer = np.asarray(buffer)
+    if not buffer.flags.c_contiguous or np.isfortran(buffer):  # as LiberTEM, also when not in place
+        raise CorrectError(f"correct: the buffer must be C-contiguous, got one of shape {buffer.shape} that is "
+                           f"{'in Fortran order' if np.isfortran(buffer) else 'not contiguous'} "
+                           "(np.ascontiguousarray makes a C-contiguous copy)")
     if isinstance(excluded_pixels, (list, tuple)) and len(excluded_pixels):
         excluded_pixels = np.asarray(excluded_pixels)
     if sig_shape is None:
@@ -54,3 +58,53 @@ def correct(buffer: np.ndarray, dark_image: np.ndarray | None = None, gain_map: 
     if mask is not None:
         patch_pixels(frames, mask)
     return out
+
+
+def correct_dot_masks(masks: Any, gain_map: np.ndarray, excluded_pixels: Any = None,
+                      allow_empty: bool = False) -> Any:
+    """``masks`` (``(n, *sig)``) changed so that applying them to uncorrected, dark-subtracted frames
+    gives what applying ``masks`` to corrected frames gives (LiberTEM's ``correct_dot_masks``).
+
+    :func:`correct` replaces an excluded pixel by the mean of its ``c`` non-excluded neighbours and
+    multiplies by ``gain_map``; both are linear, so the masks take them instead: an excluded pixel's
+    weight goes to its neighbours (``1/c`` each) and every weight is multiplied by the gain. Sparse
+    masks (``sparse``, ``scipy.sparse``) stay sparse (a ``sparse.COO`` for pydata ones, as LiberTEM).
+    """
+    import scipy.sparse
+
+    sig_shape = tuple(np.shape(gain_map))
+    pixels = int(np.prod(sig_shape))
+    mask_shape = tuple(masks.shape)
+    gain = np.asarray(gain_map).reshape(-1)
+    pydata = type(masks).__module__.split(".")[0] == "sparse"
+    flat: Any = masks.reshape((-1, pixels))
+    if pydata:
+        flat = flat.to_scipy_sparse().tocsr()
+    elif not scipy.sparse.issparse(flat):
+        flat = np.asarray(flat)
+    if excluded_pixels is not None:
+        if isinstance(excluded_pixels, (list, tuple)) and len(excluded_pixels):
+            excluded_pixels = np.asarray(excluded_pixels)
+        excluded = CorrectionSet(excluded_pixels=excluded_pixels, allow_empty=allow_empty).excluded_mask(sig_shape)
+        if excluded is not None:
+            # repair as a pixels x pixels map: identity, an excluded pixel's row spread over its neighbours
+            keep = np.ones(pixels)
+            rows, cols, vals = [], [], []
+            for coords, nb in repair_sources(excluded):
+                e = int(np.ravel_multi_index(coords, sig_shape))
+                if len(nb) == 0:  # allow_empty: left as it is, as correct() leaves it
+                    continue
+                keep[e] = 0
+                rows += [e] * len(nb)
+                cols += list(np.ravel_multi_index(tuple(nb.T), sig_shape))
+                vals += [1.0 / len(nb)] * len(nb)
+            repair = scipy.sparse.diags(keep) + scipy.sparse.csr_matrix((vals, (rows, cols)), shape=(pixels, pixels))
+            flat = (repair.T @ flat.T).T
+    result: Any = flat.multiply(gain).tocsr() if scipy.sparse.issparse(flat) else flat * gain
+    if pydata:
+        import sparse
+
+        return sparse.COO.from_scipy_sparse(result).reshape(mask_shape)
+    if scipy.sparse.issparse(result):
+        return result if len(mask_shape) == 2 else result.toarray().reshape(mask_shape)
+    return np.asarray(result).reshape(mask_shape)

@@ -9,8 +9,9 @@ import numpy as np
 
 from raytile.common.errors import DataSetException
 from raytile.io.formats.npy import NPYDataSet, read_npy_header
+from raytile.io.message_params import NPYDatasetParams
 
-__all__ = ["NPYDataSet", "NPYInfo", "read_npy_info"]
+__all__ = ["NPYDataSet", "NPYDatasetParams", "NPYInfo", "read_npy_info"]
 
 
 class NPYInfo(NamedTuple):

@@ -175,7 +175,7 @@ class FrameFileDataSet(FileDataSet):
         self._decoder = NativeDecoder(dtype)
         self._native_dtype = dtype
         return DataSetMeta(shape=Shape(tuple(nav) + tuple(sig), sig_dims=len(sig)),
-                           raw_dtype=dtype.newbyteorder("="), sync_offset=self._sync_offset)
+                           raw_dtype=dtype.newbyteorder("="), sync_offset=self._sync_offset, image_count=n_file)
 
     @classmethod
     def _probe(cls, path: str, extensions: tuple[str, ...]) -> tuple["FrameFileDataSet", FrameLayout] | None:

@@ -388,7 +388,7 @@ class MIBDataSet(FileDataSet):
         self._native_dtype = header.dtype
         self._file_frames = file_frames
         return DataSetMeta(shape=Shape(tuple(nav) + tuple(sig), sig_dims=len(sig)), raw_dtype=header.dtype,
-                           sync_offset=self._sync_offset)
+                           sync_offset=self._sync_offset, image_count=file_frames)
 
     def get_diagnostics(self) -> list[dict[str, Any]]:
         return super().get_diagnostics() + [

@@ -108,7 +108,7 @@ class NPYDataSet(FileDataSet):
         self._fileset = FileSet([File(self._path, 0, self._file_frames, offset)], sig, dtype.itemsize * 8,
                                 store=self._store)
         return DataSetMeta(shape=Shape(nav + sig, sig_dims=len(sig)), raw_dtype=dtype.newbyteorder("="),
-                           sync_offset=self._sync_offset)
+                           sync_offset=self._sync_offset, image_count=self._file_frames)
 
     def get_cache_key(self):
         import os

@@ -64,7 +64,7 @@ class PackedRawDataSet(RawFileDataSet):
         if out.kind not in "uif" or (out.kind in "ui" and out.itemsize * 8 < bits):
             raise ConfigValidationError(f"packed_raw: parameter 'dtype' {out} cannot hold {bits}-bit pixels "
                                         f"(parameter 'bits' {bits})")
-        super().__init__(path, nav_shape, sig_shape, out, **kwargs)
+        super().__init__(path, nav_shape=nav_shape, sig_shape=sig_shape, dtype=out, **kwargs)
 
     def _bpp(self) -> int:
         return self._bits

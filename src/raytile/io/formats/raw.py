@@ -70,6 +70,8 @@ class RawFileDataSet(FileDataSet):
         "sig_shape": {"type": "shape", "required": True},
         "scan_size": {"type": "shape", "deprecated_for": "nav_shape"},
         "detector_size": {"type": "shape", "deprecated_for": "sig_shape"},
+        "crop_detector_to": {"type": "shape", "deprecated_for": "sig_shape"},
+        "detector_size_raw": {"type": "shape"},
         "enable_direct": {"type": "bool"},
         "dtype": {"type": "dtype", "required": True},
         "sync_offset": {"type": "int"},
@@ -79,12 +81,24 @@ class RawFileDataSet(FileDataSet):
         **REMOTE_PARAMS,
     }
 
-    def __init__(self, path: str | list[str], nav_shape: tuple[int, ...] | None = None,
-                 sig_shape: tuple[int, ...] | None = None, dtype: np.dtype | None = None, sync_offset: int = 0,
-                 file_header_bytes: int = 0, frame_header_bytes: int = 0, frame_footer_bytes: int = 0,
+    def __init__(self, path: str | list[str], dtype: np.dtype | None = None,
                  scan_size: tuple[int, ...] | None = None, detector_size: tuple[int, ...] | None = None,
-                 enable_direct: bool = False, **kwargs):
+                 enable_direct: bool = False, detector_size_raw: tuple[int, ...] | None = None,
+                 crop_detector_to: tuple[int, ...] | None = None, *, nav_shape: tuple[int, ...] | None = None,
+                 sig_shape: tuple[int, ...] | None = None, sync_offset: int = 0,
+                 file_header_bytes: int = 0, frame_header_bytes: int = 0, frame_footer_bytes: int = 0, **kwargs):
+        # (the positional order is LiberTEM's: ``ctx.load("raw", path, np.float32, nav_shape=...)``)
         owner = self.format_name
+        if crop_detector_to is not None:  # LiberTEM's oldest names for sig_shape, with its FutureWarning
+            warnings.warn("crop_detector_to and detector_size_raw are deprecated; please specify sig_shape "
+                          "instead", FutureWarning, stacklevel=3)
+            if detector_size is not None:
+                raise ConfigValidationError(f"{owner}: give detector_size or crop_detector_to, not both")
+            if detector_size_raw is not None and tuple(detector_size_raw) != tuple(crop_detector_to):
+                raise ConfigValidationError(
+                    f"{owner}: detector_size_raw {tuple(detector_size_raw)} differs from crop_detector_to "
+                    f"{tuple(crop_detector_to)}: raw data sets do not crop frames (give sig_shape)")
+            detector_size = crop_detector_to
         if enable_direct:
             if kwargs.get("io_backend") is not None:
                 raise ConfigValidationError(f"{owner}: give io_backend or enable_direct, not both")
@@ -152,10 +166,14 @@ class RawFileDataSet(FileDataSet):
                     f"(sig_shape {self._sig_shape}, dtype {self._dtype}); its last {size % stride} bytes are not "
                     "read. Check sig_shape and dtype")
             elif size % stride:
+                # LiberTEM's words where not even one frame fits
+                lt_words = (f"; sig_shape must be less than size: {size // self._dtype.itemsize} pixels"
+                            if size < stride else "")
                 raise DataSetException(
                     f"{p}: file size {size + self._file_header} is not a multiple of the frame size {stride} "
                     f"(sig_shape {self._sig_shape}, dtype {self._dtype}, {self._file_header} bytes file header, "
                     f"{self._frame_header}/{self._frame_footer} bytes frame header/footer); check sig_shape and dtype"
+                    f"{lt_words}"
                 )
             files.append(File(p, start, start + size // stride, self._file_header))
             start += size // stride
@@ -188,7 +206,8 @@ class RawFileDataSet(FileDataSet):
         shape = Shape(self._nav_shape + self._sig_shape, sig_dims=len(self._sig_shape))
         self._decoder = NativeDecoder(self._dtype)
         self._native_dtype = self._dtype
-        return DataSetMeta(shape=shape, raw_dtype=self._dtype.newbyteorder("="), sync_offset=self._sync_offset)
+        return DataSetMeta(shape=shape, raw_dtype=self._dtype.newbyteorder("="), sync_offset=self._sync_offset,
+                           image_count=self._file_frames)
 
     def get_cache_key(self):
         return ("raw", self.fileset.cache_key(), self.shape.to_tuple(), self._dtype.str, self._sync_offset)
