@@ -89,3 +89,37 @@ def test_late_recompute_patch_computes_again(ctx, data):
         run.update_parameters([{"ro": 2.0}], recompute=True)
     run._coordinator.join(10.0)
     assert run.done
+
+
+def test_libertem_name_update_parameters_experimental_sync_and_async(inline_ctx, data):
+    """LiberTEM's ``update_parameters_experimental``: a plain call on a sync run, awaited on an async one
+    (``sync=False``); the partitions after the patch use the new radius (version 1), as with
+    ``update_parameters``."""
+    import asyncio
+
+    ds = inline_ctx.load("memory", data=data, num_partitions=8)
+    refs = {0: _ring_reference(data, 3.0), 1: _ring_reference(data, 5.0)}
+
+    def check(final):
+        assert final.finished and set(final.param_versions.values()) == {0, 1}
+        got = final.buffers[0]["intensity"].data.reshape(-1)
+        for p in ds.get_partitions():
+            sl = slice(p.start, p.stop)
+            np.testing.assert_allclose(got[sl], refs[final.param_versions[p.idx]][sl])
+
+    run = inline_ctx.run_udf_iter(dataset=ds, udf=RingUDF(ri=1.0, ro=3.0, delay=0.05))
+    for i, part in enumerate(run):
+        if i == 0:
+            assert run.update_parameters_experimental([{"ro": 5.0}]) is None
+    check(part)
+
+    async def consume():
+        arun = inline_ctx.run_udf_iter(dataset=ds, udf=RingUDF(ri=1.0, ro=3.0, delay=0.05), sync=False)
+        last = None
+        async for apart in arun:
+            if last is None:
+                await arun.update_parameters_experimental([{"ro": 5.0}])
+            last = apart
+        return last
+
+    check(asyncio.run(consume()))

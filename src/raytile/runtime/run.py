@@ -12,7 +12,7 @@ of making them pile up.
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Callable, Iterator, NoReturn, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, NoReturn, Sequence
 
 import anyio
 import anyio.to_thread
@@ -93,6 +93,17 @@ class UDFRun:
             raise RunEnded(f"run {self.run_id[:8]} has ended (its end was read): a patch cannot take effect "
                            "any more; start a new run with the new parameters")
         self._coordinator.patch(list(patch), recompute)  # checked there (ParamVersions); a bad patch raises
+
+    def update_parameters_experimental(self, parameters: Sequence[dict[str, Any]]) -> Awaitable[None] | None:
+        """LiberTEM's name for :meth:`update_parameters` (no recompute): the patch takes effect at once.
+
+        On a run started with ``sync=False`` it returns an awaitable, as LiberTEM's async result
+        generator's coroutine does, so ported ``await run.update_parameters_experimental(...)`` works.
+
+        >>> run.update_parameters_experimental([{"radius": 5.0}])
+        """
+        self.update_parameters(parameters)
+        return None if self.sync else _completed()
 
     def cancel(self) -> None:
         """Stop dispatching, cancel tasks in flight; the consumer gets UDFRunCancelled.
@@ -237,3 +248,7 @@ def _exception(typ: Any, val: Any = None, tb: Any = None) -> BaseException:
     else:
         exc = typ(*val) if isinstance(val, tuple) else typ(val)
     return exc.with_traceback(tb) if tb is not None else exc
+
+
+async def _completed() -> None:
+    """An awaitable with nothing left to do (a patch already applied)."""
