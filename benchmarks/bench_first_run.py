@@ -19,7 +19,10 @@ not counted twice).
 
 ``--startup`` measures what comes before any analysis, each in a new
 process: Ray's own start (``ray.init`` of a private local instance), a
-Context's start (Ray plus the worker actors, ready to run), and ``raytile
+Context's start (Ray plus the worker actors, ready to take a run), the same
+Context's first small run done (SumUDF over 8x8 frames of 16x16 in memory,
+checked against numpy: a Context that returns before its workers started
+must not just move the wait into the first run), and ``raytile
 serve``'s time from the command to its first accepted request (``GET
 /v1/healthz`` answering 200), over ``--trials``.
 
@@ -80,18 +83,29 @@ print("SECONDS", time.perf_counter() - t0, flush=True)
 CONTEXT_START = """
 import time
 t0 = time.perf_counter()
+import numpy as np
 import raytile as rt
+from raytile.udf.sum import SumUDF
 ctx = rt.Context.make_local()
 assert ctx.num_workers >= 1
 print("SECONDS", time.perf_counter() - t0, flush=True)
+data = np.arange(8 * 8 * 16 * 16, dtype=np.float32).reshape(8, 8, 16, 16)
+res = ctx.run_udf(dataset=ctx.load("memory", data=data), udf=SumUDF())
+assert np.allclose(np.asarray(res["intensity"]), data.sum(axis=(0, 1)))
+print("FIRST_RUN", time.perf_counter() - t0, flush=True)
 """
 
 
-def _timed_script(script: str) -> float:
+def _timed_script(script: str, label: str = "SECONDS") -> float:
+    return _timed_figures(script)[label]
+
+
+def _timed_figures(script: str) -> dict[str, float]:
+    """Run ``script`` in a new process; the figures it printed as ``LABEL seconds`` lines."""
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     if proc.returncode:
         raise SystemExit(f"start-up probe failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return float(proc.stdout.split("SECONDS")[1].split()[0])
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^([A-Z_]+) ([\d.]+)$", proc.stdout, re.M)}
 
 
 def serve_trial(timeout: float = 180.0) -> tuple[float, float]:
@@ -152,11 +166,15 @@ def startup(trials: int, serve: bool = True) -> None:
     print(f"start-up, each a new process; {trials} trials; load average before: {load_avg()}")
     ray_init: list[float] = []
     context: list[float] = []
+    first_run: list[float] = []
     for _ in range(trials):
         ray_init.append(_timed_script(RAY_START))
-        context.append(_timed_script(CONTEXT_START))
+        figures = _timed_figures(CONTEXT_START)
+        context.append(figures["SECONDS"])
+        first_run.append(figures["FIRST_RUN"])
     rows = {"ray.init (local)": ray_init, "Context ready": context,
-            "Context - ray.init": [c - r for c, r in zip(context, ray_init)]}
+            "Context - ray.init": [c - r for c, r in zip(context, ray_init)],
+            "Context + 1st run": first_run}
     if serve:
         served = [serve_trial() for _ in range(trials)]
         rows.update({"serve: 1st request": [h for h, _ in served], "serve: 1st run done": [r for _, r in served]})

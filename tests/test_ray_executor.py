@@ -29,8 +29,8 @@ def data():
 
 def test_actors_are_created_once_and_reused(ray_context, data):
     ex = ray_context.executor
+    before = [a._actor_id for a in ex.actors]  # waits for the actors the Context started with
     assert ex.num_workers == 2 and ex.max_in_flight == 4 and ex.device_classes == {"cpu"}
-    before = [a._actor_id for a in ex.actors]
     ds = ray_context.load("memory", data=data, num_partitions=4)
     for _ in range(2):
         res = ray_context.run_udf(dataset=ds, udf=rt.SumUDF(dtype="int64"))
@@ -230,3 +230,38 @@ def test_a_ray_raytile_starts_sends_results_up_to_1_mib_inside_the_reply(ray_con
     where = ray.experimental.get_object_locations(list(refs.values()))
     assert where[refs[900_000]]["node_ids"] == []
     assert len(where[refs[2 * 1024 * 1024]]["node_ids"]) == 1
+
+
+def test_workers_that_fail_to_start_fail_the_first_run_with_their_error(ray_context, data, monkeypatch):
+    """The Context returns before its workers started (issue 35): a worker that cannot start must still
+    reach the user, at the first run, with its own error, and the pool must not start it again and again."""
+    import raytile.actors.pool as pool_module
+    from raytile.actors.executor import RayExecutor
+    from raytile.common.errors import ExecutorError
+
+    class BrokenWorker:  # defined here: Ray ships it by value
+        def __init__(self, *args, **kwargs):
+            raise RuntimeError("the detector library is missing")
+
+        def ping(self):
+            return {}
+
+    monkeypatch.setattr(pool_module, "_RemoteWorker", ray.remote(BrokenWorker))
+    ex = RayExecutor(cpus=2, cpu_share=0.0, start_timeout=60)  # 0: beside the session's workers
+    try:
+        assert ex.num_workers == 2 and not ex.pool.ready  # returned at once: the actors are starting
+        broken = rt.Context(executor=ex)
+        t0 = time.monotonic()
+        with pytest.raises(ExecutorError, match="failed to start") as info:
+            broken.run_udf(dataset=broken.load("memory", data=data, num_partitions=2), udf=rt.SumUDF())
+        assert "the detector library is missing" in str(info.value)
+        assert time.monotonic() - t0 < 60  # the run did not wait for its starvation limit
+        time.sleep(2.5)  # two refreshes of the pool: it starts no replacement for a pool that never started
+        assert ex.pool.slots == [] and ex.pool.startup_error is not None
+        with pytest.raises(ExecutorError, match="the detector library is missing"):
+            ex.workers
+    finally:
+        ex.close()
+    # the session's own Context is untouched
+    res = ray_context.run_udf(dataset=ray_context.load("memory", data=data), udf=rt.SumUDF(dtype="int64"))
+    assert np.array_equal(res["intensity"].data, data.sum(axis=(0, 1)))

@@ -7,6 +7,7 @@ draws is compared on its pixels with numpy on the same data; downloads are read 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -22,6 +23,7 @@ uvicorn = pytest.importorskip("uvicorn")
 pytest.importorskip("fastapi")
 
 import raytile as rt  # noqa: E402
+from raytile.runtime.inline import InlineExecutor  # noqa: E402
 from raytile.serve.config import ServeConfig  # noqa: E402
 from raytile.serve.routes import make_api  # noqa: E402
 from raytile.serve.service import Service  # noqa: E402
@@ -52,10 +54,9 @@ def data(tmp_path_factory):
     return {"root": root, "scan": scan, "raw": raw}
 
 
-@pytest.fixture(scope="module")
-def server(data):
-    """The app under uvicorn on 127.0.0.1 (a free port), with an inline Context; stopped at the end."""
-    ctx = rt.Context(executor="inline")
+@contextlib.contextmanager
+def _serving(ctx, data):
+    """The app under uvicorn on 127.0.0.1 (a free port) with ``ctx``; its URL; stopped at the end."""
     service = Service(ServeConfig.make([str(data["root"])], token=TOKEN), ctx=ctx)
     api = make_api()
     api.state.service = service
@@ -75,6 +76,22 @@ def server(data):
     sock.close()
     service.close()
     assert not thread.is_alive()
+
+
+@pytest.fixture(scope="module")
+def server(data):
+    """The app with an inline Context."""
+    with _serving(rt.Context(executor="inline"), data) as url:
+        yield url
+
+
+class _SlowInline(InlineExecutor):
+    """The inline executor, each partition's result held back 0.25 s: a run that is still going when the
+    page patches it."""
+
+    def result(self, handle):
+        time.sleep(0.25)
+        return super().result(handle)
 
 
 @pytest.fixture
@@ -410,4 +427,35 @@ def test_raw_file_fields_and_token_edit_keep_the_data_set(server, data):
         assert page.input_value("#dataset") == os.path.realpath(data["root"] / "sub" / "frames.raw")
         assert analysis(page, 0, "type") == "sumsig"
         np.testing.assert_allclose(canvas_gray(page, "a0-result"), want, atol=1)  # the ROI kept too
+        assert not errors, errors
+
+
+def test_a_ring_moved_while_its_run_goes_on_is_patched_into_that_run(data):
+    """Dragging a ring's centre while its run is still going patches that run (no new run) with
+    recompute: the final image is numpy's for the new centre, every partition at the new version."""
+    scan, sig_c = data["scan"], (SIG[0] - 1) / 2
+    with _serving(rt.Context(executor=_SlowInline()), data) as url, chromium_page() as (page, errors):
+        page.set_viewport_size({"width": 1500, "height": 1000})
+        open_scan(page, url, data)
+        page.fill("#partitions", "24")  # 24 x 0.25 s: about 6 s of run
+        page.check("#a0-recompute")
+        page.click("#a0-start")
+        page.wait_for_function("""() => { const a = window.raytileViewer.analyses[0];
+            return a.last && !a.last.final && a.last.partitions_done >= 1; }""", timeout=60_000)
+        run_id = analysis(page, 0, "runId")
+        before = max(analysis(page, 0, "last")["param_versions"].values())
+        page.mouse.move(*detector_point(page, 0, sig_c, sig_c))
+        page.mouse.down()
+        for t in np.linspace(0, 1, 5):
+            page.mouse.move(*detector_point(page, 0, sig_c + 2 * t, sig_c - 3 * t))
+        page.mouse.up()
+        wait_final(page, 0)
+        last = analysis(page, 0, "last")
+        assert analysis(page, 0, "runId") == run_id and last["run_id"] == run_id  # patched, not started again
+        assert last["status"] == "finished" and last["partitions_done"] == last["partitions_total"]
+        versions = set(last["param_versions"].values())
+        assert len(last["param_versions"]) == last["partitions_total"] and len(versions) == 1 and versions.pop() > before
+        cy, cx, ri, ro = (analysis(page, 0, k) for k in ("cy", "cx", "ri", "ro"))
+        assert (cy, cx) == pytest.approx((sig_c + 2, sig_c - 3), abs=0.11)
+        np.testing.assert_allclose(canvas_gray(page, "a0-result"), gray(ring_ref(scan, cy, cx, ri, ro)), atol=1)
         assert not errors, errors

@@ -13,6 +13,9 @@
 ``raytile info``
     Versions, the Ray cluster's resources (if one is running) and the known
     data set formats.
+``raytile ray start | status | stop``
+    A private local Ray that the commands after it share instead of each
+    starting its own (:mod:`raytile.actors.ray_session`).
 
 Bad arguments end with a one-line message and exit status 2.
 """
@@ -227,7 +230,8 @@ def positive_float(text: str) -> float:
 def make_context(executor: str, log=print, address: str | None = None, coordinator: str = "auto"):
     """A Context on ``executor``; "ray" falls back to inline if the Ray executor is not available.
 
-    ``address`` (Ray only): a cluster to join ("auto", "host:6379", "ray://host:10001"); None: a
+    ``address`` (Ray only): a cluster to join ("auto", "host:6379", "ray://host:10001"); None: the
+    shared Ray session if one runs (``raytile ray start``, :mod:`raytile.actors.ray_session`), else a
     private local Ray of this process, started beside any other Ray on the machine (never joining
     one, RAY_ADDRESS or not; see :mod:`raytile.actors.ray_start`). ``coordinator``: see ``Context``.
     """
@@ -243,10 +247,16 @@ def make_context(executor: str, log=print, address: str | None = None, coordinat
         if address is not None:
             raise CLIError(f"--address {address} needs the Ray executor")
         return rt.Context(executor="inline", coordinator=coordinator), executor
+    from raytile.actors.ray_session import command_address
     from raytile.actors.ray_start import COMMAND_INIT_KWARGS
 
-    return rt.Context(executor="ray", address=address or "local", coordinator=coordinator,
+    return rt.Context(executor="ray", address=command_address(address, say=_note), coordinator=coordinator,
                       **COMMAND_INIT_KWARGS), executor
+
+
+def _note(line: str) -> None:
+    """A one-line note on stderr (what the results on stdout do not include)."""
+    print(line, file=sys.stderr)
 
 
 def ring_geometry(sig_shape: tuple[int, ...], radii: Sequence[float] | None = None,
@@ -516,6 +526,29 @@ def cmd_runs(args) -> int:
     return 0
 
 
+def cmd_ray(args) -> int:
+    """``raytile ray start | status | stop``: the Ray session successive commands share."""
+    from raytile.actors import ray_session
+
+    if args.ray_command == "start":
+        session = ray_session.start_session(args.cpus, args.gpus, args.idle)
+        print(f"started a shared Ray session at {session.address} (host pid {session.pid}); it stops after "
+              f"{session.idle_s:g} s without a command, or on `raytile ray stop`")
+        return 0
+    if args.ray_command == "stop":
+        stopped = ray_session.stop_session()
+        print(f"stopped the shared Ray session at {stopped.address}" if stopped else "no shared Ray session runs")
+        return 0
+    found = ray_session.find_session(say=_note)
+    if found is None:
+        print("no shared Ray session runs (start one with `raytile ray start`)")
+        return 1
+    print(f"shared Ray session at {found.address}, host pid {found.pid}, up "
+          f"{time.time() - found.started_at:.0f} s, stops after {found.idle_s:g} s idle; "
+          f"file {ray_session.session_path()}")
+    return 0
+
+
 def _ray_status(address: str | None) -> str:
     try:
         import ray
@@ -564,7 +597,7 @@ def _describe_resources(ray) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="raytile", description="Run UDFs over large N-D detector data on Ray.")
-    sub = p.add_subparsers(dest="command", metavar="{demo,run,info,runs,serve,pipeline,live}")
+    sub = p.add_subparsers(dest="command", metavar="{demo,run,info,runs,ray,serve,pipeline,live}")
     sub.required = True
 
     d = sub.add_parser("demo", help="synthetic 4D-STEM scan: sum, sumsig and a ring detector in one pass",
@@ -609,6 +642,17 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--address", default=None, help="Ray cluster address (default: auto)")
     rs.set_defaults(func=cmd_runs)
 
+    ry = sub.add_parser("ray", help="a Ray that successive commands share: start, status, stop")
+    ry_sub = ry.add_subparsers(dest="ray_command", metavar="{start,status,stop}", required=True)
+    ry_start = ry_sub.add_parser("start", help="start the shared Ray in the background")
+    ry_start.add_argument("--cpus", type=int, default=None, help="its CPUs (default: this machine's)")
+    ry_start.add_argument("--gpus", type=int, default=None, help="its GPUs (default: this machine's)")
+    ry_start.add_argument("--idle", type=float, default=900.0,
+                          help="stop it after this many seconds without a command connected (default 900)")
+    ry_sub.add_parser("status", help="whether it runs, where, since when")
+    ry_sub.add_parser("stop", help="stop it")
+    ry.set_defaults(func=cmd_ray)
+
     from raytile.serve.cli import add_serve_parser  # imports no Ray Serve until `raytile serve` runs
 
     add_serve_parser(sub)
@@ -627,8 +671,9 @@ def _executor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--executor", choices=("ray", "inline"), default="ray",
                    help="ray (default; falls back to inline if unavailable) or inline")
     p.add_argument("--address", default=None,
-                   help="Ray cluster to join: auto, host:6379 or ray://host:10001 (default: a private local "
-                        "Ray, started beside any other Ray on this machine; RAY_ADDRESS is not used)")
+                   help="Ray cluster to join: auto, host:6379 or ray://host:10001 (default: the shared Ray "
+                        "of `raytile ray start` if it runs, else a private local Ray, started beside any other "
+                        "Ray on this machine; RAY_ADDRESS is not used)")
     p.add_argument("--coordinator", choices=("auto", "driver", "actor"), default="auto",
                    help="where runs are coordinated: this process (driver) or an actor on the cluster "
                         "(default auto: actor for ray:// addresses)")

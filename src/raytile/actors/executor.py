@@ -2,6 +2,9 @@
 
 One actor per CPU slot (``num_cpus=1``) and one per GPU (``num_gpus=1``),
 created once per Context and reused by every run (no per-run start-up).
+The Context does not wait for them to start: its first run begins on the
+first worker that answers (``Context()`` was ~4 s slower than ``ray.init``
+alone while it waited for every actor to import raytile).
 The coordinator keeps ``IN_FLIGHT_PER_ACTOR`` (2) tasks per actor in flight,
 so an actor's next partition is already queued when the current one ends.
 Tasks for in-memory data go to a worker on the node whose object store holds
@@ -108,7 +111,11 @@ class RayExecutor(Executor):
 
         Workers merge the results of the partitions they run and send them at
         most every ``merge_interval_s`` seconds (None: each partition's result
-        goes to the coordinator; see :mod:`raytile.runtime.segments`)."""
+        goes to the coordinator; see :mod:`raytile.runtime.segments`).
+
+        Returns once the actors are created: they start (a process each, importing raytile: seconds)
+        while the caller goes on, and a run starts on the first that is ready. ``start_timeout`` bounds
+        the wait of :attr:`workers` and :meth:`run_function` for them."""
         fixed = None if cpus is None and gpus is None else {"cpu": int(cpus or 0), "cuda": int(gpus or 0)}
         if fixed is not None and sum(fixed.values()) <= 0:
             raise ExecutorError("RayExecutor needs at least one CPU or GPU worker")
@@ -121,21 +128,14 @@ class RayExecutor(Executor):
                                on_nodes_lost=self._renew_shared_frames)
         # started with the workers: creating it lazily would cost a process start in the first run with progress
         self._progress_actor = _RemoteProgress.remote()
+        self._progress_started: Any = self._progress_actor.forget.remote("").future()  # done once it runs
         self._progress_polls: dict[str, _ProgressPoll] = {}  # run_id -> its pending poll
         self.shared = SharedFrames(ray.put, node=_this_node())
         self.slab = FrameSlab()  # a stream's partitions, for the workers of this node
-        self.pool.refresh()
-        self.pool.wait_ready(start_timeout)
-        try:
-            if not self.pool.ready:
-                raise rex.GetTimeoutError()
-            ray.get(self._progress_actor.forget.remote(""), timeout=start_timeout)
-        except rex.GetTimeoutError:
-            self.close()
-            raise ExecutorError(
-                f"the Ray cluster could not start {'its' if fixed is None else fixed} worker actors within "
-                f"{start_timeout:.0f} s (cluster resources: {ray.cluster_resources()})"
-            ) from None
+        self._fixed = fixed
+        self._start_timeout = start_timeout
+        self._started = False  # the first actors were waited for (see _await_started)
+        self.pool.refresh()  # creates the actors; they start in the background (see raytile.actors.pool)
         self._monitor = threading.Thread(target=self._watch_cluster, name="raytile-pool", daemon=True)
         self._monitor.start()
 
@@ -144,9 +144,32 @@ class RayExecutor(Executor):
     def num_workers(self) -> int:  # type: ignore[override]
         return max(1, len(self.pool.slots))
 
+    def _await_started(self) -> None:
+        """Wait (once, at most ``start_timeout``) for the actors the Context was made with, for callers
+        that report on the workers or run on one of them now. Runs do not wait here: they start on the
+        first worker that is ready (see :meth:`wait`)."""
+        if not self._started:
+            self.pool.wait_ready(self._start_timeout)
+            self._started = True
+        self._raise_startup_error()
+        if not self.pool.ready:
+            raise ExecutorError(
+                f"the Ray cluster could not start {'its' if self._fixed is None else self._fixed} "
+                f"worker actors within {self._start_timeout:.0f} s (cluster resources: {ray.cluster_resources()})")
+
+    def _raise_startup_error(self) -> None:
+        """Raise why the worker actors failed to start, if all did (the pool then starts no more)."""
+        error = self.pool.startup_error
+        if error is not None:
+            raise ExecutorError(f"the worker actors failed to start:\n{error}")
+
     @property
     def max_in_flight(self) -> int:  # type: ignore[override]
         return resources.IN_FLIGHT_PER_ACTOR * len(self.pool.ready)
+
+    @property
+    def full_in_flight(self) -> int:
+        return resources.IN_FLIGHT_PER_ACTOR * len(self.pool.slots)
 
     @property
     def device_classes(self) -> frozenset:  # type: ignore[override]
@@ -154,17 +177,25 @@ class RayExecutor(Executor):
 
     @property
     def workers(self) -> list[dict]:
-        """What the ready workers said about themselves (name, kind, pid, host, node, caches)."""
+        """What the ready workers said about themselves (name, kind, pid, host, node, caches); the first
+        time, once the actors the Context was made with started."""
+        self._await_started()
         return [s.info for s in self.pool.ready]
 
     def _watch_cluster(self) -> None:
-        """Refresh the pool every ``REFRESH_S`` (new nodes, lost nodes, actors that started)."""
+        """Refresh the pool every ``REFRESH_S`` (new nodes, lost nodes, actors that started), and promote
+        a starting actor as soon as its ping is answered (the first run waits for it)."""
+        next_refresh = time.monotonic()
         while not self._closed:
-            try:
-                self.pool.refresh()
-            except Exception as e:  # noqa: BLE001  (the cluster is unreachable for a moment)
-                log.debug("pool refresh failed: %s", e)
-            time.sleep(REFRESH_S)
+            if self.pool.answered.wait(max(0.0, next_refresh - time.monotonic())):
+                self.pool.answered.clear()
+                self.pool.promote()
+            if time.monotonic() >= next_refresh:
+                try:
+                    self.pool.refresh()
+                except Exception as e:  # noqa: BLE001  (the cluster is unreachable for a moment)
+                    log.debug("pool refresh failed: %s", e)
+                next_refresh = time.monotonic() + REFRESH_S
 
     def _wake_all(self) -> None:
         """The ready workers changed: every run looks again (dispatches to new workers)."""
@@ -284,6 +315,7 @@ class RayExecutor(Executor):
                progress: ProgressSink | None = None) -> TaskHandle:
         if self._closed:
             raise ExecutorError("this Context is closed")
+        self._raise_startup_error()
         frames = task.frames  # a stream partition's object ref: an argument of this task alone
         send, data_ref = self._strip(task if frames is None else dataclasses.replace(task, frames=None))
         data_key = None if data_ref is None else data_ref.hex()
@@ -328,6 +360,15 @@ class RayExecutor(Executor):
         return _ProgressPoll(future, sink, actor)
 
     def _progress(self, run_id: str, sink: ProgressSink):
+        if not self._progress_started.done():
+            # the first run with progress waits for the progress actor to run (it started with the
+            # workers): tile reports sent to it before then would all arrive as one count
+            try:
+                self._progress_started.result(timeout=self._start_timeout)
+            except futures.TimeoutError:
+                raise ExecutorError(f"the progress actor did not start within {self._start_timeout:.0f} s") from None
+            except _LOST:
+                self._replace_progress_actor(self._progress_actor)
         with self._lock:
             if run_id not in self._progress_polls:
                 self._progress_polls[run_id] = self._take_progress(run_id, sink)
@@ -357,6 +398,7 @@ class RayExecutor(Executor):
         the coordinator's thread.
         """
         if not handles:  # nothing in flight (no worker ready): sleep until the pool or the run changes
+            self._raise_startup_error()
             wakeup = self._wakeups.get(run_id)
             if wakeup is not None:
                 wakeup.wait(timeout)
@@ -505,6 +547,7 @@ class RayExecutor(Executor):
             self._settle(h)
 
     def run_function(self, fn: Callable, *args: Any) -> Any:
+        self._await_started()
         ready = self.pool.ready
         if not ready:
             raise ExecutorError(f"no worker is ready to run {getattr(fn, '__name__', fn)}")
@@ -519,7 +562,8 @@ class RayExecutor(Executor):
     # -- introspection and shutdown ----------------------------------------------
     @property
     def actors(self) -> list:
-        """The ready worker actor handles (for tests and diagnostics)."""
+        """The ready worker actor handles (for tests and diagnostics); see :attr:`workers`."""
+        self._await_started()
         return [s.actor for s in self.pool.ready]
 
     def close(self) -> None:

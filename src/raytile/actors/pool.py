@@ -7,8 +7,13 @@ Each worker actor holds one CPU slot (``num_cpus=1``) or one GPU. The pool
   (``NodeAffinitySchedulingStrategy``), up to ``max_workers``;
 - gives tasks only to actors that answered a ``ping`` (a replacement that is
   still starting takes none, so nothing queues on an actor that may never
-  be placed); an actor without a process after ``PLACEMENT_TIMEOUT_S`` (or
-  not alive after ``STARTUP_TIMEOUT_S`` with one) is retired and the node
+  be placed); a ping's answer promotes its actor at once (a callback on its
+  future wakes the executor's monitor thread) and wakes the runs, so a Context need not wait for its workers:
+  its first run starts on the first that is ready. If every actor of a pool
+  that never had a ready one fails to start, the pool stops trying and
+  keeps the error (:attr:`WorkerPool.startup_error`) for the run to raise;
+- retires an actor without a process after ``PLACEMENT_TIMEOUT_S`` (or
+  not alive after ``STARTUP_TIMEOUT_S`` with one), and the node
   it was meant for is not tried again for ``NODE_BACKOFF_S``;
 - retires the actors of a node that left the cluster (or whose raylet
   refuses connections: :mod:`raytile.actors.raylet_watch`) and of an actor that
@@ -193,6 +198,12 @@ class WorkerPool:
         self._backoff: dict[str, float] = {}
         self._counter = itertools.count()
         self._raylets = RayletWatch()
+        self._ever_ready = False
+        #: set from Ray's callback thread when a starting actor's ping is answered (see :meth:`promote`)
+        self.answered = threading.Event()
+        self._start_errors: list[str] = []  #: why actors failed to start, newest last (a few)
+        #: set when every actor failed to start before any was ready: then none is started again
+        self.startup_error: str | None = None
         self.closed = False
 
     # -- views -------------------------------------------------------------------
@@ -250,7 +261,7 @@ class WorkerPool:
 
         Returns True if the set of ready actors changed.
         """
-        if self.closed:
+        if self.closed or self.startup_error is not None:
             return False
         changed = self._promote()
         nodes = self._without_lost_raylets(alive_nodes()) if nodes is None else nodes
@@ -270,8 +281,10 @@ class WorkerPool:
                 changed |= slot.ready
                 self._retire(slot, "its node left the cluster" if slot.ready else "it was not placed in time")
             self._slots = [s for s in self._slots if not s.dead]
-            for kind, node_id in plan.start:
-                self._slots.append(self._start(kind, node_id))
+            new = [self._start(kind, node_id) for kind, node_id in plan.start]
+            self._slots += new
+        for slot in new:  # outside the lock: a future already done runs its callback here
+            slot.ping.add_done_callback(self._ping_done)
         if changed and self._on_change is not None:
             self._on_change()
         if lost_nodes and self._on_nodes_lost is not None:
@@ -297,6 +310,20 @@ class WorkerPool:
                 if not any(s.state is SlotState.STARTING for s in self._slots):
                     return
             time.sleep(0.02)
+
+    def _ping_done(self, _future: Any) -> None:
+        """A starting actor answered its ping (or failed to start): wake whoever promotes (the
+        executor's monitor thread, see :meth:`promote`). Called from Ray's callback thread, which must
+        not wait for a lock or make Ray calls (a ``ray.kill`` from it hung)."""
+        self.answered.set()
+
+    def promote(self) -> bool:
+        """Promote the actors that answered their ping, retire those that failed to start, and tell
+        the runs (``on_change``) if any did. Returns True if any did."""
+        changed = self._promote()
+        if changed and self._on_change is not None:
+            self._on_change()
+        return changed
 
     def lost(self, slot: Slot, actor: Any) -> None:
         """A task found ``actor`` dead: retire its slot (a replacement starts at the next refresh)."""
@@ -329,12 +356,24 @@ class WorkerPool:
                 try:
                     slot.info = slot.ping.result()
                 except Exception as e:  # noqa: BLE001  (it died while starting)
-                    self._retire(slot, f"it failed to start: {type(e).__name__}")
+                    self._failed_to_start(slot, e)
+                    changed = True  # the runs look again: they raise startup_error if all failed
                     continue
                 slot.node_id = slot.node_id or slot.info.get("node_id")
                 slot.state = SlotState.READY
+                self._ever_ready = True
                 changed = True
         return changed
+
+    def _failed_to_start(self, slot: Slot, error: BaseException) -> None:
+        """Retire ``slot``, whose actor failed to start, and keep why; if no actor of this pool was ever
+        ready and none is left starting, the pool gives up (:attr:`startup_error`). Holds the lock."""
+        why = f"{type(error).__name__}: {error}".strip()
+        log.warning("worker %s failed to start: %s", slot.name, why.splitlines()[0] if why else why)
+        self._start_errors = (self._start_errors + [f"{slot.name}: {why}"])[-3:]
+        self._retire(slot, "it failed to start")
+        if not self._ever_ready and not any(not s.dead for s in self._slots):
+            self.startup_error = "\n".join(self._start_errors)
 
     def _retire(self, slot: Slot, why: str) -> None:
         if slot.dead:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -297,6 +298,11 @@ class _Stopped(KeyboardInterrupt):
     """SIGTERM, raised as Ctrl-C is, so that a run stopped either way saves what it has."""
 
 
+def _note(line: str) -> None:
+    """A one-line note on stderr."""
+    print(line, file=sys.stderr)
+
+
 def _raise_stopped(signum: int, frame: Any) -> None:
     raise _Stopped(signal.Signals(signum).name)
 
@@ -311,9 +317,12 @@ def _run(args: argparse.Namespace) -> int:
         if threading.current_thread() is threading.main_thread() else None
     quiet: dict[str, Any] = {}
     if args.executor == "ray":
+        from raytile.actors.ray_session import command_address, find_session
         from raytile.actors.ray_start import COMMAND_INIT_KWARGS
 
         quiet = dict(COMMAND_INIT_KWARGS)
+        if find_session(say=_note) is not None:  # the shared Ray of `raytile ray start`: join it
+            quiet["address"] = command_address(None, say=_note)
     ctx = LiveContext(executor=args.executor, **quiet)
     run: Any = None
     aq: Any = None

@@ -85,7 +85,7 @@ class Coordinator:
         self._feeder: StreamFeeder | None = None  # reads the stream's source, if it is in this process
         self._templates = {t.idx: t for t in plan.tasks}  # a stream's: one scan's tasks, by partition
         if self._stream is not None:
-            capacity = self._stream.max_in_flight or executor.max_in_flight + 2
+            capacity = self._stream.max_in_flight or executor.full_in_flight + 2
             self.inlet = PartitionInlet(capacity, self._wakeup.set)
             self._state.more_coming = True
         self._params: RunParams = plan.params

@@ -78,6 +78,12 @@ class Executor(ABC):
     #: Workers merge their partitions' results and send them at most this often (s); None: never.
     merge_interval_s: float | None = None
 
+    @property
+    def full_in_flight(self) -> int:
+        """Tasks in flight at most once every worker started (``max_in_flight`` counts the workers
+        ready now): what a stream's bound on partitions in flight is sized by."""
+        return self.max_in_flight
+
     @abstractmethod
     def put_params(self, params: Any) -> Any:
         """Store a run's parameters once; returns a handle tasks receive."""

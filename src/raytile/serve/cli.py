@@ -89,8 +89,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         live["storage_options"] = options
     app = build_app(args.data_root, token=args.token, max_runs=args.max_runs, udf_modules=args.udf_module, **live)
     started_ray = not ray.is_initialized()
-    if started_ray:  # no --address: a private local Ray, never another one running on this machine
-        start_ray(args.address or "local", init_kwargs=COMMAND_INIT_KWARGS)
+    if started_ray:  # no --address: the shared Ray session's (raytile ray start), else a private local Ray
+        from raytile.actors.ray_session import command_address
+
+        start_ray(command_address(args.address, say=lambda line: print(line, file=sys.stderr)),
+                  init_kwargs=COMMAND_INIT_KWARGS)
     logging.getLogger("ray.serve").setLevel(logging.WARNING)  # Serve's INFO lines: in its log files only
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
