@@ -91,6 +91,7 @@ def test_a_second_command_joins_the_session_and_stop_leaves_no_process(tmp_path)
         assert cmd.returncode == 0, stderr
         assert session.token not in stdout + stderr
         assert f"using the shared Ray session at {session.address}" in stderr
+        assert "Token authentication is enabled" not in stderr  # the session's token, taken up quietly
         with np.load(out) as npz:
             np.testing.assert_allclose(npz["sum"], data.sum(axis=(0, 1)))
         # the command was a driver of the session's Ray (its job table names its pid), no Ray of its own

@@ -135,9 +135,10 @@ def _use_token(session: RaySession) -> None:
     if session.token is None or os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
         return
     os.environ["RAY_AUTH_TOKEN"] = session.token
-    from raytile.actors.ray_start import _enable_token_auth_for_client
+    from raytile.actors.ray_start import _enable_token_auth_for_client, without_token_notice
 
-    _enable_token_auth_for_client()
+    with without_token_notice():  # the session's own token: Ray's notice about it is not for the user
+        _enable_token_auth_for_client()
 
 
 def _ray_token() -> str | None:

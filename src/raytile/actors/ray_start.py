@@ -199,17 +199,27 @@ def quiet_start() -> Iterator[None]:
     (the default: end the process; or the user's handler) is installed again, so SIGTERM ends the
     process as it would without Ray; crashes (SIGSEGV, SIGABRT) keep Ray's stack traces. Processes
     Ray started with this one end with it (Ray ties them to their parent)."""
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        with without_token_notice():
+            yield
+    finally:
+        if main and before is not None:
+            signal.signal(signal.SIGTERM, before)
+
+
+@contextlib.contextmanager
+def without_token_notice() -> Iterator[None]:
+    """Ray's token notice (:class:`_TokenNotice`) dropped while the block runs: around ``ray.init`` of a
+    Ray that raytile starts, and where a command takes up the token of raytile's shared session."""
     notice = _TokenNotice()
     token_log = logging.getLogger(TOKEN_LOGGER)
     token_log.addFilter(notice)
-    main = threading.current_thread() is threading.main_thread()
-    before = signal.getsignal(signal.SIGTERM) if main else None
     try:
         yield
     finally:
         token_log.removeFilter(notice)
-        if main and before is not None:
-            signal.signal(signal.SIGTERM, before)
 
 
 def _shut_down_quickly_at_exit() -> None:
