@@ -76,6 +76,9 @@ def _run_with_event(ctx, ds, udf, event, after_partials: int = 1):
 
 
 def scenario_run_across_nodes(cluster, ctx):
+    # the Context returned before its workers started (a run begins on the first ready one, and a short
+    # run may end before the other node's worker is up): placement across both nodes needs both ready
+    _wait_workers(ctx, 2)
     data = _data()
     ds = ctx.load("memory", data=data, sig_dims=2, num_partitions=8)
     res = ctx.run_udf(dataset=ds, udf=WherePidUDF(delay=0.05))
