@@ -28,7 +28,7 @@ class StreamReader:
 
     def __init__(self, stream: str, on_start: Callable[[], None], on_close: Callable[["StreamReader"], None]):
         self.stream = stream
-        self._channel = SnapshotChannel()
+        self._channel: SnapshotChannel[Any] = SnapshotChannel()  # the stream's values, as published
         self.box = self._channel.reader()
         self.last_generation = -1
         self._on_start = on_start

@@ -34,12 +34,12 @@ True
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from typing import Callable, Generic, TypeVar, Union
 
 __all__ = ["SnapshotChannel", "ChannelReader", "Item", "FINISHED", "is_terminal", "should_publish"]
 
-#: ``(sequence number, snapshot or terminal item)`` as :meth:`SnapshotChannel.peek` returns it.
-Item = tuple[int, Any]
+#: What a channel carries: a run's :class:`~raytile.runtime.results.UDFResults`, a pipeline stream's values.
+SnapshotT = TypeVar("SnapshotT")
 
 
 class _Finished:
@@ -54,8 +54,13 @@ class _Finished:
 
 FINISHED = _Finished()
 
+#: How a run ends: :data:`FINISHED`, or the exception its viewers raise.
+Terminal = Union[_Finished, BaseException]
+#: ``(sequence number, snapshot or terminal item)`` as :meth:`SnapshotChannel.peek` returns it.
+Item = tuple[int, Union[SnapshotT, Terminal]]
 
-def is_terminal(item: Any) -> bool:
+
+def is_terminal(item: object) -> bool:
     """Whether a channel item ends the run (``FINISHED`` or the run's exception)."""
     return item is FINISHED or isinstance(item, BaseException)
 
@@ -72,15 +77,19 @@ def should_publish(*, merged_since: int, wanted: bool, finished: bool, final_onl
     return merged_since > 0 and wanted and not final_only
 
 
-class SnapshotChannel:
-    """The newest snapshot and the run's end, numbered; see the module doc."""
+class SnapshotChannel(Generic[SnapshotT]):
+    """The newest snapshot and the run's end, numbered; see the module doc.
+
+    ``SnapshotChannel[UDFResults]`` carries a run's results; any value type works (a pipeline
+    stream's values use it too).
+    """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._seq = 0
-        self._snapshot: Any = None
+        self._snapshot: SnapshotT | None = None
         self._snapshot_seq = 0
-        self._terminal: Any = None
+        self._terminal: Terminal | None = None
         self._terminal_seq = 0
         self._end_read = False  # a viewer was given the run's end
         self._taken = True  # nothing published yet: the first snapshot is wanted
@@ -99,7 +108,7 @@ class SnapshotChannel:
         self._on_change.append(callback)
 
     # -- the coordinator's side --------------------------------------------------
-    def publish(self, snapshot: Any) -> None:
+    def publish(self, snapshot: SnapshotT) -> None:
         """The newest snapshot: it replaces the one before (ignored once the run ended)."""
         with self._cond:
             if self._terminal is not None:
@@ -111,7 +120,7 @@ class SnapshotChannel:
             self._cond.notify_all()
         self._changed()
 
-    def end(self, item: Any) -> None:
+    def end(self, item: Terminal) -> None:
         """The run's end: :data:`FINISHED` or the exception to raise. The first one put wins."""
         with self._cond:
             if self._terminal is not None:
@@ -153,16 +162,16 @@ class SnapshotChannel:
 
     # -- the viewers' side ---------------------------------------------------------
     @property
-    def terminal(self) -> Any:
+    def terminal(self) -> Terminal | None:
         """The run's end (``FINISHED`` or its exception) once it came, else None."""
         return self._terminal
 
     @property
-    def latest(self) -> Any:
+    def latest(self) -> SnapshotT | None:
         """The newest snapshot (None before the first, and after :meth:`drop`)."""
         return self._snapshot
 
-    def peek(self, after: int) -> Item | None:
+    def peek(self, after: int) -> Item[SnapshotT] | None:
         """The newest snapshot if it is newer than ``after``, else the run's end once it came, else None."""
         with self._cond:
             got, snapshot = self._take_newer(after)
@@ -171,7 +180,7 @@ class SnapshotChannel:
                 callback()
         return got
 
-    def wait(self, after: int, timeout: float | None = None) -> Item:
+    def wait(self, after: int, timeout: float | None = None) -> Item[SnapshotT]:
         """Like :meth:`peek`, waiting up to ``timeout`` seconds (None: forever) for something newer
         than ``after``; raises :class:`TimeoutError` if nothing came in time."""
         with self._cond:
@@ -184,11 +193,11 @@ class SnapshotChannel:
                 callback()
         return got
 
-    def reader(self) -> "ChannelReader":
+    def reader(self) -> "ChannelReader[SnapshotT]":
         """A new viewer, starting before the first snapshot."""
         return ChannelReader(self)
 
-    def _take_newer(self, after: int) -> tuple[Item | None, bool]:
+    def _take_newer(self, after: int) -> tuple[Item[SnapshotT] | None, bool]:
         """:meth:`_newer`, and whether it is a snapshot; notes what a viewer takes (with the lock held)."""
         got = self._newer(after)
         if got is None:
@@ -199,7 +208,7 @@ class SnapshotChannel:
         self._end_read = True
         return got, False
 
-    def _newer(self, after: int) -> Item | None:
+    def _newer(self, after: int) -> Item[SnapshotT] | None:
         if self._snapshot is not None and self._snapshot_seq > after:
             return self._snapshot_seq, self._snapshot
         if self._terminal is not None:
@@ -211,11 +220,11 @@ class SnapshotChannel:
             callback()
 
 
-class ChannelReader:
+class ChannelReader(Generic[SnapshotT]):
     """One viewer of a :class:`SnapshotChannel`: ``take`` gives the next item it has not seen (the
     newest snapshot, else the run's end), waiting for it."""
 
-    def __init__(self, channel: SnapshotChannel):
+    def __init__(self, channel: SnapshotChannel[SnapshotT]):
         self._channel = channel
         self._seen = 0
 
@@ -224,14 +233,14 @@ class ChannelReader:
         """True if no snapshot this viewer has not seen waits."""
         return self._channel.snapshot_seq <= self._seen
 
-    def take(self, timeout: float | None = None) -> Any:
+    def take(self, timeout: float | None = None) -> SnapshotT | Terminal:
         """The newest snapshot not seen yet, else the run's end; waits up to ``timeout`` (None:
         forever). Raises :class:`TimeoutError` if nothing came in time."""
         seq, item = self._channel.wait(self._seen, timeout)
         self._seen = seq
         return item
 
-    def take_nowait(self) -> Any:
+    def take_nowait(self) -> SnapshotT | Terminal | None:
         """Like :meth:`take`, without waiting; None if nothing is there."""
         got = self._channel.peek(self._seen)
         if got is None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable
+from typing import Any, Awaitable, Iterable, Literal, Sequence, overload
 
 from raytile.analysis.api import AnalysisMethods
 from raytile.common.errors import ConfigValidationError, ExecutorError
+from raytile.io.corrections import CorrectionSet
 from raytile.io.dataset import DataSet
 from raytile.io.formats import get_format
 from raytile.runtime import tracing
@@ -15,12 +16,16 @@ from raytile.runtime.notebook import NotebookMethods, dry_run_results
 from raytile.runtime.host import DriverHost, RunHost, choose_coordinator
 from raytile.runtime.host_factories import make_host
 from raytile.runtime.plan import make_plan
+from raytile.runtime.plots import PlotsSpec, PlottedRun
 from raytile.runtime.progress import ProgressReporter, TqdmProgressReporter
 from raytile.runtime.run import UDFRun
 from raytile.runtime.results import ResultBuffer, UDFResults
 from raytile.udf.base import UDF
 
-__all__ = ["Context"]
+__all__ = ["Context", "ResultDict"]
+
+#: One UDF's results by buffer name, as ``run_udf`` returns them.
+ResultDict = dict[str, ResultBuffer]
 
 
 class Context(AnalysisMethods, NotebookMethods):
@@ -125,15 +130,15 @@ class Context(AnalysisMethods, NotebookMethods):
     def run_udf_iter(
         self,
         dataset: DataSet,
-        udf: Any,
+        udf: UDF | Sequence[UDF],
         roi: Any = None,
-        corrections: Any = None,
+        corrections: CorrectionSet | None = None,
         backends: Iterable[str] | None = None,
         progress: bool | ProgressReporter = False,
         sync: bool = True,
         detached: bool = False,
-        plots: Any = None,
-    ) -> UDFRun:
+        plots: PlotsSpec = None,
+    ) -> UDFRun | PlottedRun:
         """Start a run; iterate the returned :class:`UDFRun` for partial results.
 
         ``for part in ctx.run_udf_iter(...)`` or, in async code,
@@ -151,9 +156,8 @@ class Context(AnalysisMethods, NotebookMethods):
         if plots:  # live plots (raytile.runtime.plots), as LiberTEM's plots=
             from raytile.runtime.plots import run_iter_with_plots
 
-            plotted: Any = run_iter_with_plots(self, plots, dataset, udf, roi=roi, corrections=corrections,
-                                               backends=backends, progress=progress, sync=sync, detached=detached)
-            return plotted  # a UDFRun that also feeds the plots
+            return run_iter_with_plots(self, plots, dataset, udf, roi=roi, corrections=corrections,
+                                       backends=backends, progress=progress, sync=sync, detached=detached)
         return self._start(dataset, udf, roi, corrections, backends, progress, final_only=False, detached=detached,
                            sync=sync)
 
@@ -176,7 +180,8 @@ class Context(AnalysisMethods, NotebookMethods):
         """
         return self._host.list_runs()
 
-    def _start(self, dataset: DataSet, udf: Any, roi: Any, corrections: Any, backends: Iterable[str] | None,
+    def _start(self, dataset: DataSet, udf: UDF | Sequence[UDF], roi: Any, corrections: CorrectionSet | None,
+               backends: Iterable[str] | None,
                progress: bool | ProgressReporter, final_only: bool, detached: bool = False,
                sync: bool = True) -> UDFRun:
         span = tracing.start_span("raytile.run")
@@ -192,17 +197,35 @@ class Context(AnalysisMethods, NotebookMethods):
             raise
         return UDFRun(source, cancel_on_leave=not detached, sync=sync, frames_dropped=dataset.frames_dropped)
 
+    # run_udf's result follows its arguments: one UDF's dict or a list of them, awaitable with sync=False
+    @overload
+    def run_udf(self, dataset: DataSet, udf: UDF, roi: Any = ..., corrections: CorrectionSet | None = ...,
+                backends: Iterable[str] | None = ..., progress: bool | ProgressReporter = ...,
+                sync: Literal[True] = ..., plots: PlotsSpec = ...) -> ResultDict: ...
+    @overload
+    def run_udf(self, dataset: DataSet, udf: Sequence[UDF], roi: Any = ..., corrections: CorrectionSet | None = ...,
+                backends: Iterable[str] | None = ..., progress: bool | ProgressReporter = ...,
+                sync: Literal[True] = ..., plots: PlotsSpec = ...) -> list[ResultDict]: ...
+    @overload
+    def run_udf(self, dataset: DataSet, udf: UDF, roi: Any = ..., corrections: CorrectionSet | None = ...,
+                backends: Iterable[str] | None = ..., progress: bool | ProgressReporter = ..., *,
+                sync: Literal[False], plots: PlotsSpec = ...) -> Awaitable[ResultDict]: ...
+    @overload
+    def run_udf(self, dataset: DataSet, udf: Sequence[UDF], roi: Any = ..., corrections: CorrectionSet | None = ...,
+                backends: Iterable[str] | None = ..., progress: bool | ProgressReporter = ..., *,
+                sync: Literal[False], plots: PlotsSpec = ...) -> Awaitable[list[ResultDict]]: ...
+
     def run_udf(
         self,
         dataset: DataSet,
-        udf: Any,
+        udf: UDF | Sequence[UDF],
         roi: Any = None,
-        corrections: Any = None,
+        corrections: CorrectionSet | None = None,
         backends: Iterable[str] | None = None,
         progress: bool | ProgressReporter = False,
         sync: bool = True,
-        plots: Any = None,
-    ):
+        plots: PlotsSpec = None,
+    ) -> ResultDict | list[ResultDict] | Awaitable[ResultDict | list[ResultDict]]:
         """Run UDFs over the data set; one read of each tile serves all of them.
 
         Returns ``{name: ResultBuffer}`` for one UDF, a list of such dicts for
@@ -220,12 +243,17 @@ class Context(AnalysisMethods, NotebookMethods):
         if sync:
             return _unpack(run.result(), single)
 
-        async def _await():
+        async def _await() -> ResultDict | list[ResultDict]:
             return _unpack(await run.aresult(), single)
 
         return _await()
 
-    def dry_run(self, dataset: DataSet, udf: Any, roi: Any = None):
+    @overload
+    def dry_run(self, dataset: DataSet, udf: UDF, roi: Any = ...) -> ResultDict: ...
+    @overload
+    def dry_run(self, dataset: DataSet, udf: Sequence[UDF], roi: Any = ...) -> list[ResultDict]: ...
+
+    def dry_run(self, dataset: DataSet, udf: UDF | Sequence[UDF], roi: Any = None) -> ResultDict | list[ResultDict]:
         """Check a run without reading data: the result buffers as they would come back (empty)."""
         return _unpack(dry_run_results(dataset, udf, roi, self._host.device_classes), isinstance(udf, UDF))
 
@@ -260,5 +288,5 @@ def _reporter(progress: bool | ProgressReporter) -> ProgressReporter | None:
     return TqdmProgressReporter() if progress else None
 
 
-def _unpack(results: UDFResults, single: bool) -> dict[str, ResultBuffer] | list[dict[str, ResultBuffer]]:
+def _unpack(results: UDFResults, single: bool) -> ResultDict | list[ResultDict]:
     return results.buffers[0] if single else list(results.buffers)

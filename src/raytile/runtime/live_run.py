@@ -58,6 +58,7 @@ from raytile.runtime.executor import Executor
 from raytile.runtime.param_versions import ParamVersions
 from raytile.runtime.plan import RunPlan
 from raytile.runtime.progress import ProgressReporter
+from raytile.runtime.results import UDFResults
 from raytile.runtime.stream_feed import PartitionInlet
 from raytile.udf.base import UDF
 
@@ -76,7 +77,7 @@ class LiveRun:
         self.udfs: list[UDF] = list(plan.udfs)
         self.detached = detached
         self.versions = ParamVersions(plan.params, stream=plan.stream is not None)
-        self.channel = SnapshotChannel()
+        self.channel: SnapshotChannel[UDFResults] = SnapshotChannel()
         self._executor, self._plan, self._progress = executor, plan, progress
         self._lock = threading.Lock()  # orders patches, cancels and the coordinator's end
         self._cancelled = False
@@ -213,7 +214,7 @@ class RunView:
     def __init__(self, live: LiveRun):
         self.live = live
         #: Where this viewer takes the run's next result (the newest it has not seen) or its end.
-        self.outbox: ChannelReader = live.channel.reader()
+        self.outbox: ChannelReader[UDFResults] = live.channel.reader()
 
     @property
     def run_id(self) -> str:

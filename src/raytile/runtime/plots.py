@@ -35,13 +35,19 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import Any, AsyncIterator, Iterator, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, Sequence, Union
 
 from raytile.runtime.results import UDFResults
 from raytile.viz.live import Live2DPlot, get_plottable_2D_channels
 
-__all__ = ["check_plots", "prepare_plots", "update_plots", "PlottedRun", "default_plot_class",
+__all__ = ["PlotsSpec", "check_plots", "prepare_plots", "update_plots", "PlottedRun", "default_plot_class",
            "partial_results_shown", "run_iter_with_plots", "run_with_plots"]
+
+
+#: One channel of a plot: its name, ``(name, fn)``, or a callable ``fn(udf_results, damage)``.
+ChannelSpec = Union[str, tuple[str, Callable[..., Any]], Callable[..., Any]]
+#: ``plots=`` of ``run_udf``/``run_udf_iter``, in LiberTEM's forms (see the module docstring).
+PlotsSpec = Union[bool, None, Sequence[Union[Sequence[ChannelSpec], Live2DPlot]]]
 
 
 def default_plot_class() -> type:
