@@ -13,7 +13,7 @@ import scipy.sparse as sp
 import sparse
 
 import raytile as rt
-from raytile.runtime.execution_plan import has_cupy
+from raytile.utils.devices import has_cupy
 from raytile.runtime.executor import Executor, TaskHandle
 from raytile.runtime.part_runner import run_partition
 from raytile.runtime.plan import make_plan

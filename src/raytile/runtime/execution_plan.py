@@ -47,20 +47,8 @@ from raytile.common.errors import BackendError
 __all__ = [
     "BACKENDS", "CPU_BACKENDS", "CUDA_BACKENDS", "CUPY_BACKENDS", "SPARSE_BACKENDS", "DENSE_BACKENDS",
     "ExecutionPlan", "canonical_backends", "check_backends", "device_classes_for",
-    "execution_plan", "plan_dtype", "has_cupy",
+    "execution_plan", "plan_dtype",
 ]
-
-def has_cupy() -> bool:
-    """True if cupy imports and sees a GPU (imported lazily, only when asked)."""
-    try:
-        import cupy
-    except Exception:
-        return False
-    try:
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:
-        return False
-
 
 def canonical_backends(spec: str | Iterable[str] | None) -> tuple[str, ...]:
     """A backend spec (one name, a sequence or None) as a tuple of names."""

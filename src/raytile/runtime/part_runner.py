@@ -6,6 +6,7 @@ code path is tested without Ray.
 
 from __future__ import annotations
 
+import functools
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from raytile.common.errors import BackendError, UDFException
 from raytile.common.tiling import DataTile
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
-from raytile.runtime.execution_plan import ExecutionPlan, has_cupy
+from raytile.runtime.execution_plan import ExecutionPlan
 from raytile.runtime.pinned_stager import PinnedStager
 from raytile.runtime.tile_converter import TileConverter
 from raytile.runtime.params import PartitionResult, PartitionTask, RunParams
@@ -28,6 +29,7 @@ from raytile.udf.base import UDF, UDFData
 from raytile.udf.buffers import AuxBufferWrapper
 from raytile.udf.meta import UDFMeta
 from raytile.udf.worker_cache import worker_cache_for
+from raytile.utils.devices import has_cupy
 
 __all__ = ["run_partition", "PartitionRun", "WorkerEnv", "plan_for_task", "TileProgress"]
 
@@ -56,26 +58,16 @@ def _set_views(udf: UDF, nav_start: int, count: int, sig_index: tuple, frame: in
         udf.params.set_views(aux)
 
 
-_HAS_CUPY: bool | None = None
-
-
-def _worker_has_cupy() -> bool:
-    global _HAS_CUPY
-    if _HAS_CUPY is None:
-        _HAS_CUPY = has_cupy()
-    return _HAS_CUPY
-
-
-def plan_for_task(params: RunParams, device_class: str) -> ExecutionPlan:
+def plan_for_task(params: RunParams, env: "WorkerEnv") -> ExecutionPlan:
     """The execution plan this worker uses: the one the run planned for its device class.
 
     A GPU worker that cannot import cupy uses the ``cuda:nocupy`` plan (CPU
     backends and "cuda"). Raises :class:`BackendError` if none fits.
     """
-    plans = params.backend_plan
+    plans, device_class = params.backend_plan, env.device_class
     if device_class == "cuda" and "cuda" in plans:
         plan = plans["cuda"]
-        if not plan.needs_cupy or _worker_has_cupy():
+        if not plan.needs_cupy or env.has_cupy:
             return plan
         if "cuda:nocupy" in plans:
             return plans["cuda:nocupy"]
@@ -103,10 +95,24 @@ class _GPU:
 
 @dataclass(frozen=True)
 class WorkerEnv:
-    """Facts about the worker a task runs on: its device class and its share of CPU threads."""
+    """Facts about the worker a task runs on: its device class, its share of CPU threads, and whether
+    cupy works there (asked on GPU workers only, once a process: see :meth:`here`)."""
 
     device_class: str = "cpu"
     threads: int | None = None
+    has_cupy: bool = False
+
+    @classmethod
+    def here(cls, device_class: str = "cpu", threads: int | None = None) -> "WorkerEnv":
+        """The environment of this process as a ``device_class`` worker."""
+        return cls(device_class, threads, has_cupy=device_class == "cuda" and _cupy_works())
+
+
+@functools.cache
+def _cupy_works() -> bool:
+    """Whether cupy imports and makes an array here; asked once a process (an import that fails scans
+    sys.path again each time)."""
+    return has_cupy()
 
 
 def run_partition(
@@ -127,8 +133,8 @@ def run_partition(
 
     >>> result = run_partition(task, params, "cpu", threads_per_worker=1)
     """
-    env = WorkerEnv(device_class, threads_per_worker)
-    plan = plan_for_task(params, device_class)
+    env = WorkerEnv.here(device_class, threads_per_worker)
+    plan = plan_for_task(params, env)
     gpu = None
     if device_class == "cuda" and plan.needs_cupy:
         gpu = _GPU(stage=CUPY in plan.udfs)
