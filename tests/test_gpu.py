@@ -192,7 +192,7 @@ def test_capture_equals_uncaptured(gpu_ctx, with_roi):
     ds = gpu_ctx.load("memory", data=data, num_partitions=2)
     CudaInlineExecutor.results = []
     cap = gpu_ctx.run_udf(dataset=ds, udf=CapturedSums(), roi=roi)
-    stats = [getattr(r, "capture_stats", {}) for r in CudaInlineExecutor.results]
+    stats = [r.capture_stats for r in CudaInlineExecutor.results]
     assert any(s and s[0]["captured"] > 0 and s[0]["replayed"] > 0 for s in stats), stats
     assert all(s[0]["failed"] == 0 for s in stats if s)
     ref = gpu_ctx.run_udf(dataset=ds, udf=UncapturedSums(), roi=roi)

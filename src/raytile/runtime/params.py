@@ -7,10 +7,12 @@ from typing import Any
 
 import numpy as np
 
+from raytile.io.corrections import CorrectionSet
 from raytile.io.dataset import Partition
 from raytile.runtime.execution_plan import ExecutionPlan
 from raytile.common.shape import Shape
 from raytile.common.tiling import TilingScheme
+from raytile.udf.base import UDF
 
 __all__ = ["RunParams", "PartitionTask", "PartitionResult"]
 
@@ -24,13 +26,13 @@ class RunParams:
     which array backend) per device class.
     """
 
-    udfs: list
+    udfs: list[UDF]
     roi: np.ndarray | None
     tiling_scheme: TilingScheme
     input_dtype: np.dtype
     dataset_shape: Shape
     dataset_dtype: np.dtype
-    corrections: Any = None
+    corrections: CorrectionSet | None = None
     backend_plan: dict[str, ExecutionPlan] = field(default_factory=dict)
     version: int = 0
     run_id: str = ""
@@ -77,6 +79,8 @@ class PartitionResult:
     covers: list[int] = field(default_factory=list)
     #: The ROI-compressed nav range its nav buffers cover, if it covers several partitions.
     nav_range: tuple[int, int] | None = None
+    #: CUDA graph counters by UDF index (warmup/captured/replayed/failed; GPU tasks only, see udf/capture.py).
+    capture_stats: dict[int, dict[str, int]] = field(default_factory=dict)
 
     @property
     def nbytes(self) -> int:

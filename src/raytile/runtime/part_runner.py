@@ -303,7 +303,7 @@ class PartitionRun:
             num_frames=self.num_frames, backends=self.backend_of,
         )
         if self.graphs:
-            result.capture_stats = {i: dict(g.stats) for i, g in self.graphs.items()}  # type: ignore[attr-defined]
+            result.capture_stats = {i: dict(g.stats) for i, g in self.graphs.items()}
         return result
 
 
