@@ -100,10 +100,10 @@ def runs_to_drop(runs: dict[str, HostedRun], now: float, keep_s: float = DETACHE
                  max_kept: int = MAX_KEPT) -> list[str]:
     """Ended runs to forget: a run no viewer iterates any more (unless detached and younger than
     ``keep_s``), and the oldest beyond ``max_kept`` ended runs."""
-    ended = {rid: r for rid, r in runs.items() if r.over and r.ended_at is not None}
-    drop = [rid for rid, r in ended.items()
-            if (not r.detached and r.viewers <= 0) or (r.detached and now - r.ended_at > keep_s)]  # type: ignore[operator]
-    rest = sorted((r.ended_at, rid) for rid, r in ended.items() if rid not in drop)  # type: ignore[type-var]
+    ended = {rid: (r, r.ended_at) for rid, r in runs.items() if r.over and r.ended_at is not None}
+    drop = [rid for rid, (r, ended_at) in ended.items()
+            if (not r.detached and r.viewers <= 0) or (r.detached and now - ended_at > keep_s)]
+    rest = sorted((ended_at, rid) for rid, (_, ended_at) in ended.items() if rid not in drop)
     drop += [rid for _, rid in rest[:max(0, len(rest) - max_kept)]]
     return drop
 

@@ -161,7 +161,7 @@ class StageFailed(RaytileError):
             return f"{base}\n\nStage traceback:\n{self.stage_traceback}"
         return base
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self) -> tuple[type["StageFailed"], tuple[str, str, str, str]]:
         # keeps stage and traceback when it crosses a process boundary (Ray actors)
         return (StageFailed, (self.stage, self.method, super().__str__().split(": ", 1)[-1], self.stage_traceback))
 

@@ -152,7 +152,8 @@ class InlineExecutor(Executor):
                 wakeup.wait(timeout)
             return []
         first = handles[0]
-        first.run()  # type: ignore[attr-defined]
+        assert isinstance(first, _InlineHandle)  # this executor's own (submit made it)
+        first.run()
         return [first]
 
     def result(self, handle: TaskHandle) -> list[PartitionResult]:

@@ -111,8 +111,10 @@ class LiveSources:
         if source is None:
             raise NotFound("name", f"no live source {name!r} on this server (sources: {sorted(self.sources)})")
         with self._lock:
-            if name in self._runs and (self._runs[name] is None or not self._runs[name].over):  # type: ignore[union-attr]
-                raise Conflict("name", f"live source {name!r} is read by a run already; wait for it to end")
+            if name in self._runs:
+                held = self._runs[name]  # None: a run of it is being started
+                if held is None or not held.over:
+                    raise Conflict("name", f"live source {name!r} is read by a run already; wait for it to end")
             self._runs[name] = None
         try:
             conn = self._connections.get(name)

@@ -329,7 +329,7 @@ class UDF:
         cls = type(self)
         for method in ("tile", "frame", "partition"):
             if getattr(cls, f"process_{method}", None) is not None:
-                return method  # type: ignore[return-value]
+                return method
         raise UDFException(
             f"{cls.__name__} implements none of process_tile, process_frame, process_partition"
         )
@@ -507,7 +507,7 @@ def check_method(udf: "UDF") -> UDFMethod:
     if getattr(type(udf), f"process_{value}", None) is None:
         raise UDFException(f"{name}.get_method() returned {value!r} but {name} does not implement "
                            f"process_{value}: implement {name}.process_{value} or return another method")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def check_cast(src: Any, dest: Any, name: str | None = None) -> None:

@@ -57,7 +57,7 @@ class WorkerCache:
         with self._lock:  # one maker at a time: partitions on other threads wait for the same value
             if key not in self._values:
                 self._values[key] = make()
-            return self._values[key]  # type: ignore[no-any-return]
+            return self._values[key]
 
     def __len__(self) -> int:
         return len(self._values)

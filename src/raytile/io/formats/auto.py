@@ -39,10 +39,10 @@ __all__ = ["AutoDataSet", "detect_format", "detecting_formats", "GENERIC_FORMATS
 GENERIC_FORMATS = ("hdf5",)
 
 
-def _reads_stores(cls: type) -> bool:
+def _reads_stores(cls: type[DataSet]) -> bool:
     """Whether a format's ``detect_params`` places objects of a store (takes ``store``)."""
     try:
-        return "store" in inspect.signature(cls.detect_params).parameters  # type: ignore[attr-defined]
+        return "store" in inspect.signature(cls.detect_params).parameters
     except (TypeError, ValueError):
         return False
 
