@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+from raytile.common.device_class import DeviceClass
+
 __all__ = ["get_use_cpu", "get_use_cuda", "set_use_cpu", "set_use_cuda", "get_device_class"]
 
 _CPU = "RAYTILE_USE_CPU"
@@ -53,6 +55,6 @@ def set_use_cpu(cpu: int) -> None:
     os.environ[_CPU] = str(int(cpu))
 
 
-def get_device_class() -> str:
+def get_device_class() -> DeviceClass:
     """``"cuda"`` when a CUDA device is set, else ``"cpu"``."""
-    return "cuda" if get_use_cuda() is not None else "cpu"
+    return DeviceClass.CUDA if get_use_cuda() is not None else DeviceClass.CPU

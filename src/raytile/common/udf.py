@@ -12,8 +12,9 @@ expects ``"tile"``:
 
 from __future__ import annotations
 
-import enum
 from typing import TypedDict, Union
+
+from raytile.common.str_enum import PlainStrEnum
 
 __all__ = ["UDFMethod", "TilingPreferences", "WHOLE_FRAMES"]
 
@@ -22,22 +23,12 @@ __all__ = ["UDFMethod", "TilingPreferences", "WHOLE_FRAMES"]
 WHOLE_FRAMES = "whole_frames"
 
 
-class UDFMethod(str, enum.Enum):
+class UDFMethod(PlainStrEnum):
     """The ``process_*`` methods of the UDF interface (``UDF.UDF_METHOD``)."""
 
     TILE = "tile"
     FRAME = "frame"
     PARTITION = "partition"
-
-    # behave as the plain string everywhere (f-strings, dict keys, set members)
-    def __str__(self) -> str:
-        return str(self.value)
-
-    def __format__(self, format_spec: str) -> str:
-        return format(str(self.value), format_spec)
-
-    def __hash__(self) -> int:
-        return hash(str(self.value))
 
 
 class TilingPreferences(TypedDict, total=False):

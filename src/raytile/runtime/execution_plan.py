@@ -43,6 +43,7 @@ from sparseconverter import (
 )
 
 from raytile.common.errors import BackendError
+from raytile.common.device_class import DeviceClass
 
 __all__ = [
     "BACKENDS", "CPU_BACKENDS", "CUDA_BACKENDS", "CUPY_BACKENDS", "SPARSE_BACKENDS", "DENSE_BACKENDS",
@@ -77,16 +78,16 @@ def _udf_backends(udf, allowed: frozenset | None) -> tuple[str, ...]:
     return backends
 
 
-def available_backends(device_class: str, restrict_to: Iterable[str] | None = None,
+def available_backends(device_class: DeviceClass, restrict_to: Iterable[str] | None = None,
                        cupy: bool = True) -> frozenset:
     """Backends a task on ``device_class`` can hand out (all CPU backends on a GPU, too).
 
     A GPU worker without cupy can serve the CPU backends and "cuda" (numpy
     tiles for UDFs that launch their own kernels).
     """
-    if device_class == "cpu":
+    if device_class == DeviceClass.CPU:
         avail = CPU_BACKENDS
-    elif device_class == "cuda":
+    elif device_class == DeviceClass.CUDA:
         avail = BACKENDS if cupy else CPU_BACKENDS | {CUDA}
     else:
         raise BackendError(f"unknown device class {device_class!r}; use 'cpu' or 'cuda'")
@@ -97,7 +98,7 @@ def available_backends(device_class: str, restrict_to: Iterable[str] | None = No
     return frozenset(avail)
 
 
-def device_classes_for(udfs: Sequence, restrict_to: Iterable[str] | None = None) -> set[str]:
+def device_classes_for(udfs: Sequence, restrict_to: Iterable[str] | None = None) -> set[DeviceClass]:
     """Device classes ("cpu", "cuda") on which every UDF can be served.
 
     Follows the reference's resource rule: a UDF with only GPU backends
@@ -127,9 +128,9 @@ def device_classes_for(udfs: Sequence, restrict_to: Iterable[str] | None = None)
             f"backend (limited to backends={sorted(allowed) if allowed else 'any'}); run them separately"
         )
     if needs_cuda:
-        return {"cuda"}
+        return {DeviceClass.CUDA}
     # CPU-only UDFs also run on a GPU worker (CPU-on-GPU fallback).
-    return {"cpu", "cuda"}
+    return {DeviceClass.CPU, DeviceClass.CUDA}
 
 
 @dataclass
@@ -142,7 +143,7 @@ class ExecutionPlan:
     at hand).
     """
 
-    device_class: str
+    device_class: DeviceClass
     ds_backend: str
     udfs: "OrderedDict[str, list[int]]" = field(default_factory=OrderedDict)
 
@@ -189,7 +190,7 @@ class ExecutionPlan:
 
 def execution_plan(
     udfs: Sequence,
-    device_class: str,
+    device_class: DeviceClass,
     ds_backends: str | Iterable[str] = NUMPY,
     restrict_to: Iterable[str] | None = None,
     cupy: bool = True,
@@ -200,7 +201,7 @@ def execution_plan(
     """
     ds_backends = check_backends(ds_backends, "the data set's array_backends") or (NUMPY,)
     avail = available_backends(device_class, restrict_to, cupy)
-    native = avail & (CUDA_BACKENDS if device_class == "cuda" else CPU_BACKENDS)
+    native = avail & (CUDA_BACKENDS if device_class == DeviceClass.CUDA else CPU_BACKENDS)
     allowed = frozenset(check_backends(restrict_to, "run_udf(backends=...)")) or None
     udf_backends = [_udf_backends(u, allowed) for u in udfs]
 
@@ -248,7 +249,7 @@ def execution_plan(
             for i in remaining
         )
         limit = f" limited to backends={sorted(allowed)}" if allowed else ""
-        cp = "" if cupy or device_class != "cuda" else " without cupy"
+        cp = "" if cupy or device_class != DeviceClass.CUDA else " without cupy"
         raise BackendError(f"cannot serve on a {device_class} worker{cp}{limit}: {details}")
 
     # Order the conversions: start from the cheapest data set format, then

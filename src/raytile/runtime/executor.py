@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from raytile.common.device_class import DeviceClass
 from raytile.runtime.params import PartitionResult, PartitionTask
 
 __all__ = ["Executor", "TaskHandle", "WorkerLost", "TaskNotRun", "NoWorkerReady", "ProgressSink"]
@@ -73,8 +74,8 @@ class Executor(ABC):
     max_in_flight: int = 1
     #: Worker slots; data sets pick at least this many partitions.
     num_workers: int = 1
-    #: Device classes with at least one worker ("cpu", "cuda").
-    device_classes: frozenset = frozenset({"cpu"})
+    #: Device classes with at least one worker (CPU, CUDA).
+    device_classes: frozenset[DeviceClass] = frozenset({DeviceClass.CPU})
     #: Workers merge their partitions' results and send them at most this often (s); None: never.
     merge_interval_s: float | None = None
 

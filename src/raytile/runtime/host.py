@@ -21,6 +21,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Protocol, Sequence
 
+from raytile.common.device_class import DeviceClass
 from raytile.common.errors import ConfigValidationError, ExecutorError
 from raytile.runtime.executor import Executor
 from raytile.runtime.live_run import LiveRun
@@ -93,7 +94,7 @@ class RunHost(ABC):
 
     @property
     @abstractmethod
-    def device_classes(self) -> frozenset:
+    def device_classes(self) -> frozenset[DeviceClass]:
         """Device classes with at least one worker ("cpu", "cuda")."""
 
     @property
@@ -141,7 +142,7 @@ class DriverHost(RunHost):
         return self.executor.num_workers
 
     @property
-    def device_classes(self) -> frozenset:
+    def device_classes(self) -> frozenset[DeviceClass]:
         return self.executor.device_classes
 
     @property

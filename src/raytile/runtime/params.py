@@ -11,6 +11,7 @@ from raytile.io.corrections import CorrectionSet
 from raytile.io.dataset import Partition
 from raytile.runtime.execution_plan import ExecutionPlan
 from raytile.common.shape import Shape
+from raytile.common.device_class import DeviceClass
 from raytile.common.tiling import TilingScheme
 from raytile.udf.base import UDF
 
@@ -44,7 +45,7 @@ class RunParams:
 
 @dataclass
 class PartitionTask:
-    """One partition to process. ``device_class`` is what the task needs ("cpu", "cuda", "any").
+    """One partition to process. ``device_class`` is what the task needs (see common/device_class.py).
 
     ``dataset_id`` is the ``id`` of the :class:`DataSet` the run reads (the
     run's plan keeps it alive): executors share a data set's in-memory frames
@@ -53,7 +54,7 @@ class PartitionTask:
 
     partition: Partition
     idx: int
-    device_class: str = "cpu"
+    device_class: DeviceClass = DeviceClass.CPU
     num_frames: int = 0
     dataset_id: int = 0
     #: A stream partition's frames as the executor shares them (an ndarray inline, an object ref on Ray);
@@ -72,7 +73,7 @@ class PartitionResult:
     buffers: list[dict[str, np.ndarray]]
     version: int
     worker: str = ""
-    device_class: str = "cpu"
+    device_class: DeviceClass = DeviceClass.CPU
     num_frames: int = 0
     backends: dict[int, str] = field(default_factory=dict)
     #: The partitions merged into this result on the worker (see runtime/segments.py); empty: just ``idx``.

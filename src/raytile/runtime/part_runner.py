@@ -16,6 +16,7 @@ import numpy as np
 from sparseconverter import CUPY
 
 from raytile.common.buffers import to_numpy
+from raytile.common.device_class import DeviceClass
 from raytile.common.errors import BackendError, UDFException
 from raytile.common.tiling import DataTile
 from raytile.common.shape import Shape
@@ -65,8 +66,8 @@ def plan_for_task(params: RunParams, env: "WorkerEnv") -> ExecutionPlan:
     backends and "cuda"). Raises :class:`BackendError` if none fits.
     """
     plans, device_class = params.backend_plan, env.device_class
-    if device_class == "cuda" and "cuda" in plans:
-        plan = plans["cuda"]
+    if device_class == DeviceClass.CUDA and DeviceClass.CUDA in plans:
+        plan = plans[DeviceClass.CUDA]
         if not plan.needs_cupy or env.has_cupy:
             return plan
         if "cuda:nocupy" in plans:
@@ -98,14 +99,15 @@ class WorkerEnv:
     """Facts about the worker a task runs on: its device class, its share of CPU threads, and whether
     cupy works there (asked on GPU workers only, once a process: see :meth:`here`)."""
 
-    device_class: str = "cpu"
+    device_class: DeviceClass = DeviceClass.CPU
     threads: int | None = None
     has_cupy: bool = False
 
     @classmethod
-    def here(cls, device_class: str = "cpu", threads: int | None = None) -> "WorkerEnv":
+    def here(cls, device_class: DeviceClass | str = DeviceClass.CPU, threads: int | None = None) -> "WorkerEnv":
         """The environment of this process as a ``device_class`` worker."""
-        return cls(device_class, threads, has_cupy=device_class == "cuda" and _cupy_works())
+        kind = DeviceClass(device_class)
+        return cls(kind, threads, has_cupy=kind == DeviceClass.CUDA and _cupy_works())
 
 
 @functools.cache
@@ -118,7 +120,7 @@ def _cupy_works() -> bool:
 def run_partition(
     task: PartitionTask,
     params: RunParams,
-    device_class: str = "cpu",
+    device_class: DeviceClass | str = DeviceClass.CPU,
     threads_per_worker: int | None = None,
     on_tile: TileProgress | None = None,
 ) -> PartitionResult:
@@ -136,7 +138,7 @@ def run_partition(
     env = WorkerEnv.here(device_class, threads_per_worker)
     plan = plan_for_task(params, env)
     gpu = None
-    if device_class == "cuda" and plan.needs_cupy:
+    if env.device_class == DeviceClass.CUDA and plan.needs_cupy:
         gpu = _GPU(stage=CUPY in plan.udfs)
     if gpu is None:
         return PartitionRun(task, params, plan, env).run(on_tile)

@@ -8,6 +8,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from raytile.common.device_class import DeviceClass
 from raytile.common.errors import BackendError, DataSetException, UDFException, udf_exception_class
 from raytile.io.corrections import CorrectionSet
 from raytile.io.dataset import DataSet, FrameDelivery, validate_roi
@@ -73,7 +74,7 @@ def backend_plans(udfs: Sequence[UDF], dataset: DataSet, device_classes: Iterabl
         raise BackendError("; ".join(errors))
     if "cuda" in plans:
         try:
-            plans["cuda:nocupy"] = execution_plan(udfs, "cuda", ds_backends, backends, cupy=False)
+            plans["cuda:nocupy"] = execution_plan(udfs, DeviceClass.CUDA, ds_backends, backends, cupy=False)
         except BackendError:
             pass
     return plans
@@ -167,7 +168,7 @@ def make_plan(
     dtype = input_dtype(udfs, dataset.dtype, corrections, all_backends)
     _set_planning_meta(udfs, dataset, roi, corrections, dtype, planning_on)
     usable = {dc for dc in backend_plan if ":" not in dc}
-    device_class = "cpu" if usable == {"cpu"} else ("cuda" if usable == {"cuda"} else "any")
+    device_class = DeviceClass.CPU if usable == {"cpu"} else (DeviceClass.CUDA if usable == {"cuda"} else DeviceClass.ANY)
 
     stream = dataset.stream_spec()  # None: a fixed list of partitions
     partitions = dataset.get_partitions()

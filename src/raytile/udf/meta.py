@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from raytile.common.device_class import DeviceClass
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.common.tiling import TilingScheme
@@ -31,7 +32,7 @@ class UDFMeta:
         input_dtype: Any,
         tiling_scheme: TilingScheme | None = None,
         corrections: Any = None,
-        device_class: str = "cpu",
+        device_class: DeviceClass | str = DeviceClass.CPU,
         threads_per_worker: int | None = None,
         array_backend: str | None = None,
         valid_nav_mask: np.ndarray | Callable[[], np.ndarray] | None = None,
@@ -45,7 +46,7 @@ class UDFMeta:
         self._tiling_scheme = tiling_scheme
         self._tiling_scheme_idx = 0
         self._corrections = corrections
-        self._device_class = device_class
+        self._device_class = DeviceClass(device_class)
         self._threads_per_worker = threads_per_worker
         self._array_backend = array_backend
         self._valid_nav_mask = valid_nav_mask
@@ -115,7 +116,7 @@ class UDFMeta:
         return self._corrections
 
     @property
-    def device_class(self) -> str:
+    def device_class(self) -> DeviceClass:
         """``'cpu'`` or ``'cuda'``."""
         return self._device_class
 
