@@ -30,7 +30,7 @@ from raytile.common.errors import AcquisitionCancelled, AcquisitionError, Config
 from raytile.live.detectors.dectris.receiver import STREAM_FORMATS, DectrisReceiver, images_in_series
 from raytile.live.detectors.dectris.simplon import SimplonClient
 from raytile.live.detectors.dectris.stream_v1 import COMPRESSIONS
-from raytile.live.connection import ReceiverConnection
+from raytile.live.connection import ReceiverConnection, check_port, check_positive_int
 from raytile.live.receiver import DROP_POLICIES, AcquisitionFrames, partition_batches
 
 __all__ = ["DectrisConnectionBuilder", "DectrisDetectorConnection", "DectrisPendingAcquisition",
@@ -151,14 +151,10 @@ class DectrisDetectorConnection(ReceiverConnection[DectrisReceiver]):
             raise ConfigValidationError(f"dectris connection: parameter 'stream_format' must be one of "
                                         f"{STREAM_FORMATS} (stream V1, V2) or None (the detector's), "
                                         f"got {stream_format!r}")
-        for name, port in (("api_port", api_port), ("data_port", data_port)):
-            if not isinstance(port, int) or not 0 < port < 65536:
-                raise ConfigValidationError(f"dectris connection: parameter {name!r} must be a TCP port, "
-                                            f"got {port!r}")
-        for name, value in (("buffer_size", buffer_size), ("frame_stack_size", frame_stack_size)):
-            if not isinstance(value, int) or value < 1:
-                raise ConfigValidationError(f"dectris connection: parameter {name!r} must be a positive int, "
-                                            f"got {value!r}")
+        check_port("dectris", "api_port", api_port)
+        check_port("dectris", "data_port", data_port)
+        check_positive_int("dectris", "buffer_size", buffer_size)
+        check_positive_int("dectris", "frame_stack_size", frame_stack_size)
         if bytes_per_frame is not None and (not isinstance(bytes_per_frame, int) or bytes_per_frame < 1):
             raise ConfigValidationError(f"dectris connection: parameter 'bytes_per_frame' must be a positive int "
                                         f"or None, got {bytes_per_frame!r}")

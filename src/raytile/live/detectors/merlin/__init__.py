@@ -4,15 +4,21 @@
 ...     aq = ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), nav_shape=(128, 128))
 """
 
+from raytile.live.detectors.merlin import cli
 from raytile.live.detectors.merlin.acquisition import MerlinAcquisition
 from raytile.live.detectors.merlin.connection import (
     MerlinActiveController, MerlinConnectionBuilder, MerlinDetectorConnection, MerlinPendingAcquisition,
 )
 from raytile.live.detectors.merlin.control import MerlinCommandError, MerlinControl
 from raytile.live.detectors.merlin.sim import MerlinSimulator
+from raytile.live.registry import DetectorSpec, register_detector
 
 __all__ = [
     "MerlinAcquisition",
     "MerlinConnectionBuilder", "MerlinDetectorConnection", "MerlinPendingAcquisition", "MerlinActiveController",
     "MerlinControl", "MerlinCommandError", "MerlinSimulator",
 ]
+
+register_detector(DetectorSpec(name="merlin", title="Merlin", builder=MerlinConnectionBuilder, url_port="data_port",
+                               ports={"data_port": 6342, "api_port": 6341}, simulator=cli.SIMULATOR,
+                               sim_arguments=cli.sim_arguments))

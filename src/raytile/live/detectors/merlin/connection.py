@@ -16,7 +16,7 @@ from raytile.common.errors import AcquisitionCancelled, AcquisitionError, Config
 from raytile.live.detectors.merlin.control import MerlinControl
 from raytile.live.detectors.merlin.mpx import AcquisitionHeader
 from raytile.live.detectors.merlin.receiver import MerlinReceiver
-from raytile.live.connection import ReceiverConnection
+from raytile.live.connection import ReceiverConnection, check_port, check_positive_int
 from raytile.live.receiver import AcquisitionFrames, partition_batches
 
 __all__ = ["MerlinConnectionBuilder", "MerlinDetectorConnection", "MerlinPendingAcquisition",
@@ -69,16 +69,13 @@ class MerlinDetectorConnection(ReceiverConnection[MerlinReceiver]):
     def __init__(self, *, api_host: str = "127.0.0.1", api_port: int = 6341, data_host: str = "127.0.0.1",
                  data_port: int = 6342, drain: bool = False, recovery_strategy: str = "immediate_reconnect",
                  huge_pages: bool = False, frame_stack_size: int = 64, slots: int = 16, timeout: float = 10.0):
-        for name, port in (("api_port", api_port), ("data_port", data_port)):
-            if not isinstance(port, int) or not 0 < port < 65536:
-                raise ConfigValidationError(f"merlin connection: parameter {name!r} must be a TCP port, got {port!r}")
+        check_port("merlin", "api_port", api_port)
+        check_port("merlin", "data_port", data_port)
         if recovery_strategy not in RECOVERY_STRATEGIES:
             raise ConfigValidationError(f"merlin connection: parameter 'recovery_strategy' must be one of "
                                         f"{RECOVERY_STRATEGIES}, got {recovery_strategy!r}")
-        for name, value in (("frame_stack_size", frame_stack_size), ("slots", slots)):
-            if not isinstance(value, int) or value < 1:
-                raise ConfigValidationError(f"merlin connection: parameter {name!r} must be a positive int, "
-                                            f"got {value!r}")
+        check_positive_int("merlin", "frame_stack_size", frame_stack_size)
+        check_positive_int("merlin", "slots", slots)
         self._api_host, self._api_port = api_host, api_port
         self._data_host, self._data_port = data_host, data_port
         self._drain, self._recovery_strategy, self._huge_pages = drain, recovery_strategy, huge_pages
