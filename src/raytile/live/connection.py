@@ -12,14 +12,14 @@ connection's parameters.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Callable, Generic, Iterator, Protocol, TypeVar, runtime_checkable
 
 import weakref
 
 import numpy as np
 
 from raytile.common.errors import ConfigValidationError, DataSetException
-from raytile.live.receiver import AcquisitionFrames, StackReceiver
+from raytile.live.receiver import AcquisitionFrames, StackReceiver, partition_batches
 
 __all__ = ["LiveConnection", "DataSetConnection", "ConnectionBuilder", "PendingAcquisition", "ReceiverConnection", "check_port",
            "check_positive_int"]
@@ -122,9 +122,31 @@ class ReceiverConnection(Generic[R]):
 
     _receiver: R | None = None
     detector = "detector"
+    #: The signal shape of the last :meth:`acquisition_geometry` (None: not read yet).
+    _sig_shape: tuple[int, ...] | None = None
+
+    def _addresses(self, api_host: str, api_port: int, data_host: str, data_port: int) -> None:
+        """Check the ports and keep the control and data addresses (``self._api_host`` ...)."""
+        check_port(self.detector, "api_port", api_port)
+        check_port(self.detector, "data_port", data_port)
+        self._api_host, self._api_port = api_host, api_port
+        self._data_host, self._data_port = data_host, data_port
 
     def _new_receiver(self) -> R:
         raise NotImplementedError
+
+    def _frames(self, pending: Any, controller: Any, nav_shape: tuple[int, ...], ready: Callable[[], None],
+                count: int | None, dtype: np.dtype, af: AcquisitionFrames) -> Iterator[np.ndarray]:
+        """The frame arrays of :meth:`acquisition_frames`, read when the run starts reading (the
+        stream's feeder thread)."""
+        raise NotImplementedError
+
+    def acquisition_frames(self, pending: Any, controller: Any, nav_shape: tuple[int, ...],
+                           ready: Callable[[], None], count: int | None, dtype: np.dtype) -> AcquisitionFrames:
+        """:meth:`LiveConnection.acquisition_frames`: the stacks of :meth:`_frames`, cut where the
+        partitions of the last :meth:`acquisition_geometry`'s stream are."""
+        return AcquisitionFrames(lambda af: self._frames(pending, controller, nav_shape, ready, count, dtype, af),
+                                 partition_batches(nav_shape, self._sig_shape, dtype))
 
     def connect(self) -> R:
         """The running receiver (a new one, started, if there was none or it ended)."""

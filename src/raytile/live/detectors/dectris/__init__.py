@@ -6,7 +6,7 @@
 ...     aq = ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), nav_shape=(128, 128))
 """
 
-from raytile.live.detectors.dectris import cli
+from raytile.live.detectors.dectris import detector
 from raytile.live.detectors.dectris.acquisition import DectrisAcquisition
 from raytile.live.detectors.dectris.connection import (
     DectrisActiveController, DectrisConnectionBuilder, DectrisDetectorConnection, DectrisPendingAcquisition,
@@ -14,7 +14,7 @@ from raytile.live.detectors.dectris.connection import (
 from raytile.live.detectors.dectris.receiver import DectrisReceiver
 from raytile.live.detectors.dectris.sim import DectrisSimulator
 from raytile.live.detectors.dectris.simplon import SimplonClient
-from raytile.live.registry import DetectorSpec, register_detector
+from raytile.live.registry import register_detector
 
 __all__ = [
     "DectrisAcquisition",
@@ -22,7 +22,4 @@ __all__ = [
     "DectrisReceiver", "DectrisSimulator", "SimplonClient",
 ]
 
-register_detector(DetectorSpec(name="dectris", title="DECTRIS", builder=DectrisConnectionBuilder, url_port="api_port",
-                               ports={"data_port": 9999, "api_port": 8910}, simulator=cli.SIMULATOR,
-                               sim_arguments=cli.sim_arguments, run_arguments=cli.run_arguments,
-                               open_arguments=cli.open_arguments, extra=cli.extra_modules))
+register_detector(detector.SPEC)

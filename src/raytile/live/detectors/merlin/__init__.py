@@ -4,14 +4,14 @@
 ...     aq = ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), nav_shape=(128, 128))
 """
 
-from raytile.live.detectors.merlin import cli
+from raytile.live.detectors.merlin import detector
 from raytile.live.detectors.merlin.acquisition import MerlinAcquisition
 from raytile.live.detectors.merlin.connection import (
     MerlinActiveController, MerlinConnectionBuilder, MerlinDetectorConnection, MerlinPendingAcquisition,
 )
 from raytile.live.detectors.merlin.control import MerlinCommandError, MerlinControl
 from raytile.live.detectors.merlin.sim import MerlinSimulator
-from raytile.live.registry import DetectorSpec, register_detector
+from raytile.live.registry import register_detector
 
 __all__ = [
     "MerlinAcquisition",
@@ -19,6 +19,4 @@ __all__ = [
     "MerlinControl", "MerlinCommandError", "MerlinSimulator",
 ]
 
-register_detector(DetectorSpec(name="merlin", title="Merlin", builder=MerlinConnectionBuilder, url_port="data_port",
-                               ports={"data_port": 6342, "api_port": 6341}, simulator=cli.SIMULATOR,
-                               sim_arguments=cli.sim_arguments))
+register_detector(detector.SPEC)

@@ -1,5 +1,6 @@
-"""Merlin's part of ``raytile live sim|run`` (:class:`~raytile.live.registry.DetectorSpec`): its
-simulator, the options ``--mode`` and ``--continuous``, and its synthetic frames.
+"""Merlin's :class:`~raytile.live.registry.DetectorSpec` (:data:`SPEC`): its connection builder,
+what a URL's port is, its default ports, and its part of ``raytile live sim|run``: the simulator,
+the options ``--mode`` and ``--continuous``, and its synthetic frames.
 
     raytile live sim merlin --mode R12 --nav-shape 64,64 --sig-shape 256,256 --frame-rate 5000
 """
@@ -11,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from raytile.live.registry import SimulatorSpec
+from raytile.live.detectors.merlin.connection import MerlinConnectionBuilder
+from raytile.live.registry import DetectorSpec, SimulatorSpec
 
-__all__ = ["SIMULATOR", "sim_arguments"]
+__all__ = ["SPEC", "SIMULATOR", "sim_arguments"]
 
 #: The largest count of each counter mode (synthetic frames are drawn in 0..top).
 TOPS = {"U08": 0xFF, "U16": 0xFFF, "U32": 0xFFFFFF, "R1": 1, "R6": 0x3F, "R12": 0xFFF}
@@ -45,3 +47,8 @@ def _make(args: argparse.Namespace, frames: Any, nav: tuple[int, ...], n: int) -
 #: ``raytile live sim merlin``.
 SIMULATOR = SimulatorSpec(make=_make, frame_dtype=_frame_dtype, synthetic=_synthetic,
                           describe=lambda args, dtype: f"{args.mode}", api="control")
+
+#: What raytile knows of Merlin: registered by the package (``register_detector(detector.SPEC)``).
+SPEC = DetectorSpec(name="merlin", title="Merlin", builder=MerlinConnectionBuilder, url_port="data_port",
+                    ports={"data_port": 6342, "api_port": 6341}, simulator=SIMULATOR,
+                    sim_arguments=sim_arguments)

@@ -1,6 +1,7 @@
-"""DECTRIS's part of ``raytile live sim|run`` (:class:`~raytile.live.registry.DetectorSpec`): its
-simulator and options (compression, stream format, trigger mode ...), its synthetic frames (sparse
-counts) and the modules of the ``live`` extra each command needs.
+"""DECTRIS's :class:`~raytile.live.registry.DetectorSpec` (:data:`SPEC`): its connection builder,
+what a URL's port is (the REST port), its default ports, and its part of ``raytile live sim|run``:
+the simulator and options (compression, stream format, trigger mode ...), its synthetic frames
+(sparse counts) and the modules of the ``live`` extra each command needs.
 
     raytile live sim dectris --compression bslz4 --stream-format cbor --frame-rate 2000
     raytile live run dectris --udf sum --data-port 9999 --api-port 8910 --out live.npz
@@ -15,9 +16,10 @@ import numpy as np
 
 from raytile.common.errors import ConfigValidationError
 from raytile.io.frame_blocks import iter_frame_blocks
-from raytile.live.registry import SimulatorSpec
+from raytile.live.detectors.dectris.connection import DectrisConnectionBuilder
+from raytile.live.registry import DetectorSpec, SimulatorSpec
 
-__all__ = ["SIMULATOR", "sim_arguments", "run_arguments", "open_arguments", "extra_modules"]
+__all__ = ["SPEC", "SIMULATOR", "sim_arguments", "run_arguments", "open_arguments", "extra_modules"]
 
 
 def _indices(text: str) -> tuple[int, ...]:
@@ -110,3 +112,9 @@ def _make(args: argparse.Namespace, frames: Any, nav: tuple[int, ...], n: int) -
 SIMULATOR = SimulatorSpec(make=_make, frame_dtype=lambda args: np.dtype(args.dtype), synthetic=_synthetic,
                           describe=lambda args, dtype: f"{dtype} {args.compression} stream {args.stream_format}",
                           api="REST", file_dtype=_file_dtype)
+
+#: What raytile knows of DECTRIS: registered by the package (``register_detector(detector.SPEC)``).
+SPEC = DetectorSpec(name="dectris", title="DECTRIS", builder=DectrisConnectionBuilder, url_port="api_port",
+                    ports={"data_port": 9999, "api_port": 8910}, simulator=SIMULATOR,
+                    sim_arguments=sim_arguments, run_arguments=run_arguments,
+                    open_arguments=open_arguments, extra=extra_modules)
