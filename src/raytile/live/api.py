@@ -20,33 +20,24 @@ from typing import Any
 
 from raytile.common.errors import ConfigValidationError, NavShapeUnknown, RemovedAPIError
 from raytile.io.dataset import DataSet
-from raytile.live.connection import LiveConnection
-from raytile.live.detectors.dectris.connection import DectrisConnectionBuilder
-from raytile.live.detectors.memory.acquisition import MemoryConnection, MemoryConnectionBuilder
-from raytile.live.detectors.merlin.connection import MerlinConnectionBuilder
+from raytile.live.connection import DataSetConnection, LiveConnection
 from raytile.live.hooks import Hooks, ReadyForDataEnv
 from raytile.live.nav_shape import determine_nav_shape
 from raytile.live.progress import with_dropped_frames
+from raytile.live.registry import detector_spec
 from raytile.runtime.context import Context
 
 __all__ = ["LiveContext", "Hooks", "make_acquisition_on"]
-
-#: ``make_connection``'s detector types and their connection builders.
-DETECTORS: dict[str, Any] = {"merlin": MerlinConnectionBuilder, "dectris": DectrisConnectionBuilder,
-                             "memory": MemoryConnectionBuilder}
 
 
 class LiveContext(Context):
     """A Context with :meth:`make_connection` and :meth:`make_acquisition` (LiberTEM-live's names)."""
 
     def make_connection(self, detector_type: str) -> Any:
-        """A builder whose ``open(...)`` connects to the detector: ``"merlin"``, ``"dectris"`` or ``"memory"``
-        (an array played as an acquisition, :mod:`raytile.live.detectors.memory`)."""
-        builder = DETECTORS.get(str(detector_type).lower())
-        if builder is None:
-            raise ConfigValidationError(f"make_connection: parameter 'detector_type' {detector_type!r} is not "
-                                        f"known; known detectors: {', '.join(sorted(DETECTORS))}")
-        return builder()
+        """A builder whose ``open(...)`` connects to the detector registered as ``detector_type``
+        (:mod:`raytile.live.registry`): ``"merlin"``, ``"dectris"``, ``"memory"`` (an array played as an
+        acquisition, :mod:`raytile.live.detectors.memory`) or one of your own."""
+        return detector_spec(detector_type, "make_connection: parameter 'detector_type'").builder()
 
     def run_udf(self, dataset: DataSet, udf: Any, roi: Any = None, corrections: Any = None,  # type: ignore[override]
                 backends: Any = None, progress: Any = False, **kwargs: Any) -> Any:
@@ -119,10 +110,10 @@ def make_acquisition_on(ctx: Context, *, conn: LiveConnection, nav_shape: tuple[
                         preprocess: Any = None) -> DataSet:
     """:meth:`LiveContext.make_acquisition` for any :class:`~raytile.Context` ``ctx`` (the serve app's,
     e.g.); the parameters are the method's."""
-    if isinstance(conn, MemoryConnection):  # an array in memory: a memory data set, not a stream
+    if isinstance(conn, DataSetConnection):  # e.g. an array in memory: a memory data set, not a stream
         if controller is not None or scans != 1 or preprocess is not None:
-            raise ConfigValidationError("make_acquisition: the memory detector takes no controller, scans or "
-                                        "preprocess")
+            raise ConfigValidationError(f"make_acquisition: a {type(conn).__name__} (its acquisition is no "
+                                        f"stream) takes no controller, scans or preprocess")
         return conn.make_acquisition(nav_shape=nav_shape, frames_per_partition=frames_per_partition,
                                      pending_aq=pending_aq, hooks=hooks)
     if not isinstance(conn, LiveConnection):

@@ -6,6 +6,9 @@
     raytile live sim dectris --dataset scan.npy --format npy --triggered     # waits for arm over REST
     raytile live run merlin --udf sum,ring --data-port 6342 --api-port 6341 --out live.npz
     raytile live run dectris --udf sum --data-port 9999 --api-port 8910 --out live.npz
+
+The detectors, their default ports, simulators and options of their own are
+those registered (:mod:`raytile.live.registry`); this module names none.
 """
 
 from __future__ import annotations
@@ -15,13 +18,15 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from raytile.common.errors import ConfigValidationError
-from raytile.io.dataset import DataSet
-from raytile.io.frame_blocks import SequentialFrames, iter_frame_blocks
+from raytile.io.frame_blocks import SequentialFrames
+
+if TYPE_CHECKING:
+    from raytile.live.registry import DetectorSpec, SimulatorSpec
 
 __all__ = ["add_live_parser", "cmd_live"]
 
@@ -36,73 +41,49 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def _indices(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers like 3,17, got {text!r}") from None
-    if any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected numbers >= 0, got {text!r}")
-    return values
-
-
-#: Default ports of each detector: (data, control/REST).
-PORTS = {"merlin": (6342, 6341), "dectris": (9999, 8910)}
-
-
 def add_live_parser(sub: Any) -> None:
-    """Add ``live sim`` and ``live run`` to the ``raytile`` subcommand parsers."""
+    """Add ``live sim`` and ``live run`` to the ``raytile`` subcommand parsers: the common options here,
+    each registered detector's own from its :class:`~raytile.live.registry.DetectorSpec`."""
+    from raytile.live.registry import detector_specs
+
+    specs = detector_specs()
+    simulated = [spec for spec in specs.values() if spec.simulator is not None and spec.ports]
+    runnable = [spec for spec in specs.values() if spec.ports]
+
+    def port_help(port: str) -> str:
+        return ", ".join(h for h in (spec.default_port_help(port) for spec in simulated) if h)
+
     p = sub.add_parser("live", help="live acquisition: a detector simulator, or a UDF run on a live stream",
                        description="Live acquisition from detectors (see docs/live.md).")
     lsub = p.add_subparsers(dest="live_command", metavar="{sim,run}")
     lsub.required = True
-    s = lsub.add_parser("sim", help="a Merlin or DECTRIS detector on 127.0.0.1 replaying synthetic frames or a data set")
-    s.add_argument("detector", choices=tuple(PORTS))
-    s.add_argument("--mode", default="U16", help="Merlin: U08, U16, U32, R1, R6 or R12 (default U16)")
-    s.add_argument("--dtype", default="uint16", choices=("uint8", "uint16", "uint32"),
-                   help="DECTRIS: pixel type of synthetic frames (default uint16)")
-    s.add_argument("--compression", default="bslz4", choices=("bslz4", "lz4", "none"),
-                   help="DECTRIS: image compression (default bslz4; settable over REST)")
-    s.add_argument("--stream-format", default="legacy", choices=("legacy", "cbor"),
-                   help="DECTRIS: stream V1 (legacy, JSON) or V2 (cbor) (default legacy; settable over REST)")
-    s.add_argument("--channels", type=int, default=1,
-                   help="DECTRIS stream V2: threshold channels sent (threshold_k: the frames divided by k; default 1)")
-    s.add_argument("--trigger-mode", default="exts", choices=("exts", "exte", "ints", "inte"),
-                   help="DECTRIS: trigger mode; ints/inte wait for the trigger command (default exts)")
+    s = lsub.add_parser("sim", help=f"a {' or '.join(spec.title for spec in simulated)} detector on 127.0.0.1 "
+                                    "replaying synthetic frames or a data set")
+    s.add_argument("detector", choices=tuple(spec.name for spec in simulated))
     s.add_argument("--nav-shape", type=_shape, default=(32, 32), help="scan shape (default 32,32)")
     s.add_argument("--sig-shape", type=_shape, default=(256, 256), help="frame shape (default 256,256)")
     s.add_argument("--dataset", default=None, help="replay this data set's frames instead of synthetic ones")
     s.add_argument("--format", default="auto", help="format of --dataset (default auto)")
     s.add_argument("--frame-rate", type=float, default=None, help="frames/s (default: as fast as possible)")
     s.add_argument("--acquisitions", type=int, default=1_000_000,
-                   help="acquisitions (DECTRIS: series) to send (default: many)")
-    s.add_argument("--scans", type=int, default=1,
-                   help="DECTRIS: scans of the frames in each series (default 1)")
-    s.add_argument("--continuous", action="store_true", help="Merlin: one acquisition repeating the scan forever")
+                   help="acquisitions (series) to send (default: many)")
     s.add_argument("--triggered", action="store_true",
-                   help="wait for the start: Merlin CMD,STARTACQUISITION; DECTRIS an arm over REST "
-                        "(default: acquisitions start by themselves)")
-    s.add_argument("--sndhwm", type=int, default=128,
-                   help="DECTRIS: ZeroMQ send high-water mark in messages, what the sender queues for a slow "
-                        "receiver (default 128, about one stack of synthetic frames)")
-    s.add_argument("--skip-images", type=_indices, default=(), metavar="I,J,...",
-                   help="DECTRIS: image numbers never sent in each series (frames lost, for tests)")
+                   help="wait for the detector's start command (e.g. Merlin's CMD,STARTACQUISITION, an arm "
+                        "over REST) (default: acquisitions start by themselves)")
     s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--data-port", type=int, default=None, help="data port, 0 for a free one "
-                   "(default 6342 Merlin, 9999 DECTRIS)")
-    s.add_argument("--api-port", type=int, default=None, help="control (Merlin) or REST (DECTRIS) port, 0 for a "
-                   "free one (default 6341 Merlin, 8910 DECTRIS)")
+    s.add_argument("--data-port", type=int, default=None, help=f"data port, 0 for a free one "
+                   f"(default {port_help('data_port')})")
+    s.add_argument("--api-port", type=int, default=None, help=f"control or REST port, 0 for a free one "
+                   f"(default {port_help('api_port')})")
+    _detector_arguments(s, simulated, "sim_arguments")
     s.set_defaults(func=cmd_live)
     r = lsub.add_parser("run", help="run built-in UDFs on the next acquisition and save an .npz and PNGs "
                                     "(Ctrl-C or SIGTERM mid-scan saves the partial result)")
-    r.add_argument("detector", choices=tuple(PORTS))
+    r.add_argument("detector", choices=tuple(spec.name for spec in runnable))
     r.add_argument("--udf", default="sum", help="sum, sumsig, ring or a comma-separated list (default sum)")
     r.add_argument("--nav-shape", type=_shape, default=None, help="scan shape (default: from the detector)")
     r.add_argument("--scans", type=int, default=1, help="scans in this run, 0: until the acquisition ends "
                    "(default 1)")
-    r.add_argument("--stream-format", default=None, choices=("legacy", "cbor"),
-                   help="DECTRIS: V1 or V2, set over REST (default: the detector's, never set)")
-    r.add_argument("--channel", default=None, help="DECTRIS stream V2: the threshold channel (default: the first)")
     r.add_argument("--data-host", default="127.0.0.1")
     r.add_argument("--data-port", type=int, default=None)
     r.add_argument("--api-host", default="127.0.0.1")
@@ -112,29 +93,40 @@ def add_live_parser(sub: Any) -> None:
     r.add_argument("--out", default="raytile-live.npz",
                    help="output .npz (default ./raytile-live.npz), PNGs beside it (<stem>-sum.png, ...); if any "
                         "exists, the first free <stem>-1, <stem>-2, ... instead: nothing is overwritten")
+    _detector_arguments(r, runnable, "run_arguments")
     r.set_defaults(func=cmd_live)
 
 
-def _require_extra(args: argparse.Namespace) -> None:
-    """DECTRIS needs the live extra (ZeroMQ and the codecs of the chosen stream): say so before starting."""
-    if args.detector != "dectris":
+def _detector_arguments(parser: argparse.ArgumentParser, specs: list[DetectorSpec], which: str) -> None:
+    """Each detector's own options on ``parser`` (shared by all: an option two detectors add is an error)."""
+    for spec in specs:
+        try:
+            getattr(spec, which)(parser)
+        except argparse.ArgumentError as e:
+            raise ConfigValidationError(f"detector {spec.name!r}: its {which} clash with another's: {e}") from None
+
+
+def _require_extra(args: argparse.Namespace, spec: DetectorSpec) -> None:
+    """The modules of the live extra the detector needs (DECTRIS: ZeroMQ and the codecs of the chosen
+    stream): say what to install before starting."""
+    modules = spec.extra(args)
+    if not modules:
         return
     from raytile.live.extra import live_module
 
-    what = f"raytile live {args.live_command} dectris"
-    live_module("zmq", what)
-    if args.live_command == "sim":
-        live_module({"bslz4": "bitshuffle", "lz4": "lz4.block", "none": "zmq"}[args.compression], what)
-    if args.stream_format == "cbor":
-        live_module("cbor2", what)
+    what = f"raytile live {args.live_command} {spec.name}"
+    for name in modules:
+        live_module(name, what)
 
 
 def cmd_live(args: argparse.Namespace) -> int:
-    _require_extra(args)
-    data_port, api_port = PORTS[args.detector]
-    args.data_port = data_port if args.data_port is None else args.data_port
-    args.api_port = api_port if args.api_port is None else args.api_port
-    return _sim(args) if args.live_command == "sim" else _run(args)
+    from raytile.live.registry import detector_spec
+
+    spec = detector_spec(args.detector)
+    _require_extra(args, spec)
+    args.data_port = spec.ports.get("data_port") if args.data_port is None else args.data_port
+    args.api_port = spec.ports.get("api_port") if args.api_port is None else args.api_port
+    return _sim(args, spec) if args.live_command == "sim" else _run(args, spec)
 
 
 #: Bytes of synthetic frames a simulator makes (one stack): a larger scan repeats them in a cycle, so
@@ -142,86 +134,39 @@ def cmd_live(args: argparse.Namespace) -> int:
 SYNTHETIC_STACK_BYTES = 16 * 1024 * 1024
 
 
-def _synthetic_dtype(args: argparse.Namespace) -> np.dtype:
-    if args.detector == "dectris":
-        return np.dtype(args.dtype)
-    return np.dtype(np.uint8 if args.mode in ("U08", "R1", "R6") else np.uint32 if args.mode in ("U32", "R24")
-                    else np.uint16)
-
-
-def _synthetic(args: argparse.Namespace, n: int) -> np.ndarray:
+def _synthetic(args: argparse.Namespace, sim: SimulatorSpec, n: int) -> np.ndarray:
     """The first frames of the synthetic scan (seed 0), at most :data:`SYNTHETIC_STACK_BYTES` of them:
     the simulator sends them in a cycle. Made 16 frames at a time (the same values as in one call)."""
     sig = tuple(args.sig_shape)
-    dtype = _synthetic_dtype(args)
+    dtype = sim.frame_dtype(args)
     count = max(1, min(n, SYNTHETIC_STACK_BYTES // max(1, int(np.prod(sig)) * dtype.itemsize)))
     rng = np.random.default_rng(0)
     out = np.empty((count,) + sig, dtype)
-    top = {"U08": 0xFF, "U16": 0xFFF, "U32": 0xFFFFFF, "R1": 1, "R6": 0x3F, "R12": 0xFFF}.get(args.mode, 0xFFF)
     for start in range(0, count, 16):
         k = min(16, count - start)
-        if args.detector == "dectris":  # sparse counts, as a counting detector sends (and compressible)
-            out[start:start + k] = rng.poisson(1.0, size=(k,) + sig)
-        else:
-            out[start:start + k] = rng.integers(0, top + 1, size=(k,) + sig)
+        out[start:start + k] = sim.synthetic(rng, (k,) + sig, args)
     return out
 
 
-def _frames(args: argparse.Namespace) -> tuple[np.ndarray | SequentialFrames, tuple[int, ...], int]:
+def _frames(args: argparse.Namespace, sim: SimulatorSpec) -> tuple[np.ndarray | SequentialFrames, tuple[int, ...], int]:
     """The frames to replay, the scan shape and its frame count ``n``: the data set's, read as they
     are sent (bounded memory, whatever the file's size), or the first ``k`` of a synthetic scan
     (seed 0), which the simulator repeats to fill ``n``."""
     if args.dataset is None:
         n = int(np.prod(args.nav_shape))
-        return _synthetic(args, n), tuple(args.nav_shape), n
+        return _synthetic(args, sim, n), tuple(args.nav_shape), n
     from raytile.runtime.context import Context
 
     ds = Context(executor="inline").load(args.format, path=args.dataset)
-    dtype = None
-    if args.detector == "dectris" and ds.dtype not in (np.uint8, np.uint16, np.uint32):
-        _check_fits_uint32(ds, args.dataset)
-        dtype = np.uint32
+    dtype = sim.file_dtype(ds, args.dataset) if sim.file_dtype is not None else None
     return SequentialFrames(ds, depth=64, dtype=dtype), ds.shape.nav.to_tuple(), int(ds.shape.nav.size)
 
 
-def _check_fits_uint32(ds: DataSet, path: str) -> None:
-    """A DECTRIS detector sends unsigned integers of up to 32 bits: check every value fits (a pass
-    over the file, a block at a time)."""
-    top = np.iinfo(np.uint32).max
-    for block in iter_frame_blocks(ds, 64):
-        if block.size and (block.min() < 0 or block.max() > top or not np.array_equal(block, np.round(block))):
-            raise ConfigValidationError(f"--dataset {path}: a DECTRIS detector sends whole numbers in 0..{top}; "
-                                        f"this file (dtype {ds.dtype}) holds others")
-
-
-def _sim(args: argparse.Namespace) -> int:
-    frames, nav, n = _frames(args)
-    sim: Any
-    if args.detector == "merlin":
-        from raytile.live.detectors.merlin.sim import MerlinSimulator
-
-        sim = MerlinSimulator(frames, mode=args.mode, nav_shape=nav, host=args.host, data_port=args.data_port,
-                              api_port=args.api_port, frame_rate=args.frame_rate, acquisitions=args.acquisitions,
-                              continuous=args.continuous, triggered=args.triggered, num_frames=n)
-        kind, api = "Merlin", "control"
-        detail = f"{args.mode}"
-    else:
-        from raytile.live.detectors.dectris.sim import DectrisSimulator
-
-        if args.scans < 1:
-            raise ConfigValidationError(f"--scans must be at least 1 for the simulator, got {args.scans}")
-        sim = DectrisSimulator(frames, host=args.host, api_port=args.api_port, data_port=args.data_port,
-                               frame_rate=args.frame_rate, compression=args.compression,
-                               trigger_mode=args.trigger_mode, stream_format=args.stream_format,
-                               auto_arm=0 if args.triggered else args.acquisitions, skip_images=args.skip_images,
-                               channels=args.channels, sndhwm=args.sndhwm)
-        per_series = n * args.scans
-        if args.trigger_mode in ("exte", "inte"):  # one image per trigger
-            sim.config.update(nimages=1, ntrigger=per_series)
-        else:
-            sim.config.update(nimages=per_series, ntrigger=1)
-        kind, api = "DECTRIS", "REST"
-        detail = f"{frames.dtype} {args.compression} stream {args.stream_format}"
+def _sim(args: argparse.Namespace, spec: DetectorSpec) -> int:
+    assert spec.simulator is not None  # the parser offers detectors with a simulator only
+    frames, nav, n = _frames(args, spec.simulator)
+    sim = spec.simulator.make(args, frames, nav, n)
+    detail = spec.simulator.describe(args, np.dtype(frames.dtype))
     if isinstance(frames, SequentialFrames):
         shape, distinct = frames.sig_shape, frames.num_frames
     else:
@@ -232,12 +177,12 @@ def _sim(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     with sim:
         cycle = f" ({distinct} distinct, repeated)" if distinct < n else ""
-        print(f"{kind} simulator: data {args.host}:{sim.data_port}, {api} {args.host}:{sim.api_port}, "
-              f"{n} frames{cycle} of {shape[0]}x{shape[1]} {detail}, nav {nav}", flush=True)
+        api = "" if spec.simulator.api is None else f", {spec.simulator.api} {args.host}:{sim.api_port}"
+        print(f"{spec.title} simulator: data {args.host}:{sim.data_port}{api}, {n} frames{cycle} of "
+              f"{shape[0]}x{shape[1]} {detail}, nav {nav}", flush=True)
         while not stop.wait(1.0):
             pass
-        done = sim.acquisitions_sent if args.detector == "merlin" else len(sim.series_sent)
-        print(f"sent {sim.frames_sent} frames in {done} acquisitions", flush=True)
+        print(f"sent {sim.frames_sent} frames in {sim.acquisitions_sent} acquisitions", flush=True)
     return 0
 
 
@@ -307,7 +252,7 @@ def _raise_stopped(signum: int, frame: Any) -> None:
     raise _Stopped(signal.Signals(signum).name)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, spec: DetectorSpec) -> int:
     """Run the UDFs on the next acquisition and save the result; stopped by Ctrl-C or SIGTERM mid-scan, save
     the partial result merged so far (``complete`` False, ``damage`` the positions it holds) and exit 130."""
     from raytile.figures import npz_path
@@ -329,10 +274,8 @@ def _run(args: argparse.Namespace) -> int:
     names: list[str] = []
     sig: tuple[int, ...] = ()
     try:
-        extra = {"stream_format": args.stream_format, "channel": args.channel} if args.detector == "dectris" else {}
-        with ctx.make_connection(args.detector).open(data_host=args.data_host, data_port=args.data_port,
-                                                     api_host=args.api_host, api_port=args.api_port,
-                                                     **extra) as conn:
+        params = {name: getattr(args, name) for name in (*spec.hosts, *spec.ports)}
+        with ctx.make_connection(args.detector).open(**params, **spec.open_arguments(args)) as conn:
             pending = conn.wait_for_acquisition(args.timeout)
             if pending is None:
                 raise ConfigValidationError(f"no acquisition started within {args.timeout} s on "

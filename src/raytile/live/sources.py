@@ -3,6 +3,10 @@
     merlin://HOST:DATA_PORT?api_port=6341&timeout=10     Merlin (api_host defaults to HOST)
     dectris://HOST:API_PORT?data_port=9999                DECTRIS (data_host defaults to HOST)
 
+The scheme is a registered detector's name, and its
+:class:`~raytile.live.registry.DetectorSpec` says which ``open`` parameter the
+port is (``url_port``) and which the host fills (``hosts``).
+
 Query fields are the parameters of the detector's ``open(...)`` (ints and
 floats as numbers, ``true``/``false``), and raytile's ``preprocess`` (the
 path of a pipeline YAML run on the workers in front of the UDFs, see
@@ -25,13 +29,10 @@ from urllib.parse import parse_qsl, urlsplit
 
 from raytile.common.errors import ConfigValidationError
 from raytile.io.dataset import DataSet
-from raytile.live.api import DETECTORS, make_acquisition_on
+from raytile.live.api import make_acquisition_on
+from raytile.live.registry import detector_spec, detector_specs
 
 __all__ = ["LiveSource"]
-
-#: Per detector: the URL's port is this parameter; the host fills these.
-_URL_PORT = {"merlin": "data_port", "dectris": "api_port"}
-_URL_HOSTS = ("api_host", "data_host")
 
 
 def _value(text: str) -> Any:
@@ -65,18 +66,22 @@ class LiveSource:
             raise ConfigValidationError(f"live source: expected a URL like merlin://host:6342, got {url!r}")
         parts = urlsplit(url)
         detector = parts.scheme.lower()
-        if detector not in DETECTORS:
+        specs = detector_specs()
+        if detector not in specs:
             raise ConfigValidationError(f"live source {url!r}: unknown detector {parts.scheme!r} "
-                                        f"(known: {', '.join(sorted(DETECTORS))})")
+                                        f"(known: {', '.join(specs)})")
+        spec = specs[detector]
         try:
             port = parts.port
         except ValueError:
             raise ConfigValidationError(f"live source {url!r}: the port is not a TCP port") from None
         if not parts.hostname:
             raise ConfigValidationError(f"live source {url!r}: needs a host, e.g. {detector}://127.0.0.1:6342")
-        params: dict[str, Any] = {h: parts.hostname for h in _URL_HOSTS}
+        params: dict[str, Any] = {h: parts.hostname for h in spec.hosts}
         if port is not None:
-            params[_URL_PORT[detector]] = port
+            if spec.url_port is None:
+                raise ConfigValidationError(f"live source {url!r}: a {spec.title} source takes no port")
+            params[spec.url_port] = port
         pre: dict[str, str] = {}
         for key, text in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
             if key in ("preprocess", "preprocess_input", "preprocess_output"):
@@ -98,7 +103,7 @@ class LiveSource:
     def open(self) -> Any:
         """The open connection (``LiveContext.make_connection(detector).open(**params)``)."""
         try:
-            return DETECTORS[self.detector]().open(**self.params)
+            return detector_spec(self.detector, "live source: detector").builder().open(**self.params)
         except TypeError as e:  # an unknown query field
             raise ConfigValidationError(f"live source {self.url!r}: {e}") from None
 

@@ -1,5 +1,11 @@
 """``libertem_live.detectors.base.acquisition`` at its ported path: :func:`determine_nav_shape`.
 
+In raytile an acquisition is a stream data set (:class:`raytile.io.formats.stream.StreamDataSet`),
+whatever its detector: ``LiveContext.make_acquisition(conn=...)`` returns one, and each detector's
+``<Detector>Acquisition`` (``MerlinAcquisition``, ``DectrisAcquisition``) names that class at
+LiberTEM-live's path, for imports and type annotations. It is not built directly (LiberTEM-live's
+is not either): use ``make_acquisition``.
+
 LiberTEM-live's signature over raytile's rules (:func:`raytile.live.nav_shape.determine_nav_shape`):
 the hook, then ``-1`` placeholders, then the pending acquisition's or the controller's shape, then
 a square. Errors are LiberTEM-live's types: ``ValueError`` for a malformed shape

@@ -6,6 +6,7 @@
 ...     aq = ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), nav_shape=(128, 128))
 """
 
+from raytile.live.detectors.dectris import detector
 from raytile.live.detectors.dectris.acquisition import DectrisAcquisition
 from raytile.live.detectors.dectris.connection import (
     DectrisActiveController, DectrisConnectionBuilder, DectrisDetectorConnection, DectrisPendingAcquisition,
@@ -13,9 +14,12 @@ from raytile.live.detectors.dectris.connection import (
 from raytile.live.detectors.dectris.receiver import DectrisReceiver
 from raytile.live.detectors.dectris.sim import DectrisSimulator
 from raytile.live.detectors.dectris.simplon import SimplonClient
+from raytile.live.registry import register_detector
 
 __all__ = [
     "DectrisAcquisition",
     "DectrisConnectionBuilder", "DectrisDetectorConnection", "DectrisPendingAcquisition", "DectrisActiveController",
     "DectrisReceiver", "DectrisSimulator", "SimplonClient",
 ]
+
+register_detector(detector.SPEC)

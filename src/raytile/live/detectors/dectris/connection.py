@@ -30,8 +30,8 @@ from raytile.common.errors import AcquisitionCancelled, AcquisitionError, Config
 from raytile.live.detectors.dectris.receiver import STREAM_FORMATS, DectrisReceiver, images_in_series
 from raytile.live.detectors.dectris.simplon import SimplonClient
 from raytile.live.detectors.dectris.stream_v1 import COMPRESSIONS
-from raytile.live.connection import ReceiverConnection
-from raytile.live.receiver import DROP_POLICIES, AcquisitionFrames, partition_batches
+from raytile.live.connection import ReceiverConnection, check_positive_int
+from raytile.live.receiver import DROP_POLICIES, AcquisitionFrames
 
 __all__ = ["DectrisConnectionBuilder", "DectrisDetectorConnection", "DectrisPendingAcquisition",
            "DectrisActiveController", "TRIGGER_MODES"]
@@ -151,19 +151,12 @@ class DectrisDetectorConnection(ReceiverConnection[DectrisReceiver]):
             raise ConfigValidationError(f"dectris connection: parameter 'stream_format' must be one of "
                                         f"{STREAM_FORMATS} (stream V1, V2) or None (the detector's), "
                                         f"got {stream_format!r}")
-        for name, port in (("api_port", api_port), ("data_port", data_port)):
-            if not isinstance(port, int) or not 0 < port < 65536:
-                raise ConfigValidationError(f"dectris connection: parameter {name!r} must be a TCP port, "
-                                            f"got {port!r}")
-        for name, value in (("buffer_size", buffer_size), ("frame_stack_size", frame_stack_size)):
-            if not isinstance(value, int) or value < 1:
-                raise ConfigValidationError(f"dectris connection: parameter {name!r} must be a positive int, "
-                                            f"got {value!r}")
+        self._addresses(api_host, api_port, data_host, data_port)
+        check_positive_int("dectris", "buffer_size", buffer_size)
+        check_positive_int("dectris", "frame_stack_size", frame_stack_size)
         if bytes_per_frame is not None and (not isinstance(bytes_per_frame, int) or bytes_per_frame < 1):
             raise ConfigValidationError(f"dectris connection: parameter 'bytes_per_frame' must be a positive int "
                                         f"or None, got {bytes_per_frame!r}")
-        self._api_host, self._api_port = api_host, api_port
-        self._data_host, self._data_port = data_host, data_port
         self._huge_pages = huge_pages  # accepted for LiberTEM-live's signature; the slab is plain memory
         if bytes_per_frame is None:
             ec = self.get_api_client()
@@ -182,8 +175,6 @@ class DectrisDetectorConnection(ReceiverConnection[DectrisReceiver]):
                                                    bytes_per_frame=bytes_per_frame, timeout=float(timeout),
                                                    rcvhwm=rcvhwm, stream_format=stream_format,
                                                    on_dropped=on_dropped, channel=channel)
-        self._receiver: DectrisReceiver | None = None
-        self._sig_shape: tuple[int, ...] | None = None  # of the last acquisition_geometry
         self.connect()
 
     @property
@@ -250,18 +241,12 @@ class DectrisDetectorConnection(ReceiverConnection[DectrisReceiver]):
         self._sig_shape = (int(config["y_pixels_in_detector"]), int(config["x_pixels_in_detector"]))
         return self._sig_shape, np.dtype(f"uint{bits}")
 
-    def acquisition_frames(self, pending: DectrisPendingAcquisition | None, controller: Any,
-                           nav_shape: tuple[int, ...], ready: Callable[[], None], count: int | None,
-                           dtype: np.dtype) -> AcquisitionFrames:
-        """The series' frame stacks (and its :class:`~raytile.live.receiver.AcquisitionStats`). Active
-        mode (no ``pending``): apply the controller's settings, arm, call ``ready``
-        (``Hooks.on_ready_for_data``: trigger there), wait for the armed series."""
-        return AcquisitionFrames(lambda af: self._frames(pending, controller, nav_shape, ready, count, dtype, af),
-                                 partition_batches(nav_shape, self._sig_shape, dtype))
-
     def _frames(self, pending: DectrisPendingAcquisition | None, controller: Any, nav_shape: tuple[int, ...],
                 ready: Callable[[], None], count: int | None, dtype: np.dtype,
                 af: AcquisitionFrames) -> Iterator[np.ndarray]:
+        """The series' frame stacks (and its :class:`~raytile.live.receiver.AcquisitionStats`). Active
+        mode (no ``pending``): apply the controller's settings, arm, call ``ready``
+        (``Hooks.on_ready_for_data``: trigger there), wait for the armed series."""
         receiver = self.connect()
         if pending is None:
             ctl = controller if controller is not None else self.get_active_controller()

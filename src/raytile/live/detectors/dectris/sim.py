@@ -128,6 +128,11 @@ class DectrisSimulator:
         self.frames_sent = 0
         self.series_sent: list[int] = []
 
+    @property
+    def acquisitions_sent(self) -> int:
+        """Series sent so far (``raytile live sim`` reports them as acquisitions)."""
+        return len(self.series_sent)
+
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> "DectrisSimulator":
         for t in self._threads:

@@ -8,5 +8,9 @@
 from raytile.live.detectors.memory.acquisition import (
     MemoryAcquisition, MemoryConnection, MemoryConnectionBuilder, PendingMemAq,
 )
+from raytile.live.registry import DetectorSpec, register_detector
 
 __all__ = ["MemoryAcquisition", "MemoryConnectionBuilder", "MemoryConnection", "PendingMemAq"]
+
+#: No URL and no command line: the array is given to ``open(data=...)``.
+register_detector(DetectorSpec(name="memory", builder=MemoryConnectionBuilder, hosts=()))

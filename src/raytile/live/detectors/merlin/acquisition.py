@@ -1,14 +1,8 @@
-"""``libertem_live.detectors.merlin.acquisition`` at its ported path: ``MerlinAcquisition``.
-
-In raytile an acquisition is a stream data set (:class:`raytile.io.formats.stream.StreamDataSet`),
-whatever its detector: ``LiveContext.make_acquisition(conn=...)`` returns one, and
-``MerlinAcquisition`` names that class, for imports and type annotations. It is not built
-directly (LiberTEM-live's is not either): use ``make_acquisition``.
-"""
+"""``libertem_live.detectors.merlin.acquisition`` at its ported path: ``MerlinAcquisition``, the stream
+data set ``make_acquisition`` returns (:mod:`raytile.live.detectors.base.acquisition` says why)."""
 
 from raytile.io.formats.stream import StreamDataSet
 
 __all__ = ["MerlinAcquisition"]
 
-#: What ``LiveContext.make_acquisition`` returns for a Merlin connection.
 MerlinAcquisition = StreamDataSet

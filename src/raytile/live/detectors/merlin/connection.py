@@ -16,8 +16,8 @@ from raytile.common.errors import AcquisitionCancelled, AcquisitionError, Config
 from raytile.live.detectors.merlin.control import MerlinControl
 from raytile.live.detectors.merlin.mpx import AcquisitionHeader
 from raytile.live.detectors.merlin.receiver import MerlinReceiver
-from raytile.live.connection import ReceiverConnection
-from raytile.live.receiver import AcquisitionFrames, partition_batches
+from raytile.live.connection import ReceiverConnection, check_positive_int
+from raytile.live.receiver import AcquisitionFrames
 
 __all__ = ["MerlinConnectionBuilder", "MerlinDetectorConnection", "MerlinPendingAcquisition",
            "MerlinActiveController", "RECOVERY_STRATEGIES"]
@@ -69,22 +69,14 @@ class MerlinDetectorConnection(ReceiverConnection[MerlinReceiver]):
     def __init__(self, *, api_host: str = "127.0.0.1", api_port: int = 6341, data_host: str = "127.0.0.1",
                  data_port: int = 6342, drain: bool = False, recovery_strategy: str = "immediate_reconnect",
                  huge_pages: bool = False, frame_stack_size: int = 64, slots: int = 16, timeout: float = 10.0):
-        for name, port in (("api_port", api_port), ("data_port", data_port)):
-            if not isinstance(port, int) or not 0 < port < 65536:
-                raise ConfigValidationError(f"merlin connection: parameter {name!r} must be a TCP port, got {port!r}")
+        self._addresses(api_host, api_port, data_host, data_port)
         if recovery_strategy not in RECOVERY_STRATEGIES:
             raise ConfigValidationError(f"merlin connection: parameter 'recovery_strategy' must be one of "
                                         f"{RECOVERY_STRATEGIES}, got {recovery_strategy!r}")
-        for name, value in (("frame_stack_size", frame_stack_size), ("slots", slots)):
-            if not isinstance(value, int) or value < 1:
-                raise ConfigValidationError(f"merlin connection: parameter {name!r} must be a positive int, "
-                                            f"got {value!r}")
-        self._api_host, self._api_port = api_host, api_port
-        self._data_host, self._data_port = data_host, data_port
+        check_positive_int("merlin", "frame_stack_size", frame_stack_size)
+        check_positive_int("merlin", "slots", slots)
         self._drain, self._recovery_strategy, self._huge_pages = drain, recovery_strategy, huge_pages
         self._receiver_args = dict(frame_stack_size=frame_stack_size, slots=slots, timeout=timeout)
-        self._receiver: MerlinReceiver | None = None
-        self._sig_shape: tuple[int, ...] | None = None  # of the last acquisition_geometry
         self.connect()
 
     def _new_receiver(self) -> MerlinReceiver:
@@ -125,17 +117,11 @@ class MerlinDetectorConnection(ReceiverConnection[MerlinReceiver]):
         self._sig_shape = self.read_sig_shape()
         return self._sig_shape, self.read_dtype()
 
-    def acquisition_frames(self, pending: MerlinPendingAcquisition | None, controller: Any,
-                           nav_shape: tuple[int, ...], ready: Callable[[], None], count: int | None,
-                           dtype: np.dtype) -> AcquisitionFrames:
+    def _frames(self, pending: MerlinPendingAcquisition | None, controller: Any, nav_shape: tuple[int, ...],
+                ready: Callable[[], None], count: int | None, dtype: np.dtype,
+                af: AcquisitionFrames) -> Iterator[np.ndarray]:
         """The acquisition's frame stacks (and its :class:`~raytile.live.receiver.AcquisitionStats`); in
-        active mode it first calls ``ready`` (the hook) and waits for the header. Runs when the run starts
-        reading (the stream's feeder thread)."""
-        return AcquisitionFrames(lambda af: self._frames(pending, ready, count, dtype, af),
-                                 partition_batches(nav_shape, self._sig_shape, dtype))
-
-    def _frames(self, pending: MerlinPendingAcquisition | None, ready: Callable[[], None], count: int | None,
-                dtype: np.dtype, af: AcquisitionFrames) -> Iterator[np.ndarray]:
+        active mode it first calls ``ready`` (the hook) and waits for the header."""
         if pending is None:
             receiver = self.connect()
             ready()
