@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
 import numpy as np
@@ -41,10 +40,10 @@ from raytile.common.errors import DataSetException
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
+from raytile.io.partition_source import Allocate, PulledPartitions, StreamedPartitions, StreamSpec, StreamStopped
 
-__all__ = ["StreamDataSet", "StreamPartition", "StreamSpec", "StreamStopped", "FrameTransform",
-           "default_frames_per_partition", "iterate_batches", "LossReporting", "RepeatableSource",
-           "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN", "Allocate"]
+__all__ = ["StreamDataSet", "StreamPartition", "FrameTransform", "default_frames_per_partition",
+           "iterate_batches", "LossReporting", "RepeatableSource", "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN"]
 
 #: Default partition size of a stream, in bytes of raw frames: small, so partial results flow, and large
 #: enough that the fixed cost of a task (its call and reply, its result buffers, about 1-2 ms on 2 CPUs)
@@ -54,10 +53,6 @@ __all__ = ["StreamDataSet", "StreamPartition", "StreamSpec", "StreamStopped", "F
 PARTITION_BYTES = 32 * 1024 * 1024
 #: By default a scan is cut into at least this many partitions (when it has that many frames).
 MIN_PARTITIONS_PER_SCAN = 8
-
-#: Where a partition that batches do not fill exactly is assembled: ``allocate(shape, dtype)``.
-Allocate = Callable[[tuple, np.dtype], np.ndarray]
-
 
 def default_frames_per_partition(scan_frames: int, frame_bytes: int) -> int:
     """Frames per partition for a stream: about ``PARTITION_BYTES``, and at least
@@ -90,16 +85,6 @@ class RepeatableSource(Protocol):
 
     @property
     def repeatable(self) -> bool: ...
-
-
-@dataclass(frozen=True)
-class StreamSpec:
-    """What a run needs to know about a stream: partitions per scan, how many scans (0: until the
-    source ends) and how many partitions may be in flight at most (None: the executor decides)."""
-
-    partitions_per_scan: int
-    scans: int
-    max_in_flight: int | None = None
 
 
 @runtime_checkable
@@ -292,13 +277,14 @@ class StreamDataSet(DataSet):
         """The source's count of lost frames, if it keeps one (:class:`LossReporting`), else 0."""
         return int(self._frames.frames_dropped) if isinstance(self._frames, LossReporting) else 0
 
-    def stream_spec(self) -> StreamSpec:
-        """This stream's :class:`StreamSpec` (the declaration :meth:`DataSet.stream_spec` asks for);
+    def partition_source(self) -> StreamedPartitions:
+        """This stream as the source of a run's partitions (the declaration
+        :meth:`DataSet.partition_source` asks for): its :attr:`spec`, read by :meth:`partitions`;
         DataSetException once a run read it (a stream is read once), or, for a :class:`RepeatableSource`,
         while a run reads it."""
         if self.consumed:
             raise DataSetException(self._claimed_message())
-        return self.spec
+        return StreamedPartitions(self.spec, self.partitions)
 
     @property
     def repeatable(self) -> bool:
@@ -319,7 +305,7 @@ class StreamDataSet(DataSet):
 
     # -- reading -------------------------------------------------------------------
     def partitions(self, allocate: Allocate = np.empty,
-                   stop: Callable[[], bool] | None = None) -> Iterator[tuple[int, np.ndarray]]:
+                   stop: Callable[[], bool] | None = None) -> PulledPartitions:
         """``(index, frames)`` of each partition in arrival order, index ``scan * partitions_per_scan
         + partition``; raises DataSetException for bad batches, a short stream or a failing source.
 
@@ -435,10 +421,6 @@ class _Claimed:
             if not self._released:
                 self._released = True
                 self._release()
-
-
-class StreamStopped(Exception):
-    """The reader of a stream stopped it (``partitions(stop=...)``): its run is over."""
 
 
 def _until(batches: Iterator[Any], stop: Callable[[], bool]) -> Iterator[Any]:
