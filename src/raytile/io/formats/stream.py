@@ -43,7 +43,8 @@ from raytile.io.dataset import DataSet, DataSetMeta, Partition
 from raytile.io.partition_source import Allocate, PulledPartitions, StreamedPartitions, StreamSpec, StreamStopped
 
 __all__ = ["StreamDataSet", "StreamPartition", "FrameTransform", "default_frames_per_partition",
-           "iterate_batches", "LossReporting", "RepeatableSource", "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN"]
+           "iterate_batches", "LossReporting", "RepeatableSource", "CountingSource", "PartitionAligned",
+           "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN"]
 
 #: Default partition size of a stream, in bytes of raw frames: small, so partial results flow, and large
 #: enough that the fixed cost of a task (its call and reply, its result buffers, about 1-2 ms on 2 CPUs)
@@ -75,6 +76,24 @@ class LossReporting(Protocol):
 
     @property
     def frames_dropped(self) -> int: ...
+
+
+@runtime_checkable
+class CountingSource(Protocol):
+    """A source that keeps statistics of what it delivered (a live receiver: frames delivered and lost,
+    updated while the run goes on): the stream data set shows them as :attr:`StreamDataSet.stats`."""
+
+    @property
+    def stats(self) -> Any: ...
+
+
+@runtime_checkable
+class PartitionAligned(Protocol):
+    """A source that can cut its arrays where the stream's partitions end (a live receiver): before it
+    is read, the stream sets ``batch`` to ``(frames_per_partition, scan_frames)``, and arrays that fill
+    a partition exactly are handed on without a copy."""
+
+    batch: tuple[int, int] | None
 
 
 @runtime_checkable
@@ -277,6 +296,12 @@ class StreamDataSet(DataSet):
         """The source's count of lost frames, if it keeps one (:class:`LossReporting`), else 0."""
         return int(self._frames.frames_dropped) if isinstance(self._frames, LossReporting) else 0
 
+    @property
+    def stats(self) -> Any:
+        """The source's own statistics, if it keeps some (:class:`CountingSource`: a live acquisition's
+        frames delivered and lost, ``aq.stats``), else None."""
+        return self._frames.stats if isinstance(self._frames, CountingSource) else None
+
     def partition_source(self) -> StreamedPartitions:
         """This stream as the source of a run's partitions (the declaration
         :meth:`DataSet.partition_source` asks for): its :attr:`spec`, read by :meth:`partitions`;
@@ -320,6 +345,8 @@ class StreamDataSet(DataSet):
             if self._claimed:
                 raise DataSetException(self._claimed_message())
             self._claimed = True
+        if isinstance(self._frames, PartitionAligned):  # arrays come cut where the partitions end: no copy
+            self._frames.batch = (self.frames_per_partition, self.scan_frames)
         batches = iterate_batches(self._frames)
         return _Claimed(self._cut(batches if stop is None else _until(batches, stop), allocate),
                         self._release)
