@@ -1,5 +1,6 @@
 """What a format declares to the generic layers (raytile.io.dataset's table): array backends, frame
-delivery, I/O size, the one get_tiles signature, initialize's WorkerAccess, JSON forms of parameters."""
+delivery, the partition source, I/O size, the one get_tiles signature, initialize's WorkerAccess, JSON
+forms of parameters."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import pytest
 import raytile as rt
 from raytile.common.errors import DataSetException
 from raytile.io.dataset import DataSet, DataSetMeta, FrameDelivery, Partition, WorkerAccess
-from raytile.io.formats.memory import dense_frames
 from raytile.io.negotiator import DEFAULT_TILE_BYTES, Negotiator
 from raytile.io.params import CHECKS, JSON_FORMS, json_schema
+from raytile.io.partition_source import FixedPartitions, StreamedPartitions, StreamSpec, dense_frames
 from raytile.common.shape import Shape
 from raytile.runtime.plan import make_plan
 
@@ -104,6 +105,31 @@ def test_frame_delivery_and_plans_without_frames(inline_ctx, frames, tmp_path):
     sparse = pytest.importorskip("sparse")
     sp = inline_ctx.load("memory", data=sparse.COO.from_numpy(frames))
     assert sp.array_backends == ("scipy.sparse.csr_matrix",) and dense_frames(sp) == {}
+
+
+def test_partition_sources_fixed_and_streamed(inline_ctx, frames):
+    """A memory data set declares the fixed list of its partitions (nothing to pull: its input has
+    ended); a stream declares its StreamSpec, which the plan records, and yields its partitions' frames
+    when pulled, in nav order, once."""
+    mem = inline_ctx.load("memory", data=frames)
+    source = mem.partition_source()
+    assert isinstance(source, FixedPartitions) and source.stream is None and list(source.pull()) == []
+    assert make_plan(mem, rt.SumUDF()).stream is None
+
+    flat = frames.reshape((-1,) + SIG)
+    ds = inline_ctx.load("stream", frames=iter([flat[:7], flat[7:]]), nav_shape=NAV, sig_shape=SIG,
+                         dtype="uint16", frames_per_partition=10, max_partitions_in_flight=2)
+    source = ds.partition_source()
+    assert isinstance(source, StreamedPartitions) and source.stream == StreamSpec(3, 1, 2)
+    plan = make_plan(ds, rt.SumUDF())
+    assert plan.stream == source.stream and [t.num_frames for t in plan.tasks] == [10, 10, 10]
+    pulled = source.pull()
+    got = list(pulled)
+    pulled.close()
+    assert [idx for idx, _ in got] == [0, 1, 2]
+    np.testing.assert_array_equal(np.concatenate([f for _, f in got]), flat)
+    with pytest.raises(DataSetException, match="read by a run already"):
+        ds.partition_source()
 
 
 def test_initialize_takes_worker_access(frames):

@@ -318,6 +318,32 @@ def test_default_partitions_are_small():
     assert default_frames_per_partition(3, 10) == 1
 
 
+class _CuttingSource:
+    """A source that keeps statistics and cuts its arrays where the stream's partitions end (as a live
+    receiver does, io/formats/stream.py's CountingSource and PartitionAligned)."""
+
+    def __init__(self, frames):
+        self.frames, self.stats, self.batch, self.seen = frames, {"frames": 0}, None, []
+
+    def __iter__(self):
+        self.seen.append(self.batch)  # what the stream said before reading
+        fpp, _ = self.batch
+        for i in range(0, len(self.frames), fpp):
+            self.stats["frames"] += len(self.frames[i:i + fpp])
+            yield self.frames[i:i + fpp]
+
+
+def test_stream_shows_its_sources_stats_and_tells_it_where_to_cut(inline_ctx, data):
+    flat = data.reshape((-1,) + SIG)
+    source = _CuttingSource(flat)
+    ds = load(inline_ctx, source, frames_per_partition=16)
+    assert ds.stats is source.stats and source.batch is None  # nothing read yet
+    res = inline_ctx.run_udf(dataset=ds, udf=rt.SumUDF())
+    np.testing.assert_array_equal(res["intensity"].data, flat.sum(axis=0, dtype=np.float64))
+    assert source.seen == [(16, 48)] and ds.stats == {"frames": 48}
+    assert load(inline_ctx, [flat]).stats is None  # a plain iterable keeps none
+
+
 @pytest.mark.ray
 def test_detached_stream_is_refused(actor_ctx, data):
     ds = load(actor_ctx, [data.reshape((-1,) + SIG)])

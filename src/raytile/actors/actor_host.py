@@ -24,7 +24,7 @@ from raytile.actors.coordinator_actor import DETACHED_KEEP_S, NAME_PREFIX, NAMES
 from raytile.actors.executor import MERGE_INTERVAL_S, join_ray
 from raytile.actors.reply import Reply, ReplyStatus
 from raytile.common.errors import ConfigValidationError, CoordinatorDied, ExecutorError
-from raytile.io.formats.memory import dense_frames
+from raytile.io.partition_source import dense_frames
 from raytile.runtime.channel import is_terminal
 from raytile.runtime.host import RunHost, RunSource
 from raytile.runtime.plan import RunPlan

@@ -250,7 +250,7 @@ class RayExecutor(Executor):
 
         The copy lives as long as the DataSet (see :mod:`raytile.actors.shared_frames`).
         """
-        from raytile.io.formats.memory import dense_frames
+        from raytile.io.partition_source import dense_frames
 
         self._forget_released()
         frames = dense_frames(dataset)

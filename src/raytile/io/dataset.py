@@ -14,9 +14,10 @@ declaration                                  what it says                       
                                              it as ``array_backend``
 ``DataSet.corrections``                      the data set's own CorrectionSet (used when    ``None``
                                              a run passes none)
-``DataSet.stream_spec()``                    whether partitions arrive while the run goes   ``None`` (a fixed
-                                             on (a stream: its ``StreamSpec``), or are the  list)
-                                             fixed list of ``get_partitions()``
+``DataSet.partition_source()``               where a run's partitions come from: the fixed  ``FixedPartitions``
+                                             list of ``get_partitions()``, or a stream's
+                                             that arrive while the run goes on (see
+                                             :mod:`raytile.io.partition_source`)
 ``Partition.frame_delivery``                 how frames reach the worker:                   ``READ``
                                              :class:`FrameDelivery` READ (read where the
                                              task runs: files), SHARED (in-memory frames
@@ -67,7 +68,7 @@ from raytile.io.corrections import CorrectionSet
 from raytile.io.params import ParamSpec, show, validate_params
 
 if TYPE_CHECKING:
-    from raytile.io.formats.stream import StreamSpec
+    from raytile.io.partition_source import PartitionSource
 
 __all__ = [
     "DataSet", "DataSetType", "DataSetMeta", "Partition", "FrameDelivery", "WorkerAccess", "dataset_from_json",
@@ -628,12 +629,14 @@ class DataSet(metaclass=DataSetType):
     def get_partitions(self) -> list[Partition]:
         """All partitions, in nav order."""
 
-    def stream_spec(self) -> "StreamSpec | None":
-        """How a run gets its partitions: None (the default) for the fixed list of
-        :meth:`get_partitions`, read at planning (files, memory); a stream returns its
-        :class:`~raytile.io.formats.stream.StreamSpec` (partitions arrive while the run goes on, see
-        runtime/stream_feed.py), and raises DataSetException if a run read it already."""
-        return None
+    def partition_source(self) -> "PartitionSource":
+        """Where a run gets its partitions (:mod:`raytile.io.partition_source`): by default the fixed
+        list of :meth:`get_partitions`, known at planning (files, memory); a stream returns its
+        :class:`~raytile.io.partition_source.StreamedPartitions` (partitions arrive while the run goes
+        on), and raises DataSetException if a run read it already."""
+        from raytile.io.partition_source import FixedPartitions  # it imports this module
+
+        return FixedPartitions()
 
     def frames_dropped(self) -> int:
         """Frames the data set's source has lost so far (a live stream whose sender dropped frames past

@@ -148,7 +148,4 @@ def make_acquisition_on(ctx: Context, *, conn: LiveConnection, nav_shape: tuple[
     ds = ctx.load("stream", frames=frames, nav_shape=shape, sig_shape=sig_shape, dtype=dtype,
                   frames_per_partition=frames_per_partition, scans=scans, preprocess=preprocess)
     holder["aq"] = weakref.ref(ds)  # no cycle ds -> frames -> ready -> ds: dropped, they go at once
-    ds.stats = frames.stats  # type: ignore[attr-defined]  # frames delivered, and lost
-    # the receiver cuts its arrays where the partitions are: the stream hands them on without a copy
-    frames.batch = (ds.frames_per_partition, math.prod(shape))  # type: ignore[attr-defined]
-    return ds
+    return ds  # its stats are the frames' (aq.stats), and it tells them where to cut (see io/formats/stream.py)

@@ -1,17 +1,17 @@
 """`Coordinator`: dispatches a run's tasks, merges results, publishes `UDFResults`.
 
 It runs in one thread in the driver per run and talks to any
-:class:`~raytile.runtime.executor.Executor`. Each turn of its loop has four
-named phases (five for a stream)::
+:class:`~raytile.runtime.executor.Executor`. Each turn of its loop has five
+named phases::
 
-    apply_patches -> [admit] -> dispatch -> collect -> publish
+    apply_patches -> admit -> dispatch -> collect -> publish
 
-A stream's partitions arrive while the run goes on: a feeder thread reads
-the source (runtime/stream_feed.py) into a bounded inlet, ``admit`` takes
-what arrived without blocking, and a partition's frames are dropped as soon
-as its task returned, so that the inlet lets the source go on.
-
-and sleeps only inside the executor's ``wait``, on a wakeup event that task
+Every run pulls its tasks from its :class:`~raytile.runtime.run_input.RunInput`:
+``admit`` takes what is there without blocking (a fixed list all at the
+first turn; a stream's partitions as they arrive, read by a feeder thread
+into a bounded inlet), and the end of the input arrives there as an event.
+The loop ends when the input ended and no task waits or runs. It
+sleeps only inside the executor's ``wait``, on a wakeup event that task
 completions, patches, cancels and the consumer taking a result set. The
 event is cleared at the top of a turn, *before* the loop looks at its
 inputs, so nothing that arrives during a turn is missed. Results go to the
@@ -24,7 +24,6 @@ coordinator). See docs/coordinator.md.
 
 from __future__ import annotations
 
-import copy
 import math
 import threading
 import time
@@ -40,9 +39,10 @@ from raytile.runtime.params import PartitionResult, RunParams
 from raytile.runtime.plan import RunPlan
 from raytile.runtime.progress import ProgressReporter
 from raytile.runtime.results import ResultAccumulator
+from raytile.runtime.run_input import run_input
 from raytile.runtime.run_state import MAX_RETRIES, Outcome, RunState, starved_too_long
 from raytile.runtime.scans import ScanResults
-from raytile.runtime.stream_feed import PartitionInlet, StreamFeeder
+from raytile.runtime.stream_feed import PartitionInlet
 
 __all__ = ["Coordinator", "POLL_S", "FINISHED"]
 
@@ -77,17 +77,10 @@ class Coordinator:
         self._on_end = on_end if on_end is not None else channel.end
         channel.on_take(self._wakeup.set)  # a viewer took a snapshot: the next one may be published
         self._final_only = final_only
-        self._stream = plan.stream
         self._versions = versions
-        self._state = RunState(plan.tasks if self._stream is None else [])
-        #: A stream's partitions as they arrive (fed here or, coordinated on the cluster, by the driver).
-        self.inlet: PartitionInlet | None = None
-        self._feeder: StreamFeeder | None = None  # reads the stream's source, if it is in this process
-        self._templates = {t.idx: t for t in plan.tasks}  # a stream's: one scan's tasks, by partition
-        if self._stream is not None:
-            capacity = self._stream.max_in_flight or executor.full_in_flight + 2
-            self.inlet = PartitionInlet(capacity, self._wakeup.set)
-            self._state.more_coming = True
+        self._input = run_input(plan, executor, self._wakeup.set)
+        self._state = RunState([])
+        self._state.more_coming = True  # until the input ended (see _admit)
         self._params: RunParams = plan.params
         self._params_handle: Any = None
         self._frames_reported = 0
@@ -96,18 +89,16 @@ class Coordinator:
         self._received = {"bytes": 0, "results": 0}
         self._cpu_s = 0.0
         self._wall_s = 0.0
-        self._acc: ResultAccumulator | ScanResults | None = self._accumulator(plan)
+        self._acc: ResultAccumulator | ScanResults | None = self._input.accumulator(lambda: ResultAccumulator(
+            [u.copy() for u in plan.udfs], plan.params.dataset_shape, plan.params.roi, plan.metas(),
+            plan.partition_offsets, plan.total_partitions))
         self._thread = threading.Thread(target=self._main, name=f"raytile-run-{self.run_id[:8]}", daemon=True)
 
-    @staticmethod
-    def _accumulator(plan: RunPlan) -> ResultAccumulator | ScanResults:
-        def make() -> ResultAccumulator:
-            return ResultAccumulator([u.copy() for u in plan.udfs], plan.params.dataset_shape, plan.params.roi,
-                                     plan.metas(), plan.partition_offsets, plan.total_partitions)
-
-        if plan.stream is None:
-            return make()
-        return ScanResults(make, plan.stream.partitions_per_scan, len(plan.tasks))
+    @property
+    def inlet(self) -> PartitionInlet | None:
+        """Where a stream's partitions arrive (fed here or, coordinated on the cluster, by the driver
+        that reads the stream); None for a fixed list."""
+        return self._input.inlet
 
     @property
     def run_id(self) -> str:
@@ -126,10 +117,7 @@ class Coordinator:
     def cancel(self) -> None:
         self._cancelled.set()
         self._channel.drop()
-        if self._feeder is not None:
-            self._feeder.stop()  # a stream's source is pulled no more from now on, not from the loop's end
-        if self.inlet is not None:
-            self.inlet.close()  # and a feeder waiting for room is let go
+        self._input.stop()  # a stream's source is pulled no more from now on, not from the loop's end
         self._wakeup.set()
 
     def only_final_result(self) -> None:
@@ -163,13 +151,10 @@ class Coordinator:
     def stats(self) -> dict:
         """What this coordinator received, ``bytes`` of result buffers in ``results`` results, and its
         thread's CPU seconds (``cpu_s``) and wall seconds from start to end (``wall_s``), complete once
-        the run ended: the cost of coordinating. A stream run adds ``stream_partitions`` (arrived) and
-        ``stream_max_in_flight`` (the most partitions between arrival and done at once, its memory bound)."""
-        stats = {**self._received, "cpu_s": self._cpu_s, "wall_s": self._wall_s}
-        if self.inlet is not None:
-            stats.update(stream_partitions=self.inlet.arrivals, stream_max_in_flight=self.inlet.max_outstanding,
-                         stream_capacity=self.inlet.capacity)
-        return stats
+        the run ended: the cost of coordinating. A stream run adds ``stream_partitions`` (arrived),
+        ``stream_max_in_flight`` (the most partitions between arrival and done at once, its memory bound)
+        and ``stream_capacity`` (see :class:`~raytile.runtime.run_input.StreamInput`)."""
+        return {**self._received, "cpu_s": self._cpu_s, "wall_s": self._wall_s, **self._input.stats}
 
     # -- the run ---------------------------------------------------------------
     def _main(self) -> None:
@@ -187,10 +172,9 @@ class Coordinator:
                     self._apply_patches()
                     self._admit()
                     self._dispatch()
-                    self._collect(self._executor.wait(self.run_id, self._state.in_flight, POLL_S))
+                    if not self._state.done:  # else the input ended with nothing to run: nothing to wait for
+                        self._collect(self._executor.wait(self.run_id, self._state.in_flight, POLL_S))
                     self._publish(finished=self._state.done)
-                if not self._plan.tasks and self._stream is None:  # the ROI selects nothing: empty and final
-                    self._publish(finished=True)
         except BaseException as e:  # handed to the consumer
             self._stop_in_flight()
             tracing.record_error(span, e)
@@ -198,8 +182,7 @@ class Coordinator:
                 self._channel.drop()
             terminal = e
         finally:
-            if self.inlet is not None:
-                self.inlet.close()  # the feeder stops reading the source
+            self._input.close()  # a stream's feeder stops reading the source
             span.end()
             self._end()
             self._cpu_s = time.thread_time() - cpu0
@@ -211,7 +194,7 @@ class Coordinator:
         if self._plan.dataset is not None:  # None: shared when it was loaded (see RunPlan.without_frames)
             ex.prepare_dataset(self._plan.dataset)
         ex.start_run(self.run_id, self._wakeup)
-        interval = ex.merge_interval_s if self._stream is None else None  # a stream's partitions: in order
+        interval = ex.merge_interval_s if self._input.merges_near_data else None
         if interval is not None and self._final_only:
             interval = math.inf  # nothing to show meanwhile: one merged state per worker, at the end
         self._params = replace(self._plan.params, trace_context=tracing.inject_context(),
@@ -220,17 +203,8 @@ class Coordinator:
             self._state.spread_segments()
         self._params_handle = ex.put_params(self._params)
         if self._progress is not None:
-            scans = 1 if self._stream is None else self._stream.scans
-            self._progress.start(self.run_id, sum(t.num_frames for t in self._plan.tasks) * scans,
-                                 len(self._plan.tasks) * scans)
-        if self.inlet is not None and self._plan.dataset is not None:  # the stream's source is here: read it
-            inlet = self.inlet
-            self._feeder = StreamFeeder(self._plan.dataset, inlet.put, lambda e: inlet.fail(e) if e else inlet.end(),
-                                        ex.share_frames, name=f"raytile-stream-{self.run_id[:8]}",
-                                        allocate=ex.stream_buffer)
-            if self._cancelled.is_set():
-                self._feeder.stop()
-            self._feeder.start()
+            self._progress.start(self.run_id, *self._input.expected())
+        self._input.start(ex, self.run_id, self._cancelled.is_set)
 
     def _end(self) -> None:
         try:
@@ -261,19 +235,11 @@ class Coordinator:
                 self._state.recompute_all(self._params.version)
 
     def _admit(self) -> None:
-        """Queue the stream's partitions that arrived (never waits); raises the stream's failure."""
-        if self.inlet is None:
-            return
-        assert self._stream is not None
-        for idx, frames in self.inlet.take():
-            template = self._templates.get(idx % self._stream.partitions_per_scan)
-            if template is None:  # the ROI selects none of its frames
-                self.inlet.release(idx)
-                continue
-            part = copy.copy(template.partition)
-            part.idx, part.scan = idx, idx // self._stream.partitions_per_scan  # type: ignore[attr-defined]
-            self._state.add(replace(template, partition=part, idx=idx, frames=frames))
-        if self.inlet.ended:
+        """Queue the tasks the input has ready (never waits); its end arrives here too, and a
+        stream's failure is raised here."""
+        for task in self._input.take():
+            self._state.add(task)
+        if self._input.ended:
             self._state.more_coming = False
 
     def _dispatch(self) -> None:
@@ -293,8 +259,9 @@ class Coordinator:
 
     def _preferred(self) -> set[int]:
         """Partitions the executor would like next (asked anew for each task: every submission extends
-        a worker's segment); none for a stream, whose partitions go in arrival order."""
-        return self._executor.preferred(self.run_id) if self._stream is None else set()
+        a worker's segment); none for an input whose partitions are not merged near the data (a
+        stream's go in arrival order)."""
+        return self._executor.preferred(self.run_id) if self._input.merges_near_data else set()
 
     def _collect(self, done: Sequence[TaskHandle]) -> None:
         for handle in done:
@@ -311,9 +278,9 @@ class Coordinator:
                     self._merge(handle, result)
             if handle.task is None:  # a flush: what it did not return is not coming
                 self._state.lost_held(handle.expected)
-            elif self.inlet is not None:  # a stream's partition is done: its frames go, the source goes on
-                self._state.forget(handle.task.idx)
-                self.inlet.release(handle.task.idx)
+            else:  # the input may let its frames go (a stream's: the source goes on)
+                for idx in self._input.release(handle.task.idx):
+                    self._state.forget(idx)
         if self._state.needs_flush:
             for flush in self._executor.flush(self.run_id):
                 self._state.submitted(flush)

@@ -12,8 +12,8 @@ from raytile.common.device_class import DeviceClass
 from raytile.common.errors import BackendError, DataSetException, UDFException, udf_exception_class
 from raytile.io.corrections import CorrectionSet
 from raytile.io.dataset import DataSet, FrameDelivery, validate_roi
-from raytile.io.formats.stream import StreamSpec
 from raytile.io.negotiator import Negotiator
+from raytile.io.partition_source import StreamSpec
 from raytile.runtime.execution_plan import (
     ExecutionPlan, check_backends, device_classes_for, execution_plan, plan_dtype,
 )
@@ -99,9 +99,11 @@ class RunPlan:
 
     ``dataset`` is None in a plan sent to a coordinator elsewhere
     (:meth:`without_frames`): its workers got the frames when it was loaded.
-    ``stream`` is set for a stream data set: then ``tasks`` are one scan's
+    ``stream`` is what the data set's partition source declared
+    (:meth:`DataSet.partition_source`): None for a fixed list, whose
+    ``tasks`` are the run's; for a stream, ``tasks`` are one scan's
     partitions without frames, and the run's partitions arrive while it runs
-    (see runtime/stream_feed.py).
+    (see runtime/run_input.py).
     """
 
     dataset: DataSet | None
@@ -170,7 +172,7 @@ def make_plan(
     usable = {dc for dc in backend_plan if ":" not in dc}
     device_class = DeviceClass.CPU if usable == {"cpu"} else (DeviceClass.CUDA if usable == {"cuda"} else DeviceClass.ANY)
 
-    stream = dataset.stream_spec()  # None: a fixed list of partitions
+    stream = dataset.partition_source().stream  # None: a fixed list of partitions
     partitions = dataset.get_partitions()
     if not partitions:
         raise DataSetException(f"{dataset!r} has no partitions")

@@ -117,10 +117,10 @@ class RunState:
 
     def recompute_all(self, version: int) -> None:
         """A recompute patch: every partition is needed again with ``version``."""
-        for task in self.tasks:
-            self.needed_version[task.idx] = version
+        for idx in self._by_idx:  # the tasks given and added, in that order
+            self.needed_version[idx] = version
         self.held.clear()  # what workers hold is of the old version: judged stale if it comes
-        self._requeue(t.idx for t in self.tasks)
+        self._requeue(list(self._by_idx))
         self.merged_since_publish = 0
 
     def _requeue(self, partitions: Iterable[int]) -> None:

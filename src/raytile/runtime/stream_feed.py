@@ -1,6 +1,7 @@
 """A stream's way into a run: the bounded `PartitionInlet` and the `StreamFeeder` thread that fills it.
 
-The feeder reads a :class:`~raytile.io.formats.stream.StreamDataSet` in a
+The feeder pulls a data set's partition source
+(:class:`~raytile.io.partition_source.PartitionSource`, a stream's) in a
 thread of its own (the source may block, sleep or be slow: the coordinator's
 loop never waits on it), hands each partition's frames to ``share`` (the
 executor's: on Ray a copy into a shared-memory slot of the driver's node or
@@ -31,7 +32,8 @@ from typing import Any, Callable
 import numpy as np
 
 from raytile.common.errors import DataSetException, RaytileError
-from raytile.io.formats.stream import StreamStopped
+from raytile.io.dataset import DataSet
+from raytile.io.partition_source import StreamStopped
 
 __all__ = ["PartitionInlet", "StreamFeeder", "BufferRecycler", "InletClosed", "NO_RECOMPUTE"]
 
@@ -177,7 +179,7 @@ class BufferRecycler:
 
 
 class StreamFeeder:
-    """Reads a stream data set in a daemon thread and delivers its partitions.
+    """Pulls a data set's partition source in a daemon thread and delivers its partitions.
 
     ``deliver(idx, handle)`` may block (backpressure) and raises
     :class:`InletClosed` when the run is over; ``finish(None)`` is called
@@ -188,7 +190,7 @@ class StreamFeeder:
     :class:`BufferRecycler`'s arrays, reused once ``share`` copied them.
     """
 
-    def __init__(self, dataset: Any, deliver: Callable[[int, Any], None],
+    def __init__(self, dataset: DataSet, deliver: Callable[[int, Any], None],
                  finish: Callable[[BaseException | None], None], share: Callable[[Any], Any] = lambda a: a,
                  name: str = "raytile-stream", allocate: Callable[[tuple, np.dtype], np.ndarray] | None = None):
         self._dataset = dataset
@@ -212,10 +214,13 @@ class StreamFeeder:
 
     def _main(self) -> None:
         error: BaseException | None = None
-        buffers = BufferRecycler() if self._allocate is None else None
+        buffers: BufferRecycler | None = None
+        allocate = self._allocate
+        if allocate is None:  # the executor lends none: arrays of our own, reused
+            buffers = BufferRecycler()
+            allocate = buffers.take
         try:
-            parts = self._dataset.partitions(allocate=self._allocate or buffers.take,  # type: ignore[union-attr]
-                                             stop=self._stopped.is_set)
+            parts = self._dataset.partition_source().pull(allocate, self._stopped.is_set)
             try:
                 for idx, frames in parts:
                     shared = self._share(frames)

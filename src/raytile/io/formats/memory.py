@@ -12,7 +12,7 @@ from raytile.io.dataset import DataSet, DataSetMeta, FrameDelivery, Partition
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 
-__all__ = ["MemoryDataSet", "MemoryPartition", "dense_frames"]
+__all__ = ["MemoryDataSet", "MemoryPartition"]
 
 
 def _is_sparse(data: Any) -> bool:
@@ -26,7 +26,8 @@ class MemoryPartition(Partition):
 
     ``data`` may be replaced by an executor with a read-only view of shared
     memory (the Ray object store) so that no copy is made on the worker.
-    Dense numpy frames are SHARED (sent once, see :func:`dense_frames`);
+    Dense numpy frames are SHARED (sent once, see
+    :func:`~raytile.io.partition_source.dense_frames`);
     other arrays travel with the task (CARRIED).
     """
 
@@ -179,11 +180,3 @@ def _nav_frames(frames: Any, nav_size: int, sync_offset: int) -> Any:
         out[first:last] = frames[first + sync_offset:last + sync_offset]
     return out
 
-
-def dense_frames(dataset: DataSet) -> dict[int, Any]:
-    """The in-memory frames of a data set per partition index that executors share with their workers
-    once (``Partition.shared_frames``); empty for file-backed and sparse data sets (their tasks carry
-    or read their data)."""
-    shared = {p.idx: p.shared_frames() for p in dataset.get_partitions()
-              if p.frame_delivery is FrameDelivery.SHARED}
-    return {idx: frames for idx, frames in shared.items() if frames is not None}

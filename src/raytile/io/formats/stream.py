@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
 import numpy as np
@@ -41,10 +40,11 @@ from raytile.common.errors import DataSetException
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
+from raytile.io.partition_source import Allocate, PulledPartitions, StreamedPartitions, StreamSpec, StreamStopped
 
-__all__ = ["StreamDataSet", "StreamPartition", "StreamSpec", "StreamStopped", "FrameTransform",
-           "default_frames_per_partition", "iterate_batches", "LossReporting", "RepeatableSource",
-           "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN", "Allocate"]
+__all__ = ["StreamDataSet", "StreamPartition", "FrameTransform", "default_frames_per_partition",
+           "iterate_batches", "LossReporting", "RepeatableSource", "CountingSource", "PartitionAligned",
+           "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN"]
 
 #: Default partition size of a stream, in bytes of raw frames: small, so partial results flow, and large
 #: enough that the fixed cost of a task (its call and reply, its result buffers, about 1-2 ms on 2 CPUs)
@@ -54,10 +54,6 @@ __all__ = ["StreamDataSet", "StreamPartition", "StreamSpec", "StreamStopped", "F
 PARTITION_BYTES = 32 * 1024 * 1024
 #: By default a scan is cut into at least this many partitions (when it has that many frames).
 MIN_PARTITIONS_PER_SCAN = 8
-
-#: Where a partition that batches do not fill exactly is assembled: ``allocate(shape, dtype)``.
-Allocate = Callable[[tuple, np.dtype], np.ndarray]
-
 
 def default_frames_per_partition(scan_frames: int, frame_bytes: int) -> int:
     """Frames per partition for a stream: about ``PARTITION_BYTES``, and at least
@@ -83,6 +79,24 @@ class LossReporting(Protocol):
 
 
 @runtime_checkable
+class CountingSource(Protocol):
+    """A source that keeps statistics of what it delivered (a live receiver: frames delivered and lost,
+    updated while the run goes on): the stream data set shows them as :attr:`StreamDataSet.stats`."""
+
+    @property
+    def stats(self) -> Any: ...
+
+
+@runtime_checkable
+class PartitionAligned(Protocol):
+    """A source that can cut its arrays where the stream's partitions end (a live receiver): before it
+    is read, the stream sets ``batch`` to ``(frames_per_partition, scan_frames)``, and arrays that fill
+    a partition exactly are handed on without a copy."""
+
+    batch: tuple[int, int] | None
+
+
+@runtime_checkable
 class RepeatableSource(Protocol):
     """A source each iteration of which yields the next frames (a live acquisition: each iteration reads
     the next scan from the detector's connection): a stream over it may be read by one run after
@@ -90,16 +104,6 @@ class RepeatableSource(Protocol):
 
     @property
     def repeatable(self) -> bool: ...
-
-
-@dataclass(frozen=True)
-class StreamSpec:
-    """What a run needs to know about a stream: partitions per scan, how many scans (0: until the
-    source ends) and how many partitions may be in flight at most (None: the executor decides)."""
-
-    partitions_per_scan: int
-    scans: int
-    max_in_flight: int | None = None
 
 
 @runtime_checkable
@@ -292,13 +296,20 @@ class StreamDataSet(DataSet):
         """The source's count of lost frames, if it keeps one (:class:`LossReporting`), else 0."""
         return int(self._frames.frames_dropped) if isinstance(self._frames, LossReporting) else 0
 
-    def stream_spec(self) -> StreamSpec:
-        """This stream's :class:`StreamSpec` (the declaration :meth:`DataSet.stream_spec` asks for);
+    @property
+    def stats(self) -> Any:
+        """The source's own statistics, if it keeps some (:class:`CountingSource`: a live acquisition's
+        frames delivered and lost, ``aq.stats``), else None."""
+        return self._frames.stats if isinstance(self._frames, CountingSource) else None
+
+    def partition_source(self) -> StreamedPartitions:
+        """This stream as the source of a run's partitions (the declaration
+        :meth:`DataSet.partition_source` asks for): its :attr:`spec`, read by :meth:`partitions`;
         DataSetException once a run read it (a stream is read once), or, for a :class:`RepeatableSource`,
         while a run reads it."""
         if self.consumed:
             raise DataSetException(self._claimed_message())
-        return self.spec
+        return StreamedPartitions(self.spec, self.partitions)
 
     @property
     def repeatable(self) -> bool:
@@ -319,7 +330,7 @@ class StreamDataSet(DataSet):
 
     # -- reading -------------------------------------------------------------------
     def partitions(self, allocate: Allocate = np.empty,
-                   stop: Callable[[], bool] | None = None) -> Iterator[tuple[int, np.ndarray]]:
+                   stop: Callable[[], bool] | None = None) -> PulledPartitions:
         """``(index, frames)`` of each partition in arrival order, index ``scan * partitions_per_scan
         + partition``; raises DataSetException for bad batches, a short stream or a failing source.
 
@@ -334,6 +345,8 @@ class StreamDataSet(DataSet):
             if self._claimed:
                 raise DataSetException(self._claimed_message())
             self._claimed = True
+        if isinstance(self._frames, PartitionAligned):  # arrays come cut where the partitions end: no copy
+            self._frames.batch = (self.frames_per_partition, self.scan_frames)
         batches = iterate_batches(self._frames)
         return _Claimed(self._cut(batches if stop is None else _until(batches, stop), allocate),
                         self._release)
@@ -435,10 +448,6 @@ class _Claimed:
             if not self._released:
                 self._released = True
                 self._release()
-
-
-class StreamStopped(Exception):
-    """The reader of a stream stopped it (``partitions(stop=...)``): its run is over."""
 
 
 def _until(batches: Iterator[Any], stop: Callable[[], bool]) -> Iterator[Any]:
