@@ -31,6 +31,7 @@ from raytile.actors import resources
 from raytile.actors.cache import pack
 from raytile.actors.frame_slab import FrameSlab, SlabFrames
 from raytile.actors.shared_frames import SharedFrames
+from raytile.actors.task_message import TaskMessage
 from raytile.actors.progress import ProgressActor
 from raytile.actors.ray_start import start_ray
 from raytile.actors.reply import Reply, ReplyStatus
@@ -319,8 +320,7 @@ class RayExecutor(Executor):
         frames = task.frames  # a stream partition's object ref: an argument of this task alone
         send, data_ref = self._strip(task if frames is None else dataclasses.replace(task, frames=None))
         data_key = None if data_ref is None else data_ref.hex()
-        task_tuple = (send, params_handle.key, data_key)
-        message = pack(task_tuple) or task_tuple  # as it is if it holds Ray refs (see raytile.actors.cache)
+        message = TaskMessage(send, params_handle.key, data_key).packed()
         progress_actor = None
         if progress is not None:
             progress_actor = self._progress(params_handle.run_id, progress)
