@@ -5,7 +5,7 @@ created once per Context and reused by every run (no per-run start-up).
 The Context does not wait for them to start: its first run begins on the
 first worker that answers (``Context()`` was ~4 s slower than ``ray.init``
 alone while it waited for every actor to import raytile).
-The coordinator keeps ``IN_FLIGHT_PER_ACTOR`` (2) tasks per actor in flight,
+The coordinator keeps ``InFlightLimit.per_worker`` (2) tasks per actor in flight,
 so an actor's next partition is already queued when the current one ends.
 Tasks for in-memory data go to a worker on the node whose object store holds
 their frames while one has room (``WorkerPool.pick``). Tasks travel as one
@@ -27,7 +27,6 @@ import numpy as np
 import ray
 from ray import exceptions as rex
 
-from raytile.actors import resources
 from raytile.actors.cache import pack
 from raytile.actors.frame_slab import FrameSlab, SlabFrames
 from raytile.actors.shared_frames import SharedFrames
@@ -38,6 +37,7 @@ from raytile.actors.reply import Reply, ReplyStatus
 from raytile.actors.pool import REFRESH_S, Slot, WorkerPool
 from raytile.common.errors import ConfigValidationError, ExecutorError
 from raytile.io.dataset import FrameDelivery
+from raytile.runtime.dispatch_policy import DISPATCH_POLICY, DispatchPolicy
 from raytile.runtime.executor import Executor, NoWorkerReady, ProgressSink, TaskHandle, WorkerLost
 from raytile.runtime.params import PartitionResult, PartitionTask
 from raytile.runtime import tracing
@@ -104,6 +104,9 @@ class _ProgressPoll:
 class RayExecutor(Executor):
     """Worker actors on a local or remote Ray cluster. Build it with :meth:`make`."""
 
+    #: How many tasks go out and to which workers (see :mod:`raytile.runtime.dispatch_policy`).
+    policy: DispatchPolicy = DISPATCH_POLICY
+
     def __init__(self, cpus: int | None = None, gpus: int | None = None, cpu_share: float = 1.0,
                  max_workers: int | None = None, start_timeout: float = 120.0,
                  merge_interval_s: float | None = MERGE_INTERVAL_S):
@@ -126,7 +129,7 @@ class RayExecutor(Executor):
         self.merge_interval_s = merge_interval_s
         self._closed = False
         self.pool = WorkerPool(fixed, cpu_share, max_workers, on_change=self._wake_all,
-                               on_nodes_lost=self._renew_shared_frames)
+                               on_nodes_lost=self._renew_shared_frames, policy=self.policy)
         # started with the workers: creating it lazily would cost a process start in the first run with progress
         self._progress_actor = _RemoteProgress.remote()
         self._progress_started: Any = self._progress_actor.forget.remote("").future()  # done once it runs
@@ -166,11 +169,11 @@ class RayExecutor(Executor):
 
     @property
     def max_in_flight(self) -> int:  # type: ignore[override]
-        return resources.IN_FLIGHT_PER_ACTOR * len(self.pool.ready)
+        return self.policy.in_flight.run_limit(len(self.pool.ready))
 
     @property
     def full_in_flight(self) -> int:
-        return resources.IN_FLIGHT_PER_ACTOR * len(self.pool.slots)
+        return self.policy.in_flight.run_limit(len(self.pool.slots))
 
     @property
     def device_classes(self) -> frozenset:  # type: ignore[override]
@@ -325,9 +328,9 @@ class RayExecutor(Executor):
         if progress is not None:
             progress_actor = self._progress(params_handle.run_id, progress)
         with self._lock:
-            local = data_ref is not None or isinstance(frames, SlabFrames)  # best read on this node
-            slot = self.pool.pick(task.device_class, params_handle.run_id, task.idx,
-                                  node=self.shared.node if local else None)
+            node = self.policy.locality.home_node(data_ref is not None or isinstance(frames, SlabFrames),
+                                                  self.shared.node)
+            slot = self.pool.pick(task.device_class, params_handle.run_id, task.idx, node=node)
             if slot is None:
                 raise NoWorkerReady(f"no {task.device_class} worker is ready for {task.describe()}")
             slot.in_flight += 1
@@ -501,7 +504,8 @@ class RayExecutor(Executor):
             return by_slot.setdefault(handle.slot.name, set())
 
     def preferred(self, run_id: str) -> set[int]:
-        return self.pool.extending(run_id) if self.merge_interval_s is not None else set()
+        merging = self.merge_interval_s is not None  # segments grow only where workers merge
+        return self.policy.segments.preferred(merging, self.pool.last_sent(run_id) if merging else ())
 
     def flush(self, run_id: str) -> list[TaskHandle]:
         """Ask each worker holding merged results of the run for them (``WorkerActor.flush_run``,

@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 
 from raytile.common.errors import ExecutorError, UDFRunCancelled
 from raytile.runtime import tracing
+from raytile.runtime.dispatch_policy import DISPATCH_POLICY
 from raytile.runtime.executor import Executor, NoWorkerReady, TaskHandle, TaskNotRun, WorkerLost
 from raytile.runtime.channel import FINISHED, SnapshotChannel, should_publish
 from raytile.runtime.param_versions import ParamVersions
@@ -85,7 +86,7 @@ class Coordinator:
         self._feeder: StreamFeeder | None = None  # reads the stream's source, if it is in this process
         self._templates = {t.idx: t for t in plan.tasks}  # a stream's: one scan's tasks, by partition
         if self._stream is not None:
-            capacity = self._stream.max_in_flight or executor.full_in_flight + 2
+            capacity = DISPATCH_POLICY.stream.capacity(self._stream.max_in_flight, executor.full_in_flight)
             self.inlet = PartitionInlet(capacity, self._wakeup.set)
             self._state.more_coming = True
         self._params: RunParams = plan.params
