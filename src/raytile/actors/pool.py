@@ -191,7 +191,6 @@ class WorkerPool:
         """``on_change()`` is called when the ready workers changed, ``on_nodes_lost(node_ids)`` when
         workers were retired because their nodes are gone; ``policy`` says which worker a task would
         rather have (its ``locality`` and ``in_flight`` policies)."""
-        self.policy = policy
         self._fixed = fixed
         self._cpu_share = cpu_share
         self._max_workers = max_workers
@@ -202,6 +201,7 @@ class WorkerPool:
         self._backoff: dict[str, float] = {}
         self._counter = itertools.count()
         self._raylets = RayletWatch()
+        self.policy = policy
         self._ever_ready = False
         #: set from Ray's callback thread when a starting actor's ping is answered (see :meth:`promote`)
         self.answered = threading.Event()
