@@ -64,15 +64,6 @@ def test_fixed_mode_ignores_node_sizes():
     assert plan.start == (("cpu", None),)
 
 
-def test_new_segments_start_in_the_middle_of_the_longest_pending_run():
-    from raytile.runtime.run_state import middle_of_longest_run
-
-    assert middle_of_longest_run(list(range(64))) == 32
-    assert middle_of_longest_run([0, 1, 2, 3, 7, 8]) == 2
-    assert middle_of_longest_run([5, 10, 11, 12, 20]) == 11
-    assert middle_of_longest_run([4]) == 4
-
-
 def test_pick_prefers_the_node_holding_the_frames_then_segment_extension():
     from raytile.actors.pool import WorkerPool
 
@@ -91,3 +82,16 @@ def test_pick_prefers_the_node_holding_the_frames_then_segment_extension():
     assert pool.pick("cpu", "run", 12, node="c") is c  # local and extending beats extending alone
     assert pool.pick("cpu", "other", 0, node=None) in (a, b, c)
     assert pool.pick("cuda", "run", 0, node="c") is None
+
+
+def test_last_sent_names_the_segment_ends_of_slots_with_room():
+    from raytile.actors.pool import WorkerPool
+
+    pool = WorkerPool(fixed={"cpu": 3})
+    a, b, c = slot("cpu", "a"), slot("cpu", "b"), slot("cpu", "c", SlotState.STARTING)
+    pool._slots = [a, b, c]
+    a.last_idx["run"], b.last_idx["run"], c.last_idx["run"] = 3, 9, 20
+    assert sorted(pool.last_sent("run")) == [3, 9]  # c is not ready
+    b.in_flight = 2  # full: its segment waits
+    assert pool.last_sent("run") == [3]
+    assert pool.last_sent("other") == []

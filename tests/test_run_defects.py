@@ -115,7 +115,7 @@ def test_tasks_of_a_retired_worker_are_lost_at_once(ray_context):
     (benchmarks/probe_node_loss.py: the next run took 11.6-31 s, 1.2 s after)."""
     import ray
 
-    from raytile.actors.executor import _RayHandle
+    from raytile.actors.submission import RayTaskHandle
     from raytile.actors.pool import Slot, SlotState
     from raytile.runtime.executor import WorkerLost
 
@@ -128,7 +128,7 @@ def test_tasks_of_a_retired_worker_are_lost_at_once(ray_context):
     actor = Unanswering.remote()
     try:
         slot = Slot("cpu", "on-lost-node", actor, "a-node-that-left", time.monotonic(), state=SlotState.READY)
-        handle = _RayHandle(None, -1, actor.hang.remote(), slot, actor, "run-x", None, expected={3})
+        handle = RayTaskHandle(None, -1, actor.hang.remote(), slot, actor, "run-x", None, expected={3})
         assert ex._collect([handle], "run-x") == []  # a live worker's task runs on
         slot.state = SlotState.RETIRED  # what WorkerPool.refresh does when the node leaves
         assert ex._collect([handle], "run-x") == [handle]

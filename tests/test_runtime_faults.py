@@ -204,23 +204,23 @@ def test_dead_progress_actor_is_replaced_and_progress_stays_exact(ray_context, d
     import ray
 
     ex = ray_context.executor
-    dead = ex._progress_actor
+    dead = ex.progress.actor
     ray.kill(dead, no_restart=True)
     polls = []
-    take = ex._take_progress
+    take = ex.progress.take
 
     def counting_take(run_id, sink):
         polls.append(run_id)
         return take(run_id, sink)
 
-    monkeypatch.setattr(ex, "_take_progress", counting_take)
+    monkeypatch.setattr(ex.progress, "take", counting_take)
     ds = ray_context.load("memory", data=data, num_partitions=2)  # 24 frames per partition
     for _ in range(2):
         reporter = CountingReporter()
         res = ray_context.run_udf(dataset=ds, udf=SlowTileUDF(delay=0.02, depth=2), progress=reporter)
         np.testing.assert_allclose(res["intensity"].data, data.sum(axis=(2, 3)))
         assert sum(reporter.advances) == 48 and reporter.finished
-    assert ex._progress_actor is not dead
+    assert ex.progress.actor is not dead
     assert len(reporter.advances) > 2  # per tile again, through the new actor
     assert len(polls) < 100  # re-polling the dead actor spun thousands of times
 

@@ -42,6 +42,7 @@ from raytile.actors import resources
 from raytile.actors.cache import Ledger
 from raytile.actors.raylet_watch import RayletWatch
 from raytile.actors.worker import DATA_CACHE, PARAMS_CACHE, WorkerActor
+from raytile.runtime.dispatch_policy import DISPATCH_POLICY, DispatchPolicy
 
 __all__ = ["WorkerPool", "Slot", "SlotState", "NodeInfo", "PoolPlan", "plan_pool", "PLACEMENT_TIMEOUT_S",
            "STARTUP_TIMEOUT_S",
@@ -185,9 +186,11 @@ class WorkerPool:
 
     def __init__(self, fixed: dict[str, int] | None, cpu_share: float = 1.0, max_workers: int | None = None,
                  on_change: Callable[[], None] | None = None,
-                 on_nodes_lost: Callable[[set[str]], None] | None = None):
+                 on_nodes_lost: Callable[[set[str]], None] | None = None,
+                 policy: DispatchPolicy = DISPATCH_POLICY):
         """``on_change()`` is called when the ready workers changed, ``on_nodes_lost(node_ids)`` when
-        workers were retired because their nodes are gone."""
+        workers were retired because their nodes are gone; ``policy`` says which worker a task would
+        rather have (its ``locality`` and ``in_flight`` policies)."""
         self._fixed = fixed
         self._cpu_share = cpu_share
         self._max_workers = max_workers
@@ -198,6 +201,7 @@ class WorkerPool:
         self._backoff: dict[str, float] = {}
         self._counter = itertools.count()
         self._raylets = RayletWatch()
+        self.policy = policy
         self._ever_ready = False
         #: set from Ray's callback thread when a starting actor's ping is answered (see :meth:`promote`)
         self.answered = threading.Event()
@@ -228,32 +232,28 @@ class WorkerPool:
     def pick(self, device_class: str, run_id: str = "", idx: int = -1, node: str | None = None) -> Slot | None:
         """The ready slot for a task of ``device_class`` with the fewest tasks in flight, or None.
 
-        Among slots with room, first one on ``node`` (where the task's frames
-        are, for in-memory data) whose last task of ``run_id`` was partition
-        ``idx - 1`` (its merged results then grow one segment, see
-        runtime/segments.py), then any on ``node``, then any extending a segment.
+        Among slots with room, the first the policy's wishes
+        (:meth:`Locality.wishes <raytile.runtime.dispatch_policy.Locality.wishes>`) prefer: one on
+        ``node`` (where the task's frames are, for in-memory data) whose last task of ``run_id`` was
+        partition ``idx - 1`` (its merged results then grow one segment, see runtime/segments.py),
+        then any on ``node``, then any extending a segment. Notes ``idx`` as the slot's last of the run.
         """
-
-        def extends(s: Slot) -> bool:
-            return s.last_idx.get(run_id) == idx - 1
-
-        def local(s: Slot) -> bool:
-            return node is not None and s.node_id == node
-
+        wishes = self.policy.locality.wishes(node, run_id, idx)
         with self._lock:
-            slot = resources.pick([s for s in self._slots if s.ready], device_class,
-                                  prefer=(lambda s: local(s) and extends(s), local, extends))
+            slot = resources.pick([s for s in self._slots if s.ready], device_class, prefer=wishes,
+                                  has_room=self.policy.in_flight.has_room)
             if slot is not None and run_id:
                 slot.last_idx[run_id] = idx
                 while len(slot.last_idx) > 64:
                     slot.last_idx.pop(next(iter(slot.last_idx)))
             return slot
 
-    def extending(self, run_id: str) -> set[int]:
-        """Partitions that would extend the segment of a ready slot with room (each its last + 1)."""
+    def last_sent(self, run_id: str) -> list[int]:
+        """The last partition of ``run_id`` sent to each ready slot with room (the ends of their segments)."""
+        has_room = self.policy.in_flight.has_room
         with self._lock:
-            return {s.last_idx[run_id] + 1 for s in self._slots
-                    if s.ready and s.in_flight < resources.IN_FLIGHT_PER_ACTOR and run_id in s.last_idx}
+            return [s.last_idx[run_id] for s in self._slots
+                    if s.ready and has_room(s.in_flight) and run_id in s.last_idx]
 
     # -- effects -----------------------------------------------------------------
     def refresh(self, nodes: Sequence[NodeInfo] | None = None) -> bool:

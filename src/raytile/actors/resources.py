@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-__all__ = ["ELIGIBLE", "IN_FLIGHT_PER_ACTOR", "eligible_kinds", "actor_options", "pick"]
+from raytile.runtime.dispatch_policy import DISPATCH_POLICY
+
+__all__ = ["ELIGIBLE", "eligible_kinds", "actor_options", "pick"]
 
 #: Actor kinds a device class may run on.
 ELIGIBLE: dict[str, tuple[str, ...]] = {
@@ -20,9 +22,6 @@ ELIGIBLE: dict[str, tuple[str, ...]] = {
     "cuda": ("cuda",),
     "any": ("cpu", "cuda"),
 }
-
-#: Tasks kept in flight per actor: one running, one queued so the next starts without a gap.
-IN_FLIGHT_PER_ACTOR = 2
 
 
 def eligible_kinds(device_class: str) -> tuple[str, ...]:
@@ -51,17 +50,18 @@ def actor_options(kind: str, cpu_share: float, node_id: str | None = None) -> di
     return {"num_cpus": cpu_share, "num_gpus": 0, "scheduling_strategy": strategy}
 
 
-def pick(slots: Sequence, device_class: str, prefer: Sequence[Callable[[Any], bool]] = ()):
+def pick(slots: Sequence, device_class: str, prefer: Sequence[Callable[[Any], bool]] = (),
+         has_room: Callable[[int], bool] = DISPATCH_POLICY.in_flight.has_room):
     """The eligible slot with the fewest tasks in flight (first one on ties), or None.
 
     ``prefer`` lists wishes, the most important first: the slots of the
-    first wish that some slot with room (fewer than ``IN_FLIGHT_PER_ACTOR``
-    tasks in flight) fulfils are the candidates.
+    first wish that some slot with room (``has_room(its tasks in flight)``,
+    see :class:`~raytile.runtime.dispatch_policy.InFlightLimit`) fulfils are the candidates.
     """
     kinds = eligible_kinds(device_class)
     eligible = [s for s in slots if s.kind in kinds and not s.dead]
     for wish in prefer:
-        preferred = [s for s in eligible if s.in_flight < IN_FLIGHT_PER_ACTOR and wish(s)]
+        preferred = [s for s in eligible if has_room(s.in_flight) and wish(s)]
         if preferred:
             eligible = preferred
             break

@@ -37,8 +37,10 @@ from raytile.actors.cache import CacheMiss, ValueCache, unpack
 from raytile.actors.frame_slab import SlabFrames, SlabReader
 from raytile.actors.progress import TileReporter
 from raytile.actors.reply import Reply
+from raytile.actors.task_message import TaskMessage
 from raytile.actors.worker_tracing import WorkerTracing
 from raytile.common.errors import ExecutorError
+from raytile.runtime.params import PartitionResult, PartitionTask, RunParams
 
 __all__ = ["WorkerActor", "PARAMS_CACHE", "DATA_CACHE", "CANCELLED_RUNS", "HELD_RUNS"]
 
@@ -55,6 +57,14 @@ HELD_RUNS = 64
 
 class _Cancelled(Exception):
     pass
+
+
+class _Answer(Exception):
+    """A phase of ``run_task`` ends the task early with ``reply`` (internal)."""
+
+    def __init__(self, reply: Reply):
+        super().__init__(reply.status.value)
+        self.reply = reply
 
 
 def _limit_threads(n: int) -> None:
@@ -114,48 +124,79 @@ class WorkerActor:
                 "threads": self.threads, "data_cached": len(self._data), "params_cached": len(self._params)}
 
     @ray.method(enable_task_events=False)  # one call a partition: no task events kept (see ray_start.py)
-    def run_task(self, message: bytes | tuple, shipped: dict[str, Any] | None = None,
+    def run_task(self, message: bytes | TaskMessage, shipped: dict[str, Any] | None = None,
                  progress: Any = None, frames: Any = None) -> Reply:
         """Run one partition. Returns a :class:`Reply`: OK with ``[PartitionResult, ...]`` (its result,
         or merged segments of several, see ``_deliver``), HELD with the partition's index, CANCELLED,
         or ERROR with the exception; each with the spans the task finished.
 
-        ``message`` is the packed ``(PartitionTask, params key, data key)``
-        (see :mod:`raytile.actors.cache`; the tuple itself if it holds Ray
-        object refs); ``shipped`` holds, when this worker
+        ``message`` is a :class:`~raytile.actors.task_message.TaskMessage`,
+        packed (see :mod:`raytile.actors.cache`; the message itself if it
+        holds Ray object refs); ``shipped`` holds, when this worker
         gets them for the first time, the run's parameters (packed, or their
         object ref if they are large) and the object ref of an in-memory
         partition's frames. If it holds neither for a key, the task does not
         run and returns a MISSING reply naming ``(kind, key)``. ``frames``: a stream partition's frames
         (Ray resolves the object ref it was passed as into a zero-copy view, released with the task), or
         a :class:`~raytile.actors.frame_slab.SlabFrames` slot of the driver's node, read as a view too.
+
+        The phases, each of which may end the task with its reply: open the
+        message, resolve its cached values, skip a cancelled run's task,
+        attach the frames, run the partition, deliver its result.
         """
         try:
-            task, params_key, data_key = unpack(message) if isinstance(message, bytes) else message
-        except Exception as e:
-            return Reply.error(ExecutorError(f"worker {self.name} cannot unpickle a task: {type(e).__name__}: {e}"))
-        shipped = shipped or {}
+            msg = self._open(message)
+            params, data = self._resolve(msg, shipped or {})
+            if params.run_id in self._cancelled_runs:  # queued before its run was cancelled: skip it
+                return Reply.cancelled()
+            self._attach_frames(msg.task, data, frames)
+            result, spans = self._run(msg.task, params, progress)
+            return self._reply(msg.task, params, result, spans)
+        except _Answer as answer:
+            return answer.reply
+
+    def _open(self, message: bytes | TaskMessage) -> TaskMessage:
         try:
-            params = self._params.resolve(params_key, shipped.get("params"))
-            data = None if data_key is None else self._data.resolve(data_key, shipped.get("data"))
-        except CacheMiss as e:
-            return Reply.missing(e.kind, e.key)
+            return TaskMessage.unpacked(message)
         except Exception as e:
-            return Reply.error(ExecutorError(f"{task.describe()}: cannot read the run parameters or data: {e}"))
-        run_id = params.run_id
-        cancelled_runs = self._cancelled_runs
-        if run_id in cancelled_runs:  # queued before its run was cancelled: skip it
-            return Reply.cancelled()
+            raise _Answer(Reply.error(
+                ExecutorError(f"worker {self.name} cannot unpickle a task: {type(e).__name__}: {e}"))) from None
+
+    def _resolve(self, msg: TaskMessage, shipped: dict[str, Any]) -> tuple[RunParams, Any]:
+        """The run's parameters and the partition's shared frames (None if it has none), from this
+        worker's caches or from what came ``shipped``; a MISSING reply if the cache lacks one."""
+        try:
+            params = self._params.resolve(msg.params_key, shipped.get("params"))
+            data = None if msg.data_key is None else self._data.resolve(msg.data_key, shipped.get("data"))
+        except CacheMiss as e:
+            raise _Answer(Reply.missing(e.kind, e.key)) from None
+        except Exception as e:
+            raise _Answer(Reply.error(ExecutorError(
+                f"{msg.task.describe()}: cannot read the run parameters or data: {e}"))) from None
+        return params, data
+
+    def _attach_frames(self, task: PartitionTask, data: Any, frames: Any) -> None:
+        """Give the partition the frames that came with the task: shared in-memory frames, a slab slot
+        of the driver's node (mapped here), or a stream partition's frames."""
+        part: Any = task.partition  # one whose frames travel: it reads them from ``data``
         if data is not None:
-            task.partition.data = data
+            part.data = data
         elif isinstance(frames, SlabFrames):
             try:
-                task.partition.data = self._slabs.view(frames)
+                part.data = self._slabs.view(frames)
             except OSError as e:
-                return Reply.error(ExecutorError(f"{task.describe()}: cannot map its frames ({frames!r}): {e}"))
+                raise _Answer(Reply.error(
+                    ExecutorError(f"{task.describe()}: cannot map its frames ({frames!r}): {e}"))) from None
         elif frames is not None:
-            task.partition.data = frames
-        reporter = TileReporter(progress, params.run_id) if progress is not None else None
+            part.data = frames
+
+    def _run(self, task: PartitionTask, params: RunParams, progress: Any) -> tuple[PartitionResult, list[dict]]:
+        """Run the partition (in a ``raytile.task`` span when the run is traced), checking for a cancel
+        and reporting progress per tile; its result and the spans it finished. The partition lets go
+        of its frames at the end."""
+        run_id = params.run_id
+        cancelled_runs = self._cancelled_runs
+        reporter = TileReporter(progress, run_id) if progress is not None else None
 
         def on_tile(frames: int) -> None:
             if run_id in cancelled_runs:
@@ -166,7 +207,6 @@ class WorkerActor:
         from raytile.runtime import tracing
         from raytile.runtime.part_runner import run_partition
 
-        spans: list[dict] = []
         try:
             if params.trace_context:
                 with tracing.attached(params.trace_context):
@@ -180,17 +220,20 @@ class WorkerActor:
             else:
                 result = run_partition(task, params, self.kind, self.threads, on_tile)
         except _Cancelled:
-            return Reply.cancelled(self._tracing.collect())
+            raise _Answer(Reply.cancelled(self._tracing.collect())) from None
         except BaseException as e:  # noqa: BLE001  (delivered to the consumer)
             spans = self._tracing.collect() if params.trace_context else []
-            return Reply.error(_picklable(e, task), spans)
+            raise _Answer(Reply.error(_picklable(e, task), spans)) from None
         finally:
             if reporter is not None:
                 reporter.close()
-            task.partition.data = None
+            part: Any = task.partition
+            part.data = None
         result.worker = self.name
-        if params.trace_context:
-            spans = self._tracing.collect()
+        return result, (self._tracing.collect() if params.trace_context else [])
+
+    def _reply(self, task: PartitionTask, params: RunParams, result: PartitionResult, spans: list[dict]) -> Reply:
+        """The task's reply: its result (or merged segments) now, or HELD if merged into held state."""
         try:
             delivered = self._deliver(task, params, result)
         except BaseException as e:  # noqa: BLE001  (a UDF's merge raised: delivered to the consumer)

@@ -29,6 +29,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable
 
 from raytile.io.partition_source import StreamSpec
+from raytile.runtime.dispatch_policy import DISPATCH_POLICY
 from raytile.runtime.executor import Executor
 from raytile.runtime.params import PartitionTask
 from raytile.runtime.plan import RunPlan
@@ -183,8 +184,8 @@ class StreamInput(RunInput):
 
 def run_input(plan: RunPlan, executor: Executor, on_change: Callable[[], None]) -> RunInput:
     """The input of a run planned as ``plan``: its fixed tasks, or its stream's (bounded by the
-    stream's ``max_in_flight``, else by the executor's full dispatch depth plus two)."""
+    stream's ``max_in_flight``, else as the dispatch policy says: see runtime/dispatch_policy.py)."""
     if plan.stream is None:
         return FixedInput(plan.tasks)
-    capacity = plan.stream.max_in_flight or executor.full_in_flight + 2
+    capacity = DISPATCH_POLICY.stream.capacity(plan.stream.max_in_flight, executor.full_in_flight)
     return StreamInput(plan.stream, plan.tasks, capacity, on_change, plan.dataset)

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Iterable, Sequence
 
+from raytile.runtime.dispatch_policy import DISPATCH_POLICY, DispatchPolicy
 from raytile.runtime.executor import TaskHandle
 from raytile.runtime.params import PartitionTask
 
-__all__ = ["RunState", "Outcome", "MAX_RETRIES", "starved_too_long", "middle_of_longest_run"]
+__all__ = ["RunState", "Outcome", "MAX_RETRIES", "starved_too_long"]
 
 #: How often a task may be retried after its worker died.
 MAX_RETRIES = 3
@@ -40,6 +41,8 @@ class RunState:
     """
 
     tasks: Sequence[PartitionTask]
+    #: Which pending task goes next (its ``segments`` policy).
+    policy: DispatchPolicy = DISPATCH_POLICY
 
     def __post_init__(self) -> None:
         #: Since when partitions wait with nothing in flight (no worker was ready), else None.
@@ -86,28 +89,21 @@ class RunState:
     def spread_segments(self) -> None:
         """Dispatch for merging near the data: a task that does not extend a worker's segment starts
         a new one in the middle of the longest run of pending partitions, so that each worker works
-        through a contiguous stretch (its results merge into few segments, see runtime/segments.py)."""
+        through a contiguous stretch (its results merge into few segments, see runtime/segments.py;
+        the choice is :meth:`SegmentSpreading.choose <raytile.runtime.dispatch_policy.SegmentSpreading.choose>`)."""
         self._spread = True
 
     def next_to_submit(self, max_in_flight: int, preferred: Iterable[int] = ()) -> PartitionTask | None:
-        """The next task to submit, if the executor has room for one: the first pending one of
-        ``preferred`` partitions, else the first pending one."""
+        """The next task to submit, if the executor has room for one (fewer than ``max_in_flight``
+        in flight): the first pending one of ``preferred`` partitions, else the one the policy picks."""
         if not self.pending or len(self.in_flight) >= max_in_flight:
             return None
-        wanted = set(preferred)
-        if wanted:
-            for i, task in enumerate(self.pending):
-                if task.idx in wanted:
-                    del self.pending[i]
-                    return task
-        if not self._spread:
+        pos = self.policy.segments.choose(self.pending, set(preferred), self._spread, _task_idx)
+        if pos == 0:
             return self.pending.popleft()
-        middle = middle_of_longest_run(sorted(t.idx for t in self.pending))
-        for i, task in enumerate(self.pending):
-            if task.idx == middle:
-                del self.pending[i]
-                return task
-        raise AssertionError("unreachable: the middle is a pending partition")
+        task = self.pending[pos]
+        del self.pending[pos]
+        return task
 
     def submitted(self, handle: TaskHandle) -> None:
         self.in_flight.append(handle)
@@ -182,17 +178,5 @@ def starved_too_long(state: RunState, now: float, limit: float) -> bool:
     return now - state.starved_since > limit
 
 
-def middle_of_longest_run(idxs: Sequence[int]) -> int:
-    """The middle of the longest run of consecutive numbers in the sorted ``idxs`` (the first such
-    run on ties).
-
-    >>> middle_of_longest_run([0, 1, 2, 3, 7, 8])
-    2
-    """
-    best_start, best_len, start = 0, 0, 0
-    for i in range(1, len(idxs) + 1):
-        if i == len(idxs) or idxs[i] != idxs[i - 1] + 1:
-            if i - start > best_len:
-                best_start, best_len = start, i - start
-            start = i
-    return idxs[best_start + best_len // 2]
+def _task_idx(task: PartitionTask) -> int:
+    return task.idx
