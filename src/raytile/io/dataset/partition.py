@@ -158,16 +158,26 @@ class Partition(ABC):
         """Yield this partition's tiles in nav order, all signal slices per nav block.
 
         ``array_backend``: one of :attr:`array_backends` (None: the native one).
+        Resolves what every array-backed partition needs (the tiles' dtype, the
+        partition's part of the ROI, the nav index of its first tile) and tiles
+        :meth:`_source` by :meth:`_tile_source`.
+        """
+        dest_dtype = np.dtype(dest_dtype if dest_dtype is not None else self.meta.raw_dtype)
+        part_roi = None if roi is None else roi[self.start:self.stop]
+        yield from self._tile_source(tiling_scheme, part_roi, dest_dtype, self.roi_offset(roi), array_backend)
+
+    def _tile_source(self, tiling_scheme: TilingScheme, part_roi: np.ndarray | None, dest_dtype: np.dtype,
+                     nav_origin: int, array_backend: str | None) -> Iterator[DataTile]:
+        """Tile :meth:`_source` (``part_roi``: a flat mask over this partition's frames, or None).
+
         Reads "straight" (views of the source, no copy) when there is no ROI
         and no dtype conversion; otherwise gathers and converts into buffers
         reused from tile to tile, so a UDF must not keep a tile past its call.
+        A source that is not dense (sparse rows) overrides this.
         """
         check_array_backend(self, array_backend)
-        source = self._source()
-        dest_dtype = np.dtype(dest_dtype if dest_dtype is not None else self.meta.raw_dtype)
-        part_roi = None if roi is None else roi[self.start:self.stop]
-        nav_origin = self.roi_offset(roi)
-        yield from iter_array_tiles(source, tiling_scheme, part_roi, dest_dtype, nav_origin)
+        return iter_array_tiles(self._source(), tiling_scheme, part_roi, dest_dtype, nav_origin)
+
 
 def check_array_backend(partition: Partition, array_backend: str | None) -> None:
     """Raise DataSetException if ``array_backend`` is not one the partition declares."""
