@@ -8,7 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from raytile.cli import demo_shape, main
+from raytile.cli import main
+from raytile.cli.demo import demo_shape
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 NAV, SIG = (4, 8), (256, 256)
