@@ -42,6 +42,7 @@ class WorkerAccess(Protocol):
 
     def run_function(self, fn: Callable[..., T], *args: Any) -> T: ...
 
+
 def _initialize_on_worker(ds: "DataSet"):
     """Body of ``DataSet.initialize`` run on a worker: returns the meta and the state it set."""
     meta = ds._do_initialize()

@@ -41,6 +41,7 @@ class FrameDelivery(enum.Enum):
     #: The frames travel inside the task (small or sparse in-memory data).
     CARRIED = "carried"
 
+
 def partition_slices(shape: Shape, num_partitions: int) -> list[Slice]:
     """Split the flat nav axis of ``shape`` into ``num_partitions`` near-equal slices."""
     n = shape.nav.size
@@ -60,6 +61,7 @@ def choose_num_partitions(
     """Enough partitions to keep each near ``target_bytes``, and at least one per worker."""
     total = shape.size * np.dtype(dtype).itemsize
     return max(1, min(shape.nav.size, max(math.ceil(total / target_bytes), num_workers)))
+
 
 class Partition(ABC):
     """A contiguous run of frames of a data set, read by one task.

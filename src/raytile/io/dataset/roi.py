@@ -32,6 +32,7 @@ class RoiHelper:
         roi[index] = True
         return roi
 
+
 def validate_roi(roi: Any, shape: Shape) -> np.ndarray | None:
     """Check an ROI against the nav shape; return it as a flat bool array (or None).
 
