@@ -40,7 +40,7 @@ import numpy as np
 
 import raytile as rt
 from raytile.actors.executor import MERGE_INTERVAL_S
-from raytile.cli import default_cache_dir, demo_file, demo_shape
+from raytile.cli.demo import default_cache_dir, demo_file, demo_shape
 
 from bench_inline import warm_page_cache  # this folder is on sys.path when run as a script
 from bench_ray import _np_sum_range

@@ -272,7 +272,7 @@ def main(argv=None) -> int:
         return 0
 
     # imported here, not at the top: the --probe process times its own imports
-    from raytile.cli import default_cache_dir, demo_file, demo_shape
+    from raytile.cli.demo import default_cache_dir, demo_file, demo_shape
 
     from bench_inline import warm_page_cache  # this folder is on sys.path when run as a script
 

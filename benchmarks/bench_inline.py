@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 import raytile as rt
-from raytile.cli import default_cache_dir, demo_file, demo_shape
+from raytile.cli.demo import default_cache_dir, demo_file, demo_shape
 
 
 def warm_page_cache(path: Path, block: int = 64 * 2**20) -> float:

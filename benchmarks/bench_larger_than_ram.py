@@ -41,7 +41,7 @@ import numpy as np
 import psutil
 
 import raytile as rt
-from raytile.cli import default_cache_dir
+from raytile.cli.demo import default_cache_dir
 
 SIG = (256, 256)
 BLOCK_FRAMES = 1024  # 128 MiB of frames, written again and again

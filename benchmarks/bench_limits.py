@@ -49,7 +49,7 @@ from typing import Any, Callable
 import numpy as np
 
 import raytile as rt
-from raytile.cli import default_cache_dir, demo_file, demo_shape
+from raytile.cli.demo import default_cache_dir, demo_file, demo_shape
 
 from bench_inline import warm_page_cache  # this folder is on sys.path when run as a script
 

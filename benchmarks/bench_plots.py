@@ -49,7 +49,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import raytile as rt  # noqa: E402
-from raytile.cli import default_cache_dir, demo_file, demo_shape  # noqa: E402
+from raytile.cli.demo import default_cache_dir, demo_file, demo_shape  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_inline import warm_page_cache  # noqa: E402

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 import raytile as rt
-from raytile.cli import default_cache_dir, demo_file, demo_shape
+from raytile.cli.demo import default_cache_dir, demo_file, demo_shape
 
 from bench_inline import best_of, warm_page_cache  # this folder is on sys.path when run as a script
 

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 import raytile as rt
-from raytile.cli import default_cache_dir, demo_file, demo_shape
+from raytile.cli.demo import default_cache_dir, demo_file, demo_shape
 from raytile.serve.encoding import decode_npy
 from raytile.udf import ApplyMasksUDF, SumSigUDF, SumUDF, masks
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 import raytile as rt
-from raytile.cli import default_cache_dir, demo_file, demo_shape
+from raytile.cli.demo import default_cache_dir, demo_file, demo_shape
 from raytile.io.backends import lease
 
 

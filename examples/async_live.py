@@ -17,7 +17,8 @@ import argparse
 import asyncio
 import functools
 
-from raytile.cli import default_cache_dir, demo_file, demo_shape, make_context
+from raytile.cli import make_context
+from raytile.cli.demo import default_cache_dir, demo_file, demo_shape
 from raytile.udf import ApplyMasksUDF, masks
 
 

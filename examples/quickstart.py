@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 
 import raytile as rt
-from raytile.cli import default_cache_dir, demo_file, demo_shape, make_context, parse_shape
+from raytile.cli import make_context
+from raytile.cli.args import parse_shape
+from raytile.cli.demo import default_cache_dir, demo_file, demo_shape
 
 
 def main(argv=None) -> None:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from raytile.cli import demo_shape, main
+from raytile.cli import main
+from raytile.cli.demo import demo_shape
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 NAV, SIG = (4, 8), (256, 256)
@@ -131,6 +134,15 @@ def test_run_npy_ring_with_radii(tmp_path):
     with np.load(out) as npz:
         np.testing.assert_allclose(npz["ring"], np.einsum("abyx,yx->ab", data.astype(np.float64), mask),
                                    rtol=1e-5)
+
+
+@pytest.mark.parametrize("module", ["raytile", "raytile.cli"])
+def test_python_m_runs_the_command(module):
+    """``python -m raytile`` and ``python -m raytile.cli`` are the ``raytile`` command (cli is a package)."""
+    proc = subprocess.run([sys.executable, "-m", module, "demo", "--help"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: raytile demo") and "--size-gib" in proc.stdout
 
 
 def test_info(capsys):

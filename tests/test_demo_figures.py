@@ -12,7 +12,8 @@ from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.image import imread  # noqa: E402
 from matplotlib.patches import Circle  # noqa: E402
 
-from raytile.cli import DemoScene, main  # noqa: E402
+from raytile.cli import main  # noqa: E402
+from raytile.cli.demo import DemoScene  # noqa: E402
 from raytile.figures import result_figures  # noqa: E402
 
 

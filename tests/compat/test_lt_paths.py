@@ -80,6 +80,17 @@ def test_memory_dataset_at_libertem_path(ctx, lt_ctx, sync_offset):
     assert ds.shape.to_tuple() == tuple(lt_ds.shape)
 
 
+def test_ported_io_dataset_modules_load_once():
+    """``raytile.io.dataset.memory`` is one module: the live ``memory`` detector, which reads its frames with
+    it, gets the class the ported code imports (io/dataset.py used to lend io/_dataset as its package path,
+    so the same file was also loaded as ``raytile.io._dataset.memory``, with classes of its own)."""
+    import raytile.io.dataset.memory as ported
+    from raytile.live.detectors.memory import acquisition
+
+    assert acquisition.MemoryDataSet is ported.MemoryDataSet
+    assert ported.__file__ is not None and os.path.dirname(ported.__file__).endswith(os.path.join("io", "dataset"))
+
+
 def test_memory_dataset_datashape_gives_zeros(ctx, lt_ctx):
     from libertem.io.dataset.memory import MemoryDataSet as LtMemory
 

@@ -3,9 +3,9 @@
 Three masks (the region, and the region weighted by y and by x) are applied
 to every frame; the shifts of the centres of mass from ``(cy, cx)`` are then
 corrected for ``flip_y`` and ``scan_rotation`` (degrees) with
-:func:`raytile.udf.com.apply_correction`. The region is a disk of
-``mask_radius`` (``r``), or with ``mask_radius_inner`` (``ri``) the ring
-between both.
+:func:`raytile.udf.com_math.apply_correction` (the maths CoMUDF uses too).
+The region is a disk of ``mask_radius`` (``r``), or with
+``mask_radius_inner`` (``ri``) the ring between both.
 
 Results (LiberTEM's keys): ``field`` (``(x, y)``, pictured as a colour
 wheel), ``magnitude``, ``divergence`` and ``curl`` (when every nav dim is
@@ -22,10 +22,10 @@ import numpy as np
 from raytile import masks as _masks
 from raytile.analysis.masks import BaseMasksAnalysis
 from raytile.analysis.results import AnalysisResult, AnalysisResultSet, COMResultSet
-from raytile.udf.com import apply_correction, center_shifts, com_masks_factory, com_masks_generic, curl_2d
-from raytile.udf.com import divergence, magnitude
+from raytile.udf.com_math import apply_correction, center_shifts, com_masks_factory, com_masks_generic, curl_2d
+from raytile.udf.com_math import divergence, magnitude
 # at LiberTEM's path too (``libertem.analysis.com`` re-exports them from the UDF module)
-from raytile.udf.com import GuessResult, coordinate_check, guess_corrections  # noqa: F401
+from raytile.udf.com_math import GuessResult, coordinate_check, guess_corrections  # noqa: F401
 
 __all__ = ["COMAnalysis"]
 

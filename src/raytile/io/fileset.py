@@ -32,6 +32,14 @@ from raytile.common.tiling import DataTile, TilingScheme
 
 #: The parameter of file formats that read URLs (object stores, see :mod:`raytile.io.store`).
 REMOTE_PARAMS: dict[str, Any] = {"storage_options": {"type": "storage_options"}}
+#: The parameters of a format that reads frames from the file at ``path``, as LiberTEM names them: the nav and
+#: sig shapes to read them in (defaults from the file) and the frames to skip at the start (``sync_offset``).
+FILE_FRAME_PARAMS: dict[str, Any] = {
+    "path": {"type": "path", "required": True},
+    "nav_shape": {"type": "shape"},
+    "sig_shape": {"type": "shape"},
+    "sync_offset": {"type": "int"},
+}
 
 
 @dataclass(frozen=True)

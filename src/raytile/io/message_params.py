@@ -23,6 +23,28 @@ def _shape_2d() -> dict[str, Any]:
     return {"type": "array", "items": {"type": "number", "minimum": 1}, "minItems": 2, "maxItems": 2}
 
 
+def _file_schema(title: str, type_name: str, required: tuple[str, ...], **properties: Any) -> dict[str, Any]:
+    """The JSON schema of a LiberTEM file format's message ``title`` (``{"type": type_name, ...}``): ``path``,
+    then ``properties``, then what every such message may hold (2D ``nav_shape`` and ``sig_shape``,
+    ``sync_offset``, ``io_backend``); ``required`` beside ``type`` and ``path``."""
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "$id": f"http://libertem.org/{title}.schema.json",
+        "title": title,
+        "type": "object",
+        "properties": {
+            "type": {"const": type_name},
+            "path": {"type": "string"},
+            **properties,
+            "nav_shape": _shape_2d(),
+            "sig_shape": _shape_2d(),
+            "sync_offset": {"type": "number"},
+            "io_backend": {"enum": IOBackend.get_supported()},
+        },
+        "required": ["type", "path", *required],
+    }
+
+
 class MessageConverter:
     """Validates a JSON message against ``SCHEMA`` and converts it to Python keyword arguments (and back)."""
 
@@ -66,22 +88,7 @@ class MessageConverter:
 class RAWDatasetParams(MessageConverter):
     """The raw format's message: ``path``, ``dtype``, 2D ``nav_shape`` and ``sig_shape``, ``sync_offset``."""
 
-    SCHEMA = {
-        "$schema": "http://json-schema.org/draft-07/schema#",
-        "$id": "http://libertem.org/RAWDatasetParams.schema.json",
-        "title": "RAWDatasetParams",
-        "type": "object",
-        "properties": {
-            "type": {"const": "RAW"},
-            "path": {"type": "string"},
-            "dtype": {"type": "string"},
-            "nav_shape": _shape_2d(),
-            "sig_shape": _shape_2d(),
-            "sync_offset": {"type": "number"},
-            "io_backend": {"enum": IOBackend.get_supported()},
-        },
-        "required": ["type", "path", "nav_shape", "sig_shape", "dtype"],
-    }
+    SCHEMA = _file_schema("RAWDatasetParams", "RAW", ("nav_shape", "sig_shape", "dtype"), dtype={"type": "string"})
 
     def convert_to_python(self, raw_data: dict) -> dict:
         data = {k: raw_data[k] for k in ("path", "dtype", "nav_shape", "sig_shape")}
@@ -93,21 +100,7 @@ class RAWDatasetParams(MessageConverter):
 class NPYDatasetParams(MessageConverter):
     """The npy format's message: ``path``, optional 2D ``nav_shape``/``sig_shape`` (tuples), ``sync_offset``."""
 
-    SCHEMA = {
-        "$schema": "http://json-schema.org/draft-07/schema#",
-        "$id": "http://libertem.org/NPYDatasetParams.schema.json",
-        "title": "NPYDatasetParams",
-        "type": "object",
-        "properties": {
-            "type": {"const": "NPY"},
-            "path": {"type": "string"},
-            "nav_shape": _shape_2d(),
-            "sig_shape": _shape_2d(),
-            "sync_offset": {"type": "number"},
-            "io_backend": {"enum": IOBackend.get_supported()},
-        },
-        "required": ["type", "path"],
-    }
+    SCHEMA = _file_schema("NPYDatasetParams", "NPY", ())
 
     def convert_to_python(self, raw_data: dict) -> dict:
         data: dict[str, Any] = {"path": raw_data["path"]}

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import numpy as np
 
-from raytile.udf._tiles import SUM_BACKENDS, dense, flat2d
-from raytile.udf.base import UDF
+from raytile.udf._tiles import dense, flat2d
 from raytile.udf.integer_tiles import is_integer_tile, sum_frames_into
+from raytile.udf.intensity_sum import FLOAT_SUMS, IntensitySumUDF
 
 __all__ = ["SumUDF"]
-
-#: Tile dtypes summed by BLAS (see :meth:`SumUDF.process_tile`).
-_BLAS_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 @functools.lru_cache(maxsize=64)
@@ -25,7 +21,7 @@ def _ones(n: int, dtype: np.dtype) -> np.ndarray:
     return ones
 
 
-class SumUDF(UDF):
+class SumUDF(IntensitySumUDF):
     """Sum over all frames: ``intensity`` has the signal shape.
 
     ``dtype`` is the accumulation dtype; it is combined with the data's dtype
@@ -40,24 +36,12 @@ class SumUDF(UDF):
         True
     """
 
-    def __init__(self, dtype: Any = "float32"):
-        super().__init__(dtype=dtype)
-
-    def get_preferred_input_dtype(self) -> np.dtype:
-        # Read the data as it is and accumulate in ``dtype``: no converted copy of each tile.
-        return self.USE_NATIVE_DTYPE
-
-    def get_backends(self) -> tuple[str, ...]:
-        return SUM_BACKENDS
-
-    def get_result_buffers(self):
-        dtype = np.result_type(self.meta.input_dtype, self.params.dtype)
-        return {"intensity": self.buffer(kind="sig", dtype=dtype, where="device")}
+    result_kind = "sig"
 
     def process_tile(self, tile) -> None:
         out = self.results.intensity
         flat = flat2d(tile)
-        if (isinstance(flat, np.ndarray) and flat.dtype == out.dtype and flat.dtype in _BLAS_FLOATS
+        if (isinstance(flat, np.ndarray) and flat.dtype == out.dtype and flat.dtype in FLOAT_SUMS
                 and flat.flags.c_contiguous):
             # a dense float tile summed in its own dtype: a matrix-vector product with ones reads the
             # tile once (numpy's axis-0 reduction re-reads and re-writes the sum per frame): measured

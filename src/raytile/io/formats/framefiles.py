@@ -41,7 +41,7 @@ from raytile.common.errors import DataSetException
 from raytile.common.shape import Shape
 from raytile.io.dataset import DataSetMeta
 from raytile.io.decoders import NativeDecoder
-from raytile.io.fileset import File, FileDataSet, FileSet, check_sync_offset
+from raytile.io.fileset import FILE_FRAME_PARAMS, File, FileDataSet, FileSet, check_sync_offset
 from raytile.io.store import ObjectStore, check_path_file, is_url
 
 __all__ = ["FrameLayout", "FrameFileDataSet", "read_exact", "square_nav"]
@@ -111,12 +111,7 @@ class FrameFileDataSet(FileDataSet):
     blank frames), plus the file formats' ``io_backend``, ``num_partitions``.
     """
 
-    params_schema = {
-        "path": {"type": "path", "required": True},
-        "nav_shape": {"type": "shape"},
-        "sig_shape": {"type": "shape"},
-        "sync_offset": {"type": "int"},
-    }
+    params_schema = FILE_FRAME_PARAMS
 
     def __init__(self, path: str, nav_shape: tuple[int, ...] | None = None,
                  sig_shape: tuple[int, ...] | None = None, sync_offset: int = 0, **kwargs: Any):

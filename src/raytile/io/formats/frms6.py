@@ -44,7 +44,7 @@ from raytile.common.tiling import TilingScheme
 from raytile.io.corrections import CorrectionSet
 from raytile.io.dataset import DataSetMeta
 from raytile.io.decoders import Decoder
-from raytile.io.fileset import File, FileDataSet, FilePartition, FileSet, check_sync_offset
+from raytile.io.fileset import FILE_FRAME_PARAMS, File, FileDataSet, FilePartition, FileSet, check_sync_offset
 from raytile.io.read_ranges import META_ENTRIES, RR_ENTRIES, RR_FILE, RR_NPX, RR_OUT, RR_SKIP, RR_START, RR_STOP
 
 __all__ = ["FRMS6DataSet", "FRMS6Partition", "FRMS6FileSet", "FRMS6Decoder", "read_hdr", "read_file_header",
@@ -316,13 +316,10 @@ class FRMS6DataSet(FileDataSet):
     format_name = "frms6"
     partition_class = FRMS6Partition
     params_schema = {
-        "path": {"type": "path", "required": True},
+        **FILE_FRAME_PARAMS,
         "enable_offset_correction": {"type": "bool"},
         "gain_map_path": {"type": "path"},
         "dest_dtype": {"type": "dtype"},
-        "nav_shape": {"type": "shape"},
-        "sig_shape": {"type": "shape"},
-        "sync_offset": {"type": "int"},
     }
 
     def __init__(self, path: str, enable_offset_correction: bool = True, gain_map_path: str | None = None,

@@ -52,7 +52,7 @@ from raytile.common.shape import Shape
 from raytile.common.tiling import TilingScheme
 from raytile.io.dataset import DEFAULT_PARTITION_BYTES, DataSetMeta
 from raytile.io.decoders import Decoder
-from raytile.io.fileset import File, FileDataSet, FilePartition, FileSet
+from raytile.io.fileset import FILE_FRAME_PARAMS, File, FileDataSet, FilePartition, FileSet
 from raytile.io.formats.dm_tags import flat_numbers, read_dm_tags
 from raytile.io.read_ranges import META_ENTRIES, RR_ENTRIES, RR_FILE, RR_NPX, RR_OUT, RR_SKIP, RR_START, RR_STOP
 
@@ -426,12 +426,7 @@ class K2ISDataSet(FileDataSet):
 
     format_name = "k2is"
     partition_class = K2ISPartition
-    params_schema = {
-        "path": {"type": "path", "required": True},
-        "nav_shape": {"type": "shape"},
-        "sig_shape": {"type": "shape"},
-        "sync_offset": {"type": "int"},
-    }
+    params_schema = FILE_FRAME_PARAMS
 
     def __init__(self, path: str, nav_shape: tuple[int, ...] | None = None,
                  sig_shape: tuple[int, ...] | None = None, sync_offset: int | None = None, **kwargs: Any):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from abc import abstractmethod
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,7 @@ from raytile.io.dataset import DataSet, DataSetMeta, FrameDelivery, Partition
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 
-__all__ = ["MemoryDataSet", "MemoryPartition"]
+__all__ = ["ArrayDataSet", "MemoryDataSet", "MemoryPartition"]
 
 
 def _is_sparse(data: Any) -> bool:
@@ -60,7 +61,49 @@ class MemoryPartition(Partition):
         return light
 
 
-class MemoryDataSet(DataSet):
+class ArrayDataSet(DataSet):
+    """A data set over an array the driver already holds, dense or sparse: the base of
+    :class:`MemoryDataSet` and :class:`~raytile.io.formats.sparse.SparseMemoryDataSet`.
+
+    It keeps the array and LiberTEM's shape parameters (``sig_dims``,
+    ``nav_shape``, ``sig_shape``), reads the nav and sig shapes off them
+    (:meth:`_nav_sig`), and cuts partitions out of the frames a subclass makes
+    of the array in :meth:`_do_initialize` (:attr:`_frames`, one row a nav
+    position: a numpy view, a CSR matrix); the subclass says which partition
+    holds such a run of frames (:meth:`_partition`).
+    """
+
+    def __init__(self, data: Any, sig_dims: int, nav_shape: tuple[int, ...] | None,
+                 sig_shape: tuple[int, ...] | None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._data = data
+        self._sig_dims = sig_dims
+        self._nav_shape = None if nav_shape is None else tuple(int(n) for n in nav_shape)
+        self._sig_shape = None if sig_shape is None else tuple(int(n) for n in sig_shape)
+        #: the frames partitions are cut from, set by ``_do_initialize``
+        self._frames: Any = None
+
+    def _nav_sig(self, full: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The nav and sig shape of data shaped ``full``: ``nav_shape`` and ``sig_shape`` where given, else
+        ``full`` split before its last ``sig_dims`` axes."""
+        split = len(full) - self._sig_dims
+        sig = self._sig_shape or tuple(int(n) for n in full[split:])
+        nav = self._nav_shape or tuple(int(n) for n in full[:split])
+        return nav, sig
+
+    def get_cache_key(self) -> Any:
+        return (self.format_name, id(self._data), self.shape.to_tuple(), self.meta.sync_offset)
+
+    def get_partitions(self) -> list[Partition]:
+        return [self._partition(sl, idx, self._frames[sl.origin[0]:sl.origin[0] + sl.shape[0]])
+                for idx, sl in enumerate(self.get_slices())]
+
+    @abstractmethod
+    def _partition(self, partition_slice: Slice, idx: int, frames: Any) -> Partition:
+        """The partition ``idx`` at ``partition_slice``, holding ``frames`` (its rows of :attr:`_frames`)."""
+
+
+class MemoryDataSet(ArrayDataSet):
     """Wrap an in-memory array; the last ``sig_dims`` axes are the signal.
 
     A sparse array (``sparse.COO``/``GCXS``, or a scipy.sparse matrix of
@@ -100,16 +143,12 @@ class MemoryDataSet(DataSet):
     def __init__(self, data: Any = None, sig_dims: int | None = None, nav_shape: tuple[int, ...] | None = None,
                  sig_shape: tuple[int, ...] | None = None, tileshape: tuple[int, ...] | None = None,
                  sync_offset: int = 0, **kwargs):
-        super().__init__(**kwargs)
         if data is None:
             raise DataSetException("memory: give data, the array to read (LiberTEM's MemoryDataSet also takes "
                                    "datashape: zeros of that shape)")
-        self._data = data
+        super().__init__(data, _sig_dims(data, sig_dims, nav_shape, sig_shape), nav_shape, sig_shape, **kwargs)
         self._tileshape = None if tileshape is None else tuple(int(t) for t in tileshape)
         self._sync_offset = int(sync_offset)
-        self._sig_dims = _sig_dims(data, sig_dims, nav_shape, sig_shape)
-        self._nav_shape = None if nav_shape is None else tuple(int(n) for n in nav_shape)
-        self._sig_shape = None if sig_shape is None else tuple(int(n) for n in sig_shape)
 
     def _do_initialize(self) -> DataSetMeta:
         data = self._data
@@ -117,8 +156,7 @@ class MemoryDataSet(DataSet):
             raise DataSetException(
                 f"memory data of shape {data.shape} has no nav axis for sig_dims={self._sig_dims}"
             )
-        sig = self._sig_shape or tuple(data.shape[data.ndim - self._sig_dims:])
-        nav = self._nav_shape or tuple(data.shape[: data.ndim - self._sig_dims])
+        nav, sig = self._nav_sig(data.shape)
         shape = Shape(nav + sig, sig_dims=len(sig))
         frame_size = int(np.prod(sig))
         if frame_size == 0 or data.size % frame_size:
@@ -129,23 +167,16 @@ class MemoryDataSet(DataSet):
         if self._tileshape is not None and len(self._tileshape) != len(sig) + 1:
             raise DataSetException(f"memory: tileshape {self._tileshape} must be (depth, *sig) for sig {sig}")
         frames = data.reshape((data.size // frame_size, *sig))
-        self._flat = _nav_frames(frames, shape.nav.size, self._sync_offset)
+        self._frames = _nav_frames(frames, shape.nav.size, self._sync_offset)
         return DataSetMeta(shape=shape, raw_dtype=np.dtype(data.dtype), sync_offset=self._sync_offset)
 
     @property
     def data(self):
         """The data, frames flattened: ``(num_frames, *sig)``."""
-        return self._flat
+        return self._frames
 
-    def get_cache_key(self):
-        return ("memory", id(self._data), self.shape.to_tuple(), self._sync_offset)
-
-    def get_partitions(self) -> list[Partition]:
-        return [
-            MemoryPartition(self.meta, sl, idx, self._flat[sl.origin[0]:sl.origin[0] + sl.shape[0]],
-                            self._tileshape)
-            for idx, sl in enumerate(self.get_slices())
-        ]
+    def _partition(self, partition_slice: Slice, idx: int, frames: Any) -> Partition:
+        return MemoryPartition(self.meta, partition_slice, idx, frames, self._tileshape)
 
 
 def _sig_dims(data: Any, sig_dims: int | None, nav_shape: tuple[int, ...] | None,

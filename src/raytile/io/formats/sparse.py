@@ -32,6 +32,7 @@ import numpy as np
 
 from raytile.common.errors import DataSetException
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
+from raytile.io.formats.memory import ArrayDataSet
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.common.tiling import DataTile, TilingScheme
@@ -79,27 +80,19 @@ class SparsePartition(Partition):
     def _source(self):
         return self._rows()
 
-    def get_tiles(
-        self,
-        tiling_scheme: TilingScheme,
-        roi: np.ndarray | None = None,
-        dest_dtype: Any = None,
-        array_backend: str | None = None,
-    ) -> Iterator[DataTile]:
+    def _tile_source(self, tiling_scheme: TilingScheme, part_roi: np.ndarray | None, dest_dtype: np.dtype,
+                     nav_origin: int, array_backend: str | None) -> Iterator[DataTile]:
         """Yield CSR tiles (or ``array_backend`` tiles: any backend sparseconverter converts CSR to) in
         nav order, every signal slice per nav block."""
-        rows = self._rows()
-        dest_dtype = np.dtype(dest_dtype if dest_dtype is not None else self.meta.raw_dtype)
+        rows = self._source()
         if rows.dtype != dest_dtype:
             rows = rows.astype(dest_dtype)
         sig = self.meta.shape.sig.to_tuple()
         pixel_index = None
         if len(tiling_scheme) > 1:
             pixel_index = np.arange(math.prod(sig)).reshape(sig)
-        if roi is not None:
-            frame_idx = np.flatnonzero(roi[self.start:self.stop])
-            rows = rows[frame_idx]
-        nav_origin = self.roi_offset(roi)
+        if part_roi is not None:
+            rows = rows[np.flatnonzero(part_roi)]
         n = rows.shape[0]
         depth = tiling_scheme.depth
         convert = None
@@ -140,7 +133,7 @@ class SparseMemoryPartition(SparsePartition):
         return self.rows
 
 
-class SparseMemoryDataSet(DataSet):
+class SparseMemoryDataSet(ArrayDataSet):
     """A sparse array in memory: ``sparse.COO``/``GCXS`` (nav + sig) or scipy ``(frames, pixels)``.
 
     >>> ds = ctx.load("sparse_memory", data=sparse.COO.from_numpy(arr))       # arr: (8, 8, 32, 32)
@@ -158,11 +151,8 @@ class SparseMemoryDataSet(DataSet):
 
     def __init__(self, data: Any, sig_dims: int | None = 2, nav_shape: tuple[int, ...] | None = None,
                  sig_shape: tuple[int, ...] | None = None, **kwargs):
-        super().__init__(**kwargs)
-        self._data = data
-        self._sig_dims = (2 if sig_dims is None else sig_dims) if sig_shape is None else len(sig_shape)
-        self._nav_shape = nav_shape
-        self._sig_shape = sig_shape
+        super().__init__(data, (2 if sig_dims is None else sig_dims) if sig_shape is None else len(sig_shape),
+                         nav_shape, sig_shape, **kwargs)
 
     def _do_initialize(self) -> DataSetMeta:
         import scipy.sparse as sp
@@ -179,20 +169,18 @@ class SparseMemoryDataSet(DataSet):
                 raise DataSetException(
                     f"sparse_memory data of shape {full} has no nav axis for sig_dims={self._sig_dims}"
                 )
-            sig = tuple(self._sig_shape) if self._sig_shape is not None else full[len(full) - self._sig_dims:]
-            nav = tuple(self._nav_shape) if self._nav_shape is not None else full[: len(full) - len(sig)]
-            shape = Shape(tuple(nav) + tuple(sig), sig_dims=len(sig))
+            nav, sig = self._nav_sig(full)
+            shape = Shape(nav + sig, sig_dims=len(sig))
             if shape.size != math.prod(full):
                 raise DataSetException(f"sparse_memory data of shape {full} cannot be viewed as nav {nav} x sig {sig}")
             from raytile.common.csr import pydata_to_csr
 
-            flat = data.reshape((math.prod(nav),) + tuple(sig))
+            flat = data.reshape((math.prod(nav),) + sig)
             csr = pydata_to_csr(flat)
         elif isinstance(data, np.ndarray):
             full = data.shape
-            sig = tuple(self._sig_shape) if self._sig_shape is not None else full[len(full) - self._sig_dims:]
-            nav = tuple(self._nav_shape) if self._nav_shape is not None else full[: len(full) - len(sig)]
-            shape = Shape(tuple(nav) + tuple(sig), sig_dims=len(sig))
+            nav, sig = self._nav_sig(full)
+            shape = Shape(nav + sig, sig_dims=len(sig))
             if shape.size != data.size:
                 raise DataSetException(f"sparse_memory data of shape {full} cannot be viewed as nav {nav} x sig {sig}")
             csr = sp.csr_matrix(data.reshape(math.prod(nav), math.prod(sig)))
@@ -202,22 +190,16 @@ class SparseMemoryDataSet(DataSet):
                 f"got {type(data).__name__}"
             )
         csr.sum_duplicates()
-        self._csr = csr
+        self._frames = csr
         return DataSetMeta(shape=shape, raw_dtype=np.dtype(csr.dtype))
 
     @property
     def csr(self):
         """All frames as one scipy CSR matrix ``(frames, pixels)``."""
-        return self._csr
+        return self._frames
 
-    def get_cache_key(self):
-        return ("sparse_memory", id(self._data), self.shape.to_tuple())
-
-    def get_partitions(self) -> list[Partition]:
-        return [
-            SparseMemoryPartition(self.meta, sl, idx, self._csr[sl.origin[0]:sl.origin[0] + sl.shape[0]])
-            for idx, sl in enumerate(self.get_slices())
-        ]
+    def _partition(self, partition_slice: Slice, idx: int, frames: Any) -> Partition:
+        return SparseMemoryPartition(self.meta, partition_slice, idx, frames)
 
 
 # -- npz_csr ------------------------------------------------------------------

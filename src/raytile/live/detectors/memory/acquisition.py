@@ -2,7 +2,7 @@
 
 For trying live code without a detector (notebooks, tests, the docs): ``open(data=array,
 extra_kwargs={...})`` takes the array and the parameters of LiberTEM's memory data set
-(:class:`raytile.io._dataset.memory.MemoryDataSet`: ``datashape`` for zeros without ``data``,
+(:class:`raytile.io.dataset.memory.MemoryDataSet`: ``datashape`` for zeros without ``data``,
 ``tileshape``, ``num_partitions``, ``sig_dims``, ``array_backends`` ...). The acquisition is that
 memory data set, with the live calls: in active mode (no ``pending_aq``) ``LiveContext.run_udf``
 and ``run_udf_iter`` call ``hooks.on_ready_for_data`` when each run starts, as LiberTEM-live's.
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from raytile.common.errors import ConfigValidationError
-from raytile.io._dataset.memory import MemoryDataSet
+from raytile.io.dataset.memory import MemoryDataSet
 from raytile.live.detectors.base.connection import DetectorConnection, PendingAcquisition
 from raytile.live.hooks import Hooks, ReadyForDataEnv
 from raytile.live.nav_shape import determine_nav_shape

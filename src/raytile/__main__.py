@@ -1,0 +1,7 @@
+"""``python -m raytile``: the ``raytile`` command (:mod:`raytile.cli`)."""
+
+import sys
+
+from raytile.cli import main
+
+sys.exit(main())

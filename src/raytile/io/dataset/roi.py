@@ -1,0 +1,69 @@
+"""Regions of interest: :func:`validate_roi` (the forms LiberTEM accepts, as one flat bool array) and
+``ds.roi[...]`` (:class:`RoiHelper`)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+import sparseconverter
+
+from raytile.common.errors import DataSetException
+from raytile.common.shape import Shape
+from raytile.common.sparse import to_dense, to_sparse
+from raytile.io.params import show
+
+if TYPE_CHECKING:
+    from raytile.io.dataset.dataset import DataSet
+
+__all__ = ["RoiHelper", "validate_roi"]
+
+
+class RoiHelper:
+    """``ds.roi[index]``: a bool array of the data set's nav shape, True at ``index``."""
+
+    def __init__(self, ds: "DataSet"):
+        self._ds = ds
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        roi = np.zeros(self._ds.shape.nav.to_tuple(), dtype=bool)
+        roi[index] = True
+        return roi
+
+
+def validate_roi(roi: Any, shape: Shape) -> np.ndarray | None:
+    """Check an ROI against the nav shape; return it as a flat bool array (or None).
+
+    Accepted as LiberTEM accepts them: a dense array, a sparse array (``sparse.COO``,
+    ``scipy.sparse``...), a list of ``((y, x), value)`` entries with one truth value, and
+    a non-bool array, cast to bool with LiberTEM's ``UserWarning``.
+    """
+    if roi is None:
+        return None
+    nav = shape.nav.to_tuple()
+    try:
+        if isinstance(roi, (list, tuple)) and roi and _is_coordinate_list(roi):
+            roi = to_dense(to_sparse(roi, shape=nav))
+        elif not isinstance(roi, np.ndarray) and sparseconverter.get_backend(roi) is not None:
+            roi = to_dense(roi)
+        roi = np.asarray(roi)
+    except ValueError:  # a ragged nested list, coordinates with mixed truth values
+        raise DataSetException(f"roi must be a boolean array of the nav shape {nav}, got {show(roi)}") from None
+    if roi.dtype != bool:
+        if roi.dtype.kind not in "biuf":
+            raise DataSetException(f"roi must be a boolean array, got dtype {roi.dtype}")
+        warnings.warn(f"ROI dtype is {roi.dtype}, expected bool. Attempting cast to bool.", stacklevel=3)
+        roi = roi.astype(bool)
+    if roi.shape != nav and roi.shape != (math.prod(nav),):
+        raise DataSetException(
+            f"roi shape {roi.shape} does not match the data set's nav shape {nav}"
+        )
+    return roi.reshape(-1)
+
+
+def _is_coordinate_list(roi: Sequence[Any]) -> bool:
+    """``[((y, x), True), ...]`` or one coordinate ``(y, x)``: an ROI given sparsely (see ``to_sparse``)."""
+    return all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in roi) or all(
+        isinstance(e, (list, tuple)) and len(e) == 2 and isinstance(e[0], (list, tuple)) for e in roi)
