@@ -1,5 +1,5 @@
 """`SnapshotChannel` (one run's results for several viewers) and the coordinator actor's drop policy,
-without Ray: a real run (`LiveRun`) on the inline executor feeds the channel."""
+without Ray: a real run (`ActiveRun`) on the inline executor feeds the channel."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 import raytile as rt
 from raytile.runtime.channel import FINISHED, SnapshotChannel, is_terminal
-from raytile.runtime.live_run import LiveRun
+from raytile.runtime.active_run import ActiveRun
 from raytile.runtime.plan import make_plan
 from raytile.runtime.results import UDFResults
 
@@ -38,7 +38,7 @@ def test_every_viewer_gets_the_final_result_and_a_slow_one_skips(inline_ctx):
     data = np.random.default_rng(3).integers(0, 100, size=(8, 8, 6, 6)).astype(np.uint16)
     ds = inline_ctx.load("memory", data=data, num_partitions=8)
     plan = make_plan(ds, ScaledSumUDF(scale=2.0, delay=0.02))
-    live = LiveRun(inline_ctx.executor, plan)
+    live = ActiveRun(inline_ctx.executor, plan)
     changes = []
     channel = live.channel
     channel.on_change(lambda: changes.append(1))
@@ -63,7 +63,7 @@ def test_every_viewer_gets_the_final_result_and_a_slow_one_skips(inline_ctx):
 def test_no_viewer_still_drains_the_run_and_keeps_one_snapshot(inline_ctx):
     data = np.ones((4, 4, 5, 5), dtype=np.float32)
     ds = inline_ctx.load("memory", data=data, num_partitions=4)
-    live = LiveRun(inline_ctx.executor, make_plan(ds, rt.SumUDF())).start()
+    live = ActiveRun(inline_ctx.executor, make_plan(ds, rt.SumUDF())).start()
     channel = live.channel
     wait_until(lambda: channel.terminal is not None, timeout=10, what="the channel's terminal")
     assert channel.terminal is FINISHED

@@ -4,7 +4,7 @@ It starts the Context's :class:`~raytile.actors.coordinator_actor.CoordinatorAct
 on the cluster, sends it loaded memory data sets' frames once and each
 run's plan (without frames), and gives :class:`~raytile.runtime.run.UDFRun`
 a :class:`RemoteRun`: a viewer of the run (a
-:class:`~raytile.runtime.live_run.LiveRun` in the actor) that long-polls the
+:class:`~raytile.runtime.active_run.ActiveRun` in the actor) that long-polls the
 actor for what is newer than the sequence number it saw. Only snapshots
 cross from the cluster to the driver, however many partitions the run merges.
 """

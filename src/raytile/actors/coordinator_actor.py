@@ -4,7 +4,7 @@ With ``Context(coordinator="actor")`` (the default for Ray Client, ``ray://``,
 drivers) the Context starts one of these on the cluster. It owns the
 Context's :class:`~raytile.actors.executor.RayExecutor` (the worker pool and
 the shared in-memory frames) and hosts its runs, each a
-:class:`~raytile.runtime.live_run.LiveRun` (the same run object a driver
+:class:`~raytile.runtime.active_run.ActiveRun` (the same run object a driver
 hosts: parameter versions, UDFs, a coordinator thread, a latest-wins
 channel), so partial results are merged inside the cluster and only
 snapshots travel to the viewers. A viewer long-polls :meth:`CoordinatorActor.next`
@@ -40,7 +40,7 @@ import ray
 
 from raytile.actors.reply import Reply
 from raytile.common.errors import ExecutorError, RunEnded
-from raytile.runtime.live_run import LiveRun
+from raytile.runtime.active_run import ActiveRun
 from raytile.runtime.plan import RunPlan
 from raytile.runtime.progress import ProgressState, ProgressTally
 from raytile.runtime.results import UDFResults
@@ -80,7 +80,7 @@ class RunUpdate:
 class HostedRun:
     """One run in the actor: the run, its progress, who views it."""
 
-    live: LiveRun
+    live: ActiveRun
     tally: ProgressTally
     viewers: int = 1  #: the driver that started it, plus attached viewers still iterating
     ended_at: float | None = None
@@ -180,7 +180,7 @@ class CoordinatorActor:
             _undo_worker_niceness()  # threads Ray started since
             loop = asyncio.get_running_loop()
             tally = ProgressTally()
-            live = LiveRun(ex, plan, tally if progress else None, final_only=final_only, detached=detached)
+            live = ActiveRun(ex, plan, tally if progress else None, final_only=final_only, detached=detached)
             run_id = live.run_id
 
             def on_change() -> None:  # from the run's coordinator thread

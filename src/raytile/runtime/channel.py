@@ -23,7 +23,7 @@ The run's end is terminal: once put, it follows the last snapshot and
 nothing more is accepted, with one exception: until a viewer has read a
 finished run's end (:attr:`SnapshotChannel.end_read`), the run may take it
 back (:meth:`SnapshotChannel.reopen`) to compute again, for a recompute
-patch that came after its last merge (see runtime/live_run.py).
+patch that came after its last merge (see runtime/active_run.py).
 
 >>> channel = SnapshotChannel()
 >>> reader = channel.reader()

@@ -18,7 +18,7 @@ inputs, so nothing that arrives during a turn is missed. Results go to the
 run's :class:`~raytile.runtime.channel.SnapshotChannel` (latest wins), which
 its viewers read; patches come as versions of
 :class:`~raytile.runtime.param_versions.ParamVersions`. Both belong to the
-run (:class:`~raytile.runtime.live_run.LiveRun`, which makes the
+run (:class:`~raytile.runtime.active_run.ActiveRun`, which makes the
 coordinator). See docs/coordinator.md.
 """
 
@@ -56,7 +56,7 @@ NO_WORKER_TIMEOUT_S = 60.0
 
 class Coordinator:
     """Drives one run: ``start()`` it; ``wake``/``cancel`` from any thread. Made by a
-    :class:`~raytile.runtime.live_run.LiveRun`, whose ``versions`` and ``channel`` it works on."""
+    :class:`~raytile.runtime.active_run.ActiveRun`, whose ``versions`` and ``channel`` it works on."""
 
     def __init__(self, executor: Executor, plan: RunPlan, versions: ParamVersions, channel: SnapshotChannel,
                  progress: ProgressReporter | None = None, span: Any = None, final_only: bool = False,
@@ -66,7 +66,7 @@ class Coordinator:
         no partial snapshots, and workers hold their merged results until the end of the run;
         ``on_end``: called with the run's end (``FINISHED`` or its exception) as the last act of the
         coordinator's thread, instead of putting it into ``channel`` (the run decides, see
-        :class:`~raytile.runtime.live_run.LiveRun`)."""
+        :class:`~raytile.runtime.active_run.ActiveRun`)."""
         self._executor = executor
         self._span = span  # the run's span, opened by the Context around planning (or here)
         self._plan = plan

@@ -6,7 +6,7 @@ which coordinates the run and gives back a :class:`RunSource` that
 :class:`~raytile.runtime.run.UDFRun` reads.
 
 - :class:`DriverHost` (``coordinator="driver"``): the run
-  (:class:`~raytile.runtime.live_run.LiveRun`) and its coordinator thread are
+  (:class:`~raytile.runtime.active_run.ActiveRun`) and its coordinator thread are
   in this process; every merged result travels here.
 - ``raytile.actors.coordinator_actor.ActorHost`` (``coordinator="actor"``):
   the coordinator is an async Ray actor on the cluster; results are merged
@@ -24,7 +24,7 @@ from typing import Any, Callable, Protocol, Sequence
 from raytile.common.device_class import DeviceClass
 from raytile.common.errors import ConfigValidationError, ExecutorError
 from raytile.runtime.executor import Executor
-from raytile.runtime.live_run import LiveRun
+from raytile.runtime.active_run import ActiveRun
 from raytile.runtime.plan import RunPlan
 from raytile.runtime.progress import ProgressReporter
 
@@ -161,7 +161,7 @@ class DriverHost(RunHost):
             raise ConfigValidationError(
                 "detached=True needs the coordinator on the cluster: use "
                 "Context.connect(..., coordinator='actor') (a run coordinated in this process ends with it)")
-        return LiveRun(self.executor, plan, progress, span=span, final_only=final_only).start().view()
+        return ActiveRun(self.executor, plan, progress, span=span, final_only=final_only).start().view()
 
     def attach(self, run_id: str) -> tuple[RunSource, Sequence[Any]]:
         raise ExecutorError(

@@ -97,7 +97,7 @@ class ParamVersions:
     def restart(self) -> None:
         """Queue the newest parameters as one recompute version holding every patch so far, for a new
         coordinator that starts from the planned parameters (a run that computes again after it
-        ended, see runtime/live_run.py); the versions not yet taken are replaced by it."""
+        ended, see runtime/active_run.py); the versions not yet taken are replaced by it."""
         with self._lock:
             self._new = [ParamVersion(self._current.version, self._current,
                                       tuple(dict(m) for m in self._merged), True)]

@@ -1,4 +1,5 @@
-"""`LiveRun`: one run, wherever it is hosted, and `RunView`, a viewer of it in the same process.
+"""`ActiveRun`: one run while it goes on, wherever it is hosted (named apart from `raytile.live`, the
+detectors), and `RunView`, a viewer of it in the same process.
 
 Design. Every run has the same three parts, whoever started it and
 whoever watches it:
@@ -10,7 +11,7 @@ whoever watches it:
   the newest snapshot and the run's end, numbered, read by any number of
   viewers, each at its own pace.
 
-A ``LiveRun`` owns these three and the
+An ``ActiveRun`` owns these three and the
 :class:`~raytile.runtime.coordinator.Coordinator` thread that works on them
 (dispatches with the newest version, publishes into the channel). Its id is
 the plan's run id, the one id the run has everywhere. The hosts differ only
@@ -19,12 +20,12 @@ in where the viewers are, never in what a run is:
 - in the driver (``coordinator="driver"``, ``runtime/host.py``), a viewer
   is a :class:`RunView` of the run in the same process;
 - in the coordinator actor (``coordinator="actor"``,
-  ``actors/coordinator_actor.py``), the actor keeps its ``LiveRun`` objects by
+  ``actors/coordinator_actor.py``), the actor keeps its ``ActiveRun`` objects by
   id; a viewer in another process (``actors/actor_host.py``'s ``RemoteRun``)
   asks the actor for what is newer than the sequence number it saw, which
   waits on the channel (a long poll: no thread per run);
 - behind Serve, the replica's Context coordinates on the actor, so a served
-  run is a ``LiveRun`` there too: its id is the id ``raytile runs`` lists and
+  run is an ``ActiveRun`` there too: its id is the id ``raytile runs`` lists and
   ``Context.attach`` takes, and the replica is one more viewer of it.
 
 A patch that comes late. A run's coordinator ends its thread as soon as
@@ -39,7 +40,7 @@ failed) a patch raises :class:`~raytile.common.errors.RunEnded`. The run's
 lock orders a patch against the coordinator's end: a patch is either taken
 by the coordinator, or seen at its end, or finds the end in the channel.
 
->>> live = LiveRun(executor, plan)
+>>> live = ActiveRun(executor, plan)
 >>> live.start()
 >>> view = live.view()              # what UDFRun reads
 >>> live.patch([{"radius": 5.0}], recompute=False)
@@ -62,10 +63,10 @@ from raytile.runtime.results import UDFResults
 from raytile.runtime.stream_feed import PartitionInlet
 from raytile.udf.base import UDF
 
-__all__ = ["LiveRun", "RunView"]
+__all__ = ["ActiveRun", "RunView"]
 
 
-class LiveRun:
+class ActiveRun:
     """One run: its parameter versions, its UDFs, its channel and its coordinator (see the module doc).
 
     ``final_only``: the caller wants the final result alone (``Context.run_udf``); ``detached``: the run
@@ -97,7 +98,7 @@ class LiveRun:
         return self._coordinator.inlet
 
     # -- control ---------------------------------------------------------------------
-    def start(self) -> "LiveRun":
+    def start(self) -> "ActiveRun":
         self._coordinator.start()
         return self
 
@@ -208,10 +209,10 @@ class LiveRun:
 
 
 class RunView:
-    """One viewer's end of a :class:`LiveRun` in the same process: its own place in the run's channel
+    """One viewer's end of a :class:`ActiveRun` in the same process: its own place in the run's channel
     (``outbox``), and the run's controls."""
 
-    def __init__(self, live: LiveRun):
+    def __init__(self, live: ActiveRun):
         self.live = live
         #: Where this viewer takes the run's next result (the newest it has not seen) or its end.
         self.outbox: ChannelReader[UDFResults] = live.channel.reader()
