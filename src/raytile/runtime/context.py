@@ -8,7 +8,7 @@ from typing import Any, Awaitable, Iterable, Literal, Sequence, overload
 from raytile.analysis.api import AnalysisMethods
 from raytile.common.errors import ConfigValidationError, ExecutorError
 from raytile.io.corrections import CorrectionSet
-from raytile.io.dataset import DataSet
+from raytile.io.dataset import DataSet, RoiLike
 from raytile.io.formats import get_format
 from raytile.runtime import tracing
 from raytile.runtime.executor import Executor
@@ -131,7 +131,7 @@ class Context(AnalysisMethods, NotebookMethods):
         self,
         dataset: DataSet,
         udf: UDF | Sequence[UDF],
-        roi: Any = None,
+        roi: RoiLike = None,
         corrections: CorrectionSet | None = None,
         backends: Iterable[str] | None = None,
         progress: bool | ProgressReporter = False,
@@ -180,7 +180,7 @@ class Context(AnalysisMethods, NotebookMethods):
         """
         return self._host.list_runs()
 
-    def _start(self, dataset: DataSet, udf: UDF | Sequence[UDF], roi: Any, corrections: CorrectionSet | None,
+    def _start(self, dataset: DataSet, udf: UDF | Sequence[UDF], roi: RoiLike, corrections: CorrectionSet | None,
                backends: Iterable[str] | None,
                progress: bool | ProgressReporter, final_only: bool, detached: bool = False,
                sync: bool = True) -> UDFRun:
@@ -199,19 +199,19 @@ class Context(AnalysisMethods, NotebookMethods):
 
     # run_udf's result follows its arguments: one UDF's dict or a list of them, awaitable with sync=False
     @overload
-    def run_udf(self, dataset: DataSet, udf: UDF, roi: Any = ..., corrections: CorrectionSet | None = ...,
+    def run_udf(self, dataset: DataSet, udf: UDF, roi: RoiLike = ..., corrections: CorrectionSet | None = ...,
                 backends: Iterable[str] | None = ..., progress: bool | ProgressReporter = ...,
                 sync: Literal[True] = ..., plots: PlotsSpec = ...) -> ResultDict: ...
     @overload
-    def run_udf(self, dataset: DataSet, udf: Sequence[UDF], roi: Any = ..., corrections: CorrectionSet | None = ...,
+    def run_udf(self, dataset: DataSet, udf: Sequence[UDF], roi: RoiLike = ..., corrections: CorrectionSet | None = ...,
                 backends: Iterable[str] | None = ..., progress: bool | ProgressReporter = ...,
                 sync: Literal[True] = ..., plots: PlotsSpec = ...) -> list[ResultDict]: ...
     @overload
-    def run_udf(self, dataset: DataSet, udf: UDF, roi: Any = ..., corrections: CorrectionSet | None = ...,
+    def run_udf(self, dataset: DataSet, udf: UDF, roi: RoiLike = ..., corrections: CorrectionSet | None = ...,
                 backends: Iterable[str] | None = ..., progress: bool | ProgressReporter = ..., *,
                 sync: Literal[False], plots: PlotsSpec = ...) -> Awaitable[ResultDict]: ...
     @overload
-    def run_udf(self, dataset: DataSet, udf: Sequence[UDF], roi: Any = ..., corrections: CorrectionSet | None = ...,
+    def run_udf(self, dataset: DataSet, udf: Sequence[UDF], roi: RoiLike = ..., corrections: CorrectionSet | None = ...,
                 backends: Iterable[str] | None = ..., progress: bool | ProgressReporter = ..., *,
                 sync: Literal[False], plots: PlotsSpec = ...) -> Awaitable[list[ResultDict]]: ...
 
@@ -219,7 +219,7 @@ class Context(AnalysisMethods, NotebookMethods):
         self,
         dataset: DataSet,
         udf: UDF | Sequence[UDF],
-        roi: Any = None,
+        roi: RoiLike = None,
         corrections: CorrectionSet | None = None,
         backends: Iterable[str] | None = None,
         progress: bool | ProgressReporter = False,
@@ -249,11 +249,11 @@ class Context(AnalysisMethods, NotebookMethods):
         return _await()
 
     @overload
-    def dry_run(self, dataset: DataSet, udf: UDF, roi: Any = ...) -> ResultDict: ...
+    def dry_run(self, dataset: DataSet, udf: UDF, roi: RoiLike = ...) -> ResultDict: ...
     @overload
-    def dry_run(self, dataset: DataSet, udf: Sequence[UDF], roi: Any = ...) -> list[ResultDict]: ...
+    def dry_run(self, dataset: DataSet, udf: Sequence[UDF], roi: RoiLike = ...) -> list[ResultDict]: ...
 
-    def dry_run(self, dataset: DataSet, udf: UDF | Sequence[UDF], roi: Any = None) -> ResultDict | list[ResultDict]:
+    def dry_run(self, dataset: DataSet, udf: UDF | Sequence[UDF], roi: RoiLike = None) -> ResultDict | list[ResultDict]:
         """Check a run without reading data: the result buffers as they would come back (empty)."""
         return _unpack(dry_run_results(dataset, udf, roi, self._host.device_classes), isinstance(udf, UDF))
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, Union
 
 import numpy as np
 import sparseconverter
+from numpy.typing import ArrayLike
 
 from raytile.common.errors import DataSetException
 from raytile.common.shape import Shape
@@ -18,7 +19,11 @@ from raytile.io.params import show
 if TYPE_CHECKING:
     from raytile.io.dataset.dataset import DataSet
 
-__all__ = ["RoiHelper", "validate_roi"]
+__all__ = ["RoiHelper", "RoiLike", "validate_roi"]
+
+#: An ROI in the forms LiberTEM accepts (see :func:`validate_roi`): a bool (or numeric) array of the nav
+#: shape or flat, a sparse array (``sparse.COO``, ``scipy.sparse``: array-like by ``__array__``), or a list of ``((y, x), value)`` entries; None for every frame.
+RoiLike = Union[ArrayLike, Sequence[tuple[tuple[int, ...], bool]], None]
 
 
 class RoiHelper:
@@ -33,7 +38,7 @@ class RoiHelper:
         return roi
 
 
-def validate_roi(roi: Any, shape: Shape) -> np.ndarray | None:
+def validate_roi(roi: RoiLike, shape: Shape) -> np.ndarray | None:
     """Check an ROI against the nav shape; return it as a flat bool array (or None).
 
     Accepted as LiberTEM accepts them: a dense array, a sparse array (``sparse.COO``,
