@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
 import numpy as np
 
 from raytile.io.corrections import CorrectionSet
@@ -59,7 +57,7 @@ class PartitionTask:
     dataset_id: int = 0
     #: A stream partition's frames as the executor shares them (an ndarray inline, an object ref on Ray);
     #: None for partitions that read their own frames or were shared when loaded.
-    frames: Any = None
+    frames: object = None
 
     def describe(self) -> str:
         return self.partition.describe()

@@ -12,17 +12,21 @@ of making them pile up.
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, NoReturn, Sequence
+from types import TracebackType
+from typing import AsyncIterator, Awaitable, Callable, Iterator, NoReturn, Sequence
 
 import anyio
 import anyio.to_thread
 
 from raytile.common.errors import RunEnded, UDFRunCancelled
 from raytile.runtime.host import RunSource
-from raytile.runtime.channel import FINISHED
+from raytile.runtime.channel import Terminal
 from raytile.runtime.results import UDFResults
 
 __all__ = ["UDFRun"]
+
+#: What ``throw``/``athrow`` take first, as a generator's ``throw``: an exception class or instance.
+ThrownType = type[BaseException] | BaseException
 
 #: How long leaving a run waits for its coordinator thread to end.
 JOIN_TIMEOUT_S = 5.0
@@ -70,7 +74,7 @@ class UDFRun:
         return self._coordinator.finished
 
     # -- control -------------------------------------------------------------
-    def update_parameters(self, patch: Sequence[dict[str, Any]], recompute: bool = False) -> None:
+    def update_parameters(self, patch: Sequence[dict[str, object]], recompute: bool = False) -> None:
         """Patch parameters: one dict per UDF (``{}`` leaves a UDF as it is).
 
         Tasks dispatched from now on use the new parameters; tasks already
@@ -94,7 +98,7 @@ class UDFRun:
                            "any more; start a new run with the new parameters")
         self._coordinator.patch(list(patch), recompute)  # checked there (ParamVersions); a bad patch raises
 
-    def update_parameters_experimental(self, parameters: Sequence[dict[str, Any]]) -> Awaitable[None] | None:
+    def update_parameters_experimental(self, parameters: Sequence[dict[str, object]]) -> Awaitable[None] | None:
         """LiberTEM's name for :meth:`update_parameters` (no recompute): the patch takes effect at once.
 
         On a run started with ``sync=False`` it returns an awaitable, as LiberTEM's async result
@@ -115,18 +119,18 @@ class UDFRun:
         self._coordinator.cancel()
 
     # -- consuming -------------------------------------------------------------
-    def _take(self, item: Any) -> UDFResults:
+    def _take(self, item: UDFResults | Terminal) -> UDFResults:
         """The next result from an outbox item; raises StopIteration at the end, and the run's
         exception (or UDFRunCancelled) once its coordinator should be left to end (see callers)."""
         if self._cancel_requested:
             self._exhausted = True
             raise UDFRunCancelled(f"run {self.run_id[:8]} was cancelled")
-        if item is FINISHED:
-            self._exhausted = True
-            raise StopIteration
         if isinstance(item, BaseException):
             self._exhausted = True
             raise item
+        if not isinstance(item, UDFResults):  # FINISHED
+            self._exhausted = True
+            raise StopIteration
         if self._frames_dropped is not None:
             item.frames_dropped = self._frames_dropped()
         self.last = item
@@ -217,7 +221,7 @@ class UDFRun:
             self._exhausted = True
             self._coordinator.join(JOIN_TIMEOUT_S)
 
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> NoReturn:
+    def throw(self, typ: ThrownType, val: object = None, tb: TracebackType | None = None) -> NoReturn:
         """``generator.throw()``: the run is ended (:meth:`close`) and the exception raised to the caller."""
         self.close()
         raise _exception(typ, val, tb)
@@ -226,7 +230,7 @@ class UDFRun:
         """``async_generator.aclose()``: :meth:`close` without blocking the event loop."""
         await anyio.to_thread.run_sync(self.close)
 
-    async def athrow(self, typ: Any, val: Any = None, tb: Any = None) -> NoReturn:
+    async def athrow(self, typ: ThrownType, val: object = None, tb: TracebackType | None = None) -> NoReturn:
         """``async_generator.athrow()``: the run is ended (:meth:`aclose`) and the exception raised."""
         await self.aclose()
         raise _exception(typ, val, tb)
@@ -237,7 +241,7 @@ class UDFRun:
         return self.last
 
 
-def _exception(typ: Any, val: Any = None, tb: Any = None) -> BaseException:
+def _exception(typ: ThrownType, val: object = None, tb: TracebackType | None = None) -> BaseException:
     """The exception ``generator.throw(typ, val, tb)`` raises: an instance, or the class called with ``val``."""
     if isinstance(typ, BaseException):
         exc = typ
