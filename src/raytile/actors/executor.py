@@ -55,6 +55,7 @@ from raytile.actors.shared_frames import SharedFrames
 from raytile.actors.shipping import ParamsHandle, put_params
 from raytile.actors.submission import RayTaskHandle, Submitter
 from raytile.actors.wakeups import RunWakeups
+from raytile.common.device_class import DeviceClass
 from raytile.common.errors import ConfigValidationError, ExecutorError
 from raytile.runtime.dispatch_policy import DISPATCH_POLICY, DispatchPolicy
 from raytile.runtime.executor import Executor, ProgressSink, TaskHandle, WorkerLost
@@ -107,11 +108,11 @@ class RayExecutor(Executor):
 
     # -- the pool ----------------------------------------------------------------
     @property
-    def num_workers(self) -> int:  # type: ignore[override]
+    def num_workers(self) -> int:
         return max(1, len(self.pool.slots))
 
     @property
-    def max_in_flight(self) -> int:  # type: ignore[override]
+    def max_in_flight(self) -> int:
         return self.policy.in_flight.run_limit(len(self.pool.ready))
 
     @property
@@ -119,7 +120,7 @@ class RayExecutor(Executor):
         return self.policy.in_flight.run_limit(len(self.pool.slots))
 
     @property
-    def device_classes(self) -> frozenset:  # type: ignore[override]
+    def device_classes(self) -> frozenset[DeviceClass]:
         return self.pool.kinds()
 
     @property

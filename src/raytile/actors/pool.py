@@ -42,6 +42,7 @@ from raytile.actors import resources
 from raytile.actors.cache import Ledger
 from raytile.actors.raylet_watch import RayletWatch
 from raytile.actors.worker import DATA_CACHE, PARAMS_CACHE, WorkerActor
+from raytile.common.device_class import DeviceClass
 from raytile.runtime.dispatch_policy import DISPATCH_POLICY, DispatchPolicy
 
 __all__ = ["WorkerPool", "Slot", "SlotState", "NodeInfo", "PoolPlan", "plan_pool", "PLACEMENT_TIMEOUT_S",
@@ -221,13 +222,13 @@ class WorkerPool:
         with self._lock:
             return [s for s in self._slots if s.ready]
 
-    def kinds(self) -> frozenset[str]:
-        """Kinds of worker the pool has or is starting ("cpu", "cuda")."""
+    def kinds(self) -> frozenset[DeviceClass]:
+        """Kinds of worker the pool has or is starting (CPU, CUDA)."""
         with self._lock:
             kinds = {s.kind for s in self._slots if not s.dead}
         if self._fixed is not None:
             kinds |= {k for k, n in self._fixed.items() if n > 0}
-        return frozenset(kinds)
+        return frozenset(DeviceClass(k) for k in kinds)
 
     def pick(self, device_class: str, run_id: str = "", idx: int = -1, node: str | None = None) -> Slot | None:
         """The ready slot for a task of ``device_class`` with the fewest tasks in flight, or None.

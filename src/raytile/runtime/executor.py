@@ -70,14 +70,23 @@ ProgressSink = Callable[[str, int], None]
 class Executor(ABC):
     """Runs partition tasks. Implementations: InlineExecutor, RayExecutor."""
 
-    #: Tasks the coordinator keeps in flight at most.
-    max_in_flight: int = 1
-    #: Worker slots; data sets pick at least this many partitions.
-    num_workers: int = 1
-    #: Device classes with at least one worker (CPU, CUDA).
-    device_classes: frozenset[DeviceClass] = frozenset({DeviceClass.CPU})
     #: Workers merge their partitions' results and send them at most this often (s); None: never.
     merge_interval_s: float | None = None
+
+    @property
+    def max_in_flight(self) -> int:
+        """Tasks the coordinator keeps in flight at most (an executor with workers: as many as are ready)."""
+        return 1
+
+    @property
+    def num_workers(self) -> int:
+        """Worker slots; data sets pick at least this many partitions."""
+        return 1
+
+    @property
+    def device_classes(self) -> frozenset[DeviceClass]:
+        """Device classes with at least one worker (CPU, CUDA)."""
+        return frozenset({DeviceClass.CPU})
 
     @property
     def full_in_flight(self) -> int:

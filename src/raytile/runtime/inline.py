@@ -117,10 +117,7 @@ class _InlineHandle(TaskHandle):
 
 
 class InlineExecutor(Executor):
-    """Executes each task when the coordinator waits for it."""
-
-    max_in_flight = 1
-    num_workers = 1
+    """Executes each task when the coordinator waits for it (one at a time: the base's one worker)."""
 
     def __init__(self) -> None:
         self._wakeups: dict[str, threading.Event] = {}

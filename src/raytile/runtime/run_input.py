@@ -149,7 +149,7 @@ class StreamInput(RunInput):
                 self._inlet.release(idx)
                 continue
             part = copy.copy(template.partition)
-            part.idx, part.scan = idx, idx // per_scan  # type: ignore[attr-defined]
+            part.idx, part.scan = idx, idx // per_scan
             tasks.append(replace(template, partition=part, idx=idx, frames=frames))
         return tasks
 

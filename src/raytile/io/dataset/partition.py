@@ -77,6 +77,9 @@ class Partition(ABC):
     array_backends: tuple[str, ...] = NUMPY_BACKENDS
     #: How the frames reach the worker that runs the partition's task.
     frame_delivery: FrameDelivery = FrameDelivery.READ
+    #: Which scan of a stream the partition's frames belong to (a stream's partitions repeat per scan,
+    #: see io/partition_source.py); 0 for a file's.
+    scan: int = 0
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
