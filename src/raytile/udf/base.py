@@ -30,7 +30,8 @@ import sparseconverter as _sc
 from raytile.common.errors import UDFException, UDFRunCancelled, UnsafeCastError
 from raytile.common.udf import UDFMethod as _UDFMethodEnum
 from raytile.common.buffer_wrappers import (
-    ArrayWithMask, AuxBufferWrapper, BufferWrapper, NavBufferView, PlaceholderBufferWrapper,
+    ArrayWithMask, AuxBufferWrapper, BufferKind, BufferLocation, BufferUse, BufferWrapper, NavBufferView,
+    PlaceholderBufferWrapper,
 )
 from raytile.udf.meta import UDFMeta
 from raytile.udf.protocols import (
@@ -344,21 +345,21 @@ class UDF:
         return getattr(cls, name) is not getattr(UDF, name)
 
     @staticmethod
-    def buffer(kind: str, extra_shape: tuple = (), dtype: Any = "float32", where: str | None = None,
-               use: str | None = None) -> BufferWrapper:
+    def buffer(kind: BufferKind, extra_shape: tuple = (), dtype: Any = "float32", where: BufferLocation = None,
+               use: BufferUse = None) -> BufferWrapper:
         """Declare a result buffer (see :class:`~raytile.udf.buffers.BufferWrapper`); a ``result_only``
         one is a :class:`~raytile.udf.buffers.PlaceholderBufferWrapper` (never allocated)."""
         cls = PlaceholderBufferWrapper if use == "result_only" else BufferWrapper
-        return cls(kind, extra_shape, dtype, where, use)  # type: ignore[arg-type]
+        return cls(kind, extra_shape, dtype, where, use)
 
     @classmethod
-    def aux_data(cls, data: np.ndarray, kind: str = "nav", extra_shape: tuple = (),
+    def aux_data(cls, data: np.ndarray, kind: BufferKind = "nav", extra_shape: tuple = (),
                  dtype: Any = "float32") -> AuxBufferWrapper:
         """Wrap per-frame data to pass as a parameter; the UDF sees the current frame's/tile's part.
 
         >>> udf = MyUDF(offsets=MyUDF.aux_data(offsets, kind="nav", extra_shape=(2,)))
         """
-        return AuxBufferWrapper(data, kind, extra_shape, dtype)  # type: ignore[arg-type]
+        return AuxBufferWrapper(data, kind, extra_shape, dtype)
 
     @staticmethod
     def with_mask(data: np.ndarray, mask: np.ndarray | bool) -> ArrayWithMask:
