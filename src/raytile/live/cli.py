@@ -290,7 +290,7 @@ def _run(args: argparse.Namespace, spec: DetectorSpec) -> int:
             for _ in run:
                 pass
             took = time.perf_counter() - t0
-            n, dropped = aq.stats.frames, aq.stats.frames_dropped  # type: ignore[attr-defined]
+            n, dropped = aq.stats.frames, aq.stats.frames_dropped
         written = _save(args, names, run.last, sig, dropped, None)
         print(f"{n} frames in {took:.2f} s ({n / took:,.0f} frames/s), {dropped} dropped; results in {written[0]}"
               + (f" (as {args.out} exists: nothing is overwritten)" if written[0] != npz_path(args.out) else "")

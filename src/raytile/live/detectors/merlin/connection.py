@@ -76,12 +76,12 @@ class MerlinDetectorConnection(ReceiverConnection[MerlinReceiver]):
         check_positive_int("merlin", "frame_stack_size", frame_stack_size)
         check_positive_int("merlin", "slots", slots)
         self._drain, self._recovery_strategy, self._huge_pages = drain, recovery_strategy, huge_pages
-        self._receiver_args = dict(frame_stack_size=frame_stack_size, slots=slots, timeout=timeout)
+        self._frame_stack_size, self._slots, self._timeout = frame_stack_size, slots, float(timeout)
         self.connect()
 
     def _new_receiver(self) -> MerlinReceiver:
         return MerlinReceiver(self._data_host, self._data_port, drain=self._drain,
-                              **self._receiver_args)  # type: ignore[arg-type]
+                              frame_stack_size=self._frame_stack_size, slots=self._slots, timeout=self._timeout)
 
     def wait_for_acquisition(self, timeout: float | None = None) -> MerlinPendingAcquisition | None:
         """Wait up to ``timeout`` s (None: forever) for the next acquisition's header; None on timeout."""
@@ -125,11 +125,10 @@ class MerlinDetectorConnection(ReceiverConnection[MerlinReceiver]):
         if pending is None:
             receiver = self.connect()
             ready()
-            timeout = float(self._receiver_args["timeout"])  # type: ignore[arg-type]
-            header = receiver.wait_for_header(timeout)
+            header = receiver.wait_for_header(self._timeout)
             if header is None:
                 raise AcquisitionError(f"Merlin {receiver.address}: no acquisition started within "
-                                       f"{timeout:g} s of on_ready_for_data")
+                                       f"{self._timeout:g} s of on_ready_for_data")
             if count is not None and header.nimages and header.nimages < count:
                 self.close()  # its frames are not read: the next run reconnects (LiberTEM-live's recovery)
                 raise AcquisitionCancelled(f"Merlin {receiver.address}: the acquisition has {header.nimages} "
