@@ -75,8 +75,6 @@ class Partition(ABC):
 
     #: Array backends the tiles can come in, native one first (see the module doc).
     array_backends: tuple[str, ...] = NUMPY_BACKENDS
-    #: How the frames reach the worker that runs the partition's task.
-    frame_delivery: FrameDelivery = FrameDelivery.READ
     #: Which scan of a stream the partition's frames belong to (a stream's partitions repeat per scan,
     #: see io/partition_source.py); 0 for a file's.
     scan: int = 0
@@ -86,6 +84,11 @@ class Partition(ABC):
         own = cls.__dict__.get("get_tiles")
         if own is not None and "array_backend" not in inspect.signature(own).parameters:
             cls.get_tiles = _with_array_backend(own)  # type: ignore[method-assign]
+
+    @property
+    def frame_delivery(self) -> FrameDelivery:
+        """How the frames reach the worker that runs the partition's task: read there (files)."""
+        return FrameDelivery.READ
 
     @property
     def native_backend(self) -> str:

@@ -60,7 +60,7 @@ def detecting_formats(urls: bool = False) -> list[str]:
             cls = get_format(name)
         except ImportError:  # an optional dependency is missing: that format places nothing
             continue
-        if getattr(cls.detect_params, "__func__", None) is DataSet.detect_params.__func__:  # type: ignore[attr-defined]
+        if not any("detect_params" in vars(k) for k in cls.__mro__ if k is not DataSet):  # the base's: places nothing
             continue
         if not urls or _reads_stores(cls):
             names.append(name)

@@ -43,7 +43,7 @@ class MemoryPartition(Partition):
         return tileshape if self.tileshape is None else tuple(self.tileshape)
 
     @property
-    def frame_delivery(self) -> FrameDelivery:  # type: ignore[override]
+    def frame_delivery(self) -> FrameDelivery:
         """SHARED for dense numpy frames (and for a partition whose frames were taken off), else CARRIED."""
         return FrameDelivery.SHARED if self.data is None or isinstance(self.data, np.ndarray) \
             else FrameDelivery.CARRIED
