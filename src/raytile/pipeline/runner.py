@@ -9,9 +9,11 @@
 >>> for cmd in p.values("commands", steps=50): ...
 
 ``placement="in-process"`` runs every stage in one thread; ``"ray"`` runs
-each placement group in a Ray actor connected by compiled-graph channels;
-``"ray-classic"`` the same actors driven by one classic actor call per
-group and step (a baseline for benchmarks).
+each placement group in a Ray actor, driven by plain actor calls with
+several steps in flight; ``"ray-classic"`` the same, one step at a time (a
+baseline for benchmarks); ``"ray-compiled"`` the same actors over a Ray
+Compiled Graph (deprecated upstream; an option while Ray ships it). See
+:mod:`raytile.pipeline.ray_channels`.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from raytile.pipeline.validation import group_order, validate_config
 
 __all__ = ["Pipeline", "PipelineState", "PLACEMENTS", "STATES"]
 
-PLACEMENTS = ("in-process", "ray", "ray-classic")
+PLACEMENTS = ("in-process", "ray", "ray-compiled", "ray-classic")
 
 
 class PipelineState(str, enum.Enum):
@@ -142,7 +144,7 @@ class Pipeline:
             return LocalPlacement(self.config, self.levels)
         from raytile.pipeline.ray_placement import RayPlacement
 
-        return RayPlacement(self.config, self.levels, self.groups, compiled=self.placement_name == "ray",
+        return RayPlacement(self.config, self.levels, self.groups, self.placement_name,
                             step_timeout_s=self.step_timeout_s)
 
     # -- build -----------------------------------------------------------------------------
