@@ -97,9 +97,7 @@ class GroupHost:
 
     def read(self, name: str) -> tuple[np.ndarray, int]:
         with self._lock:
-            sv = self.engine.streams[name]
-            v = sv.value
-            return (v.copy() if isinstance(v, np.ndarray) else v.get()), sv.generation_time
+            return self.engine.read(name)
 
     def generation(self, name: str) -> int:
         return self.engine.streams[name].generation_time

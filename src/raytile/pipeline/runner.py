@@ -9,10 +9,11 @@
 >>> for cmd in p.values("commands", steps=50): ...
 
 ``placement="in-process"`` runs every stage in one thread; ``"ray"`` runs
-each placement group in a Ray actor, driven by plain actor calls with
-several steps in flight; ``"ray-classic"`` the same, one step at a time (a
-baseline for benchmarks); ``"ray-compiled"`` the same actors over a Ray
-Compiled Graph (deprecated upstream; an option while Ray ships it). See
+each placement group in a Ray actor, the actors of one node linked by
+Unix-domain sockets (plain actor calls when they span nodes);
+``"ray-compiled"`` the same actors over a Ray Compiled Graph (deprecated
+upstream; an option while Ray ships it); ``"ray-classic"`` one plain actor
+call a group and step (a baseline for benchmarks). See
 :mod:`raytile.pipeline.ray_channels`.
 """
 
