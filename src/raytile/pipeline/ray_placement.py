@@ -77,6 +77,7 @@ class RayPlacement(Placement):
         #: how a step's values travel between the actors (raytile.pipeline.ray_channels)
         self.channel = make_channel(placement, config, topo)
         self._pending: deque[tuple[int, Any]] = deque()
+        self._channel_open = False
         #: the last step completed on every actor (the pipeline's step counter resumes after it on failure)
         self.last_done: int | None = None
         #: stream -> the writer's output object, for streams carried by a stage's own object
@@ -102,7 +103,7 @@ class RayPlacement(Placement):
         ensure_ray()
         self._relay_values = {}  # every stage starts over: so do the values relayed between groups
         self._start_actors(self.groups)
-        self.channel.open(self.actors)
+        self._open_channel()
 
     def _start_actors(self, groups: list[str]) -> None:
         """Create and build the actors of ``groups``."""
@@ -175,12 +176,14 @@ class RayPlacement(Placement):
         actors); :meth:`drain` waits for the rest (reads and updates do it first)."""
         if not self.actors:
             raise PipelineStateError("step(): the Ray placement is closed; call restart()")
+        if not self._channel_open:
+            raise PipelineStateError("step(): a step failed and its channel is closed; call restart()")
         try:
             self._pending.append((t, self.channel.submit(t, self._relay_values)))
             while len(self._pending) >= self.depth:
                 self._complete_oldest()
         except Exception as e:
-            self._pending.clear()
+            self._close_channel()  # what steps in flight still send would be taken for a later step's
             raise self._translate(e) from e
 
     def _complete_oldest(self) -> None:
@@ -209,7 +212,7 @@ class RayPlacement(Placement):
             while self._pending:
                 self._complete_oldest()
         except Exception as e:
-            self._pending.clear()
+            self._close_channel()  # what steps in flight still send would be taken for a later step's
             raise self._translate(e) from e
 
     def read(self, stream: str) -> tuple[np.ndarray, int]:
@@ -240,9 +243,14 @@ class RayPlacement(Placement):
         if self.actors and not self._dead_groups():
             self._call_all("finalize")
 
+    def _open_channel(self) -> None:
+        self.channel.open(self.actors)
+        self._channel_open = True
+
     def _close_channel(self) -> None:
         """Forget steps in flight and close the channel (living actors are free again)."""
         self._pending.clear()
+        self._channel_open = False
         self.channel.close()
 
     def _kill(self, groups: list[str]) -> None:
@@ -273,7 +281,7 @@ class RayPlacement(Placement):
         for g in self.groups:
             if g not in dead:
                 self._call(g, "resend")  # the new actors have none of the values sent before
-        self.channel.open(self.actors)
+        self._open_channel()
 
     def describe(self) -> list[str]:
         lines = [f"{self.name}: {len(self.groups)} actors over {self.channel.name}, "
