@@ -57,7 +57,7 @@ def ensure_ray() -> None:
 
 
 class RayPlacement(Placement):
-    """Placement groups on Ray actors, stepped over the channel its name picks (``ray``: plain actor calls)."""
+    """Placement groups on Ray actors, stepped over the channel its name picks (``ray``: node-local sockets)."""
 
     def __init__(self, config: PipelineConfig, levels: list[tuple[str, ...]], groups: list[str],
                  placement: str = "ray", step_timeout_s: float = STEP_TIMEOUT_S):
@@ -183,7 +183,7 @@ class RayPlacement(Placement):
             while len(self._pending) >= self.depth:
                 self._complete_oldest()
         except Exception as e:
-            self._close_channel()  # what steps in flight still send would be taken for a later step's
+            self._abandon_steps()
             raise self._translate(e) from e
 
     def _complete_oldest(self) -> None:
@@ -212,7 +212,7 @@ class RayPlacement(Placement):
             while self._pending:
                 self._complete_oldest()
         except Exception as e:
-            self._close_channel()  # what steps in flight still send would be taken for a later step's
+            self._abandon_steps()
             raise self._translate(e) from e
 
     def read(self, stream: str) -> tuple[np.ndarray, int]:
@@ -242,6 +242,13 @@ class RayPlacement(Placement):
         self.drain()
         if self.actors and not self._dead_groups():
             self._call_all("finalize")
+
+    def _abandon_steps(self) -> None:
+        """After a failed step: forget the steps in flight and step no more until :meth:`restart` opens the
+        channel again (what they still send would be taken for a later step's). The channel itself is
+        closed by close() or restart(): tearing a compiled graph down waits for a stuck actor."""
+        self._pending.clear()
+        self._channel_open = False
 
     def _open_channel(self) -> None:
         self.channel.open(self.actors)
