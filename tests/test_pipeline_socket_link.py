@@ -77,6 +77,22 @@ def test_step_loop_steps_passes_a_stage_error_on_and_ends_with_its_input():
             s.close()
 
 
+def test_values_that_cannot_be_pickled_become_an_error_for_the_driver():
+    drv, drv_actor = socket.socketpair()
+    down_actor, down = socket.socketpair()
+    loop = StepLoop(lambda t, relayed: {"y": (threading.Lock(), t)}, drv_actor, [], [down_actor])
+    loop.start()
+    try:
+        send_msg(drv, (0, {}))
+        got = recv_msg(down)
+        assert isinstance(got, StepError) and isinstance(got.error, ExecutorError)
+        assert "a step's values (dict) could not be sent to another group" in str(got.error)
+    finally:
+        loop.stop()
+        for s in (drv, down):
+            s.close()
+
+
 def test_links_are_made_by_name(tmp_path):
     path = str(tmp_path / "g0")
     srv = listen(path)

@@ -24,9 +24,10 @@ starts step ``t`` on every group, ``results(handle)`` waits for it. Three kinds:
   removes the ones its graph created.
 
 Measured on the 2-core development machine (AO example, 2 actors, one step a
-call as ``raytile pipeline bench`` does, load 5-38, same run): sockets
-852-1,235 Hz, compiled graph 46-105 Hz (it spins with ``sched_yield`` while
-it waits, which a loaded machine punishes), one actor call a group 224-266
+call as ``raytile pipeline bench`` does, both in the same run, six runs at
+load 10-23): sockets median 1,140 Hz (p50 0.78 ms), compiled graph median
+308 Hz (p50 1.58 ms; its reader spins with ``sched_yield`` while it waits,
+which a loaded machine punishes); one actor call a group 224-354
 Hz. Actor calls in a loop with steps in flight (``Pipeline.run``): one step
 263-329 Hz, two 415-486, four 541-597, eight 579-705, sixteen 645-762; Ray's
 task events off (a message to the GCS per call) took eight from 359-477 to

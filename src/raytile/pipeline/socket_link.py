@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from raytile.common.errors import ExecutorError
 
-__all__ = ["StepError", "send_msg", "recv_msg", "connect", "listen", "accept_named", "StepLoop"]
+__all__ = ["StepError", "pack", "send_packed", "send_msg", "recv_msg", "connect", "listen", "accept_named", "StepLoop"]
 
 _HEADER = 8
 
@@ -44,19 +44,30 @@ class StepError:
     error: BaseException
 
 
-def send_msg(sock: socket.socket, obj: Any) -> None:
-    """Send one message: its length (8 bytes, little-endian) and its pickle."""
+def pack(obj: Any) -> bytes:
+    """One message: its length (8 bytes, little-endian) and its pickle. What cannot be pickled (a stream
+    value, an exception) becomes a :class:`StepError` saying so: the driver raises it, nothing hangs."""
     try:
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as e:  # an unpicklable exception: its text still travels
-        if not isinstance(obj, StepError):
-            raise
-        data = pickle.dumps(StepError(ExecutorError(f"{type(obj.error).__name__}: {obj.error} "
-                                                    f"(not picklable: {e})")))
+    except Exception as e:
+        what = (f"{type(obj.error).__name__}: {obj.error}" if isinstance(obj, StepError)
+                else f"a step's values ({type(obj).__name__})")
+        data = pickle.dumps(StepError(ExecutorError(f"{what} could not be sent to another group: "
+                                                    f"{type(e).__name__}: {e}")))
+    return len(data).to_bytes(_HEADER, "little") + data
+
+
+def send_packed(sock: socket.socket, message: bytes) -> None:
+    """Send a :func:`pack`-ed message; ConnectionError when the other end is gone."""
     try:
-        sock.sendall(len(data).to_bytes(_HEADER, "little") + data)
+        sock.sendall(message)
     except (BrokenPipeError, ConnectionResetError) as e:
         raise ConnectionError(f"pipeline link closed while sending: {e}") from None
+
+
+def send_msg(sock: socket.socket, obj: Any) -> None:
+    """Send one message (see :func:`pack`)."""
+    send_packed(sock, pack(obj))
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytearray:
@@ -146,8 +157,9 @@ class StepLoop:
                         out = self.step(t, relayed, *received)
                     except Exception as e:  # the stage's error goes to the driver, the loop goes on
                         out = StepError(e)
+                message = pack(out)  # once for every group (and the driver) that reads it
                 for s in self.downstream:
-                    send_msg(s, out)
+                    send_packed(s, message)
         except OSError:  # ConnectionError at the end of input, or any socket error
             pass  # the channel was closed (or a peer died): the loop ends, the actor stays
         finally:
