@@ -2,8 +2,9 @@
 
 * hand-written: the same loop in plain numpy, arrays preallocated, one process;
 * in-process: ``Pipeline(..., placement="in-process")``, one thread;
-* ray: the two placement groups (sensor, control) on 2 Ray actors over compiled-graph channels;
-* ray-classic: the same 2 actors driven by one classic actor call per group and step.
+* ray: the two placement groups (sensor, control) on 2 Ray actors over node-local sockets;
+* ray-compiled: the same 2 actors over a Ray Compiled Graph (deprecated upstream, an option);
+* ray-classic: the same 2 actors driven by one plain actor call per group and step.
 
 Each prints ``name: N Hz, p50 x ms, p99 y ms`` (the spacing of consecutive
 steps), after ``--warmup`` steps, the best of ``--trials`` measurements (the
@@ -15,7 +16,7 @@ placements a breakdown follows: the time the stages of each actor spent
 computing per step, against the step period; the rest is channel hops and
 scheduling. Run::
 
-    python benchmarks/bench_pipeline.py [--steps 2000] [--warmup 200] [--placements in-process,ray,ray-classic]
+    python benchmarks/bench_pipeline.py [--steps 2000] [--warmup 200] [--placements in-process,ray,ray-compiled,ray-classic]
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--warmup", type=int, default=200)
-    ap.add_argument("--placements", default="in-process,ray,ray-classic")
+    ap.add_argument("--placements", default="in-process,ray,ray-compiled,ray-classic")
     ap.add_argument("--trials", type=int, default=3, help="measure each this many times, print the best")
     args = ap.parse_args(argv)
     placements = [s for s in args.placements.split(",") if s]

@@ -21,7 +21,7 @@ def test_validate_and_describe(capsys):
     assert "placement in-process: all 9 stages in one thread" in out
     assert main(["pipeline", "describe", AO, "--placement", "ray"]) == 0  # describes without starting Ray
     out = capsys.readouterr().out
-    assert "placement ray: 2 actors over compiled-graph channels" in out
+    assert "placement ray: 2 actors over node-local sockets, 2 steps in flight at most" in out
     assert "control: reconstructor, matvec, integrator, clip (upstream: sensor; sends: -; {'num_cpus': 0})" in out
 
 

@@ -81,7 +81,8 @@ def test_gpu_stage_needs_gpu_streams():
 
 def test_ray_gpu_actor_resources_and_device_renumbering():
     from raytile.pipeline import PipelineConfig, get_stage_class
-    from raytile.pipeline.ray_placement import GroupHost, RayPlacement
+    from raytile.pipeline.group_host import GroupHost
+    from raytile.pipeline.ray_placement import RayPlacement
     from raytile.pipeline.validation import group_order, validate_config
 
     raw = gpu_ao()

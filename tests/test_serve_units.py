@@ -162,3 +162,46 @@ def test_socket_backlog_sees_what_a_client_has_not_read():
         finally:
             conn.close()
             client.close()
+
+
+def test_served_run_is_a_plain_viewer_of_its_run():
+    """ServedRun shows the run's own newest result (no copy of its own), numbers messages by the results the
+    run gave plus its end, and learns the coordinator's release from one join (no sleep-poll of ``done``)."""
+    import asyncio
+
+    import raytile as rt
+    from raytile.serve.registry import RELEASE_TIMEOUT_S, STATUS_FINISHED, ServedRun
+
+    data = np.random.default_rng(5).random((4, 6, 8, 8), dtype=np.float32)
+    ctx = rt.Context(executor="inline")
+    try:
+        ds = ctx.load("memory", data=data, sig_dims=2, num_partitions=4)
+        run = ctx.run_udf_iter(dataset=ds, udf=rt.udf.SumUDF(), sync=False)
+        joins: list[float | None] = []
+        real_join = run.join
+
+        def join(timeout: float | None = None) -> bool:
+            joins.append(timeout)
+            return real_join(timeout)
+
+        run.join = join  # type: ignore[method-assign]
+        served = ServedRun(run, ["sum"], rate_hz=10.0)
+
+        async def follow() -> list[int]:
+            served.start()
+            seqs = [served.seq]
+            while not served.over:
+                await served.wait_newer(seqs[-1])
+                seqs.append(served.seq)
+                assert served.latest is run.last  # the run's own result, not a copy
+            await served._follower  # type: ignore[misc]
+            return seqs
+
+        seqs = asyncio.run(follow())
+    finally:
+        ctx.close()
+    assert served.status == STATUS_FINISHED and served.released
+    assert seqs == sorted(seqs) and seqs[-1] == run.taken + 1 and run.taken >= 1
+    np.testing.assert_allclose(served.latest.buffers[0]["intensity"].data, data.sum(axis=(0, 1)), rtol=1e-5)
+    assert joins == [RELEASE_TIMEOUT_S]
+    assert "latest" not in vars(served) and "seq" not in vars(served)

@@ -1,5 +1,5 @@
 """Kernel pipelines: stage graphs with validated configs, trigger order from connections, multi-rate,
-run in one thread or on Ray actors over compiled-graph channels.
+run in one thread or on Ray actors over node-local sockets (see raytile.pipeline.ray_channels).
 
 >>> from raytile.pipeline import Pipeline
 >>> p = Pipeline.from_yaml("examples/ao_loop.yaml").build()

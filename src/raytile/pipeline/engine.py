@@ -228,6 +228,12 @@ class GraphEngine:
             name = stage.name if stage is not None else "<engine>"
             raise StageFailed(name, method, f"{type(e).__name__}: {e}", traceback.format_exc()) from e
 
+    def read(self, name: str) -> tuple[np.ndarray, int]:
+        """A copy of a stream's value on the host (a GPU stream's copied back) and its generation time."""
+        sv = self.streams[name]
+        value = sv.value
+        return (value.copy() if isinstance(value, np.ndarray) else value.get()), sv.generation_time
+
     def finalize(self) -> None:
         """Call every stage's ``finalize`` (all of them, even if one raises; the first error is raised)."""
         first: BaseException | None = None

@@ -34,9 +34,7 @@ class LocalPlacement(Placement):
 
     def read(self, stream: str) -> tuple[np.ndarray, int]:
         """A copy of the stream's value (on the host) and its generation time."""
-        sv = self.engine.streams[stream]
-        value = sv.value
-        return (value.copy() if isinstance(value, np.ndarray) else value.get()), sv.generation_time
+        return self.engine.read(stream)
 
     def generation(self, stream: str) -> int:
         return self.engine.streams[stream].generation_time

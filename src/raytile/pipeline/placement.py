@@ -2,7 +2,9 @@
 
 :class:`~raytile.pipeline.local.LocalPlacement` runs every stage in the
 calling thread; :class:`~raytile.pipeline.ray_placement.RayPlacement` runs
-each group of stages in a Ray actor. :class:`~raytile.pipeline.runner.Pipeline`
+each group of stages in a Ray actor, the values that cross groups carried
+by a step channel (:mod:`raytile.pipeline.ray_channels`: plain actor calls
+by default, a Ray Compiled Graph as an option). :class:`~raytile.pipeline.runner.Pipeline`
 drives either through these methods only (its state machine, loop, patches
 and readers are the same for both). "Placement" here means this: where the
 stages run. A stage's group (its config's ``placement`` field) is a *group*
@@ -26,7 +28,7 @@ __all__ = ["Placement"]
 class Placement(ABC):
     """Builds a pipeline's stages somewhere, steps them, and answers reads, updates and metrics."""
 
-    #: The name ``Pipeline(placement=...)`` uses for it ("in-process", "ray", "ray-classic").
+    #: The name ``Pipeline(placement=...)`` uses for it ("in-process", "ray", "ray-compiled", "ray-classic").
     name: str = ""
     #: The last step completed everywhere, when steps may still be in flight after ``step`` returned
     #: (the pipeline's counter resumes after it when a step fails); None: every step is done on return.

@@ -1,22 +1,16 @@
-"""`RayPlacement`: each placement group of stages runs in one Ray actor; groups pass stream values over
-Ray Compiled Graph channels (or, as a baseline, one classic actor call per group and step).
+"""`RayPlacement`: each placement group of stages runs in one Ray actor; a step channel carries the
+values that groups pass to each other in a step.
 
-Each actor holds a :class:`GraphEngine` for its group's stages. A step is one
-execution of a compiled graph::
-
-    with InputNode() as inp:                       # inp = (step, relayed values)
-        sensor = sensor_actor.step.bind(inp)
-        control = control_actor.step.bind(inp, sensor)
-    dag = control.experimental_compile()
-    ray.get(dag.execute((step, {})))
-
-Each actor's ``step`` returns the values of the streams that later groups
-read (``None`` for a value not refreshed since it was last sent, with its
-generation time), over shared-memory channels on one node. A delayed input
-(``name:-1``) read from another group is relayed by the driver: the writer's
-value after step t-1 travels in the graph input of step t (such pipelines
-keep one step in flight; others two). Stream reads,
-metrics and parameter updates are classic actor calls made between steps.
+Each actor is a :class:`~raytile.pipeline.group_host.GroupHost` holding a
+:class:`~raytile.pipeline.engine.GraphEngine` for its group's stages. Its ``step(t, *received)``
+takes what other groups sent for step ``t`` and returns the values of the
+streams that other groups read (``None`` for a value not refreshed since it
+was last sent, with its generation time). How those travel is the channel's
+business (:mod:`raytile.pipeline.ray_channels`): plain actor calls with
+several steps in flight (``"ray"``, the default; ``"ray-classic"`` one step
+at a time) or a Ray Compiled Graph (``"ray-compiled"``, deprecated upstream,
+an option while Ray ships it). Stream reads, metrics and parameter updates
+are actor calls made between steps (after the steps in flight are done).
 
 Actors ask for one GPU per distinct ``target_device_idx >= 0`` among their
 stages (which then use the actor's GPUs, renumbered from 0), else for no CPU reservation
@@ -24,7 +18,7 @@ stages (which then use the actor's GPUs, renumbered from 0), else for no CPU res
 workers. A dead actor surfaces as :class:`StageActorDied` naming its group
 and stages; :meth:`RayPlacement.restart` replaces the dead actors (their
 stages start over from the config, living groups keep their state) and
-compiles the graph again.
+opens the channel again.
 
 >>> p = Pipeline.from_yaml("examples/ao_loop.yaml", placement="ray").build()
 >>> p.step(100); p.read("commands")
@@ -32,22 +26,20 @@ compiles the graph again.
 
 from __future__ import annotations
 
-import dataclasses
-import threading
 from collections import deque
 from typing import Any
 
 import numpy as np
 
-from raytile.common.errors import ExecutorError, RaytileError
+from raytile.common.errors import ExecutorError, PipelineStateError, RaytileError, StageActorDied, StageFailed
 from raytile.pipeline.config import PipelineConfig
-from raytile.pipeline.engine import GraphEngine
-from raytile.common.errors import PipelineStateError, StageActorDied, StageFailed
+from raytile.pipeline.group_host import GroupHost, SentValues
 from raytile.pipeline.placement import Placement
-from raytile.pipeline.registry import get_stage_class, register_stage
+from raytile.pipeline.ray_channels import make_channel
+from raytile.pipeline.registry import get_stage_class
 from raytile.pipeline.topology import group_topology
 
-__all__ = ["RayPlacement", "GroupHost", "STEP_TIMEOUT_S", "ensure_ray"]
+__all__ = ["RayPlacement", "STEP_TIMEOUT_S", "ensure_ray"]
 
 #: How long the driver waits for one step (or a control call) before reporting the actors.
 STEP_TIMEOUT_S = 60.0
@@ -64,108 +56,15 @@ def ensure_ray() -> None:
     start_ray(None, need_workers=False, init_kwargs={"log_to_driver": False})
 
 
-class GroupHost:
-    """The stages of one placement group, stepped inside a Ray actor (made remote by :class:`RayPlacement`)."""
-
-    def __init__(self, config: PipelineConfig, classes: dict[str, type], stage_names: list[str],
-                 levels: list[tuple[str, ...]], outbound: list[str], gpu_map: dict[int, int] | None = None,
-                 relayed: list[str] | None = None):
-        for kind, cls in classes.items():
-            register_stage(cls, kind=kind)  # custom stage classes travel with the config
-        if gpu_map:  # Ray shows the actor only its own GPUs, numbered from 0
-            stages = tuple(dataclasses.replace(st, target_device_idx=gpu_map[st.target_device_idx])
-                           if st.target_device_idx is not None and st.target_device_idx >= 0 else st
-                           for st in config.stages)
-            config = dataclasses.replace(config, stages=stages)
-        from threadpoolctl import threadpool_limits
-
-        # one BLAS thread an actor: a loop actor shares its node (measured in-process on 2 cores:
-        # p99 0.98 ms with the default BLAS threads, 0.42 ms with one)
-        self._blas = threadpool_limits(1)
-        self.engine = GraphEngine(config, stage_names, levels, relayed=relayed or ())
-        self.outbound = outbound
-        self._sent: dict[str, int] = {n: -2 for n in outbound}
-        self._lock = threading.Lock()
-
-    def build(self) -> list[str]:
-        self.engine.build()
-        return sorted(self.engine.external)
-
-    def construct(self) -> dict[str, Any]:
-        """Construct the stages; the output objects other groups need as templates (see GraphEngine)."""
-        return {n: obj for n, obj in self.engine.construct().items() if n in self.outbound}
-
-    def connect(self, templates: dict[str, Any]) -> list[str]:
-        self.engine.connect(templates)
-        return sorted(self.engine.external)
-
-    def step(self, inp: tuple[int, dict[str, tuple[Any, int]]],
-             *upstream: dict[str, tuple[Any, int]]) -> dict[str, tuple[Any, int]]:
-        """One step: ``inp`` is (step, values of delayed inputs from other groups, as of the previous step);
-        ``upstream`` the outputs of the groups before this one in this step."""
-        t, relayed = inp
-        with self._lock:
-            eng = self.engine
-            for values in (relayed, *upstream):
-                for name, (value, gen) in values.items():
-                    if name in eng.external:
-                        eng.set_external(name, value, gen)
-            eng.step(t)
-            out: dict[str, tuple[Any, int]] = {}
-            for name in self.outbound:
-                sv = eng.streams[name]
-                gen = sv.generation_time
-                if gen != self._sent[name]:
-                    self._sent[name] = gen
-                    out[name] = (sv.value, gen)
-                else:
-                    out[name] = (None, gen)
-            return out
-
-    def resend(self) -> None:
-        """Send every outbound value with the next step (a downstream actor was replaced)."""
-        with self._lock:
-            self._sent = {n: -2 for n in self.outbound}
-
-    def read(self, name: str) -> tuple[np.ndarray, int]:
-        with self._lock:
-            sv = self.engine.streams[name]
-            v = sv.value
-            return (v.copy() if isinstance(v, np.ndarray) else v.get()), sv.generation_time
-
-    def generation(self, name: str) -> int:
-        return self.engine.streams[name].generation_time
-
-    def update_parameters(self, stage: str, params: dict[str, Any]) -> None:
-        with self._lock:
-            self.engine.stages[stage].update_parameters(**params)
-
-    def metrics(self) -> dict[str, dict[str, Any]]:
-        with self._lock:
-            return self.engine.metrics_snapshot()
-
-    def sink_values(self, stage: str) -> np.ndarray:
-        with self._lock:
-            return self.engine.stages[stage].values()  # type: ignore[attr-defined]
-
-    def finalize(self) -> None:
-        with self._lock:
-            self.engine.finalize()
-
-    def ping(self) -> bool:
-        return True
-
-
 class RayPlacement(Placement):
-    """Placement groups on Ray actors, stepped through a compiled graph (``compiled=True``) or classic calls."""
+    """Placement groups on Ray actors, stepped over the channel its name picks (``ray``: node-local sockets)."""
 
     def __init__(self, config: PipelineConfig, levels: list[tuple[str, ...]], groups: list[str],
-                 compiled: bool = True, step_timeout_s: float = STEP_TIMEOUT_S, depth: int = 2):
+                 placement: str = "ray", step_timeout_s: float = STEP_TIMEOUT_S):
         self.config = config
         self.levels = levels
         self.groups = groups
-        self.compiled = compiled
-        self.name = "ray" if compiled else "ray-classic"
+        self.name = placement
         self.step_timeout_s = step_timeout_s
         #: who sends what to whom (a pure function of the config: raytile.pipeline.topology)
         self.topology = topo = group_topology(config, groups)
@@ -175,14 +74,19 @@ class RayPlacement(Placement):
         #: the latest (value, generation) of each relayed stream, handed to the next step
         self._relay_values: dict[str, tuple[Any, int]] = {}
         self.actors: dict[str, Any] = {}
-        self._dag: Any = None
-        #: compiled steps in flight at most (2: one actor works on step t+1 while the next finishes t)
-        self.depth = depth if compiled and not self.relay_streams else 1  # a relay needs the previous step
+        #: how a step's values travel between the actors (raytile.pipeline.ray_channels)
+        self.channel = make_channel(placement, config, topo)
         self._pending: deque[tuple[int, Any]] = deque()
+        self._channel_open = False
         #: the last step completed on every actor (the pipeline's step counter resumes after it on failure)
         self.last_done: int | None = None
         #: stream -> the writer's output object, for streams carried by a stage's own object
         self._templates: dict[str, Any] = {}
+
+    @property
+    def depth(self) -> int:
+        """Steps in flight at most (the channel's: it may change when the channel opens)."""
+        return self.channel.depth
 
     # -- build -------------------------------------------------------------------------------
     def _gpu_map(self, group: str) -> dict[int, int]:
@@ -197,9 +101,9 @@ class RayPlacement(Placement):
 
     def build(self) -> None:
         ensure_ray()
+        self._relay_values = {}  # every stage starts over: so do the values relayed between groups
         self._start_actors(self.groups)
-        if self.compiled:
-            self._compile()
+        self._open_channel()
 
     def _start_actors(self, groups: list[str]) -> None:
         """Create and build the actors of ``groups``."""
@@ -216,18 +120,6 @@ class RayPlacement(Placement):
             self._templates.update(self._call(g, "construct", timeout=timeout))
         for g in groups:  # then connect: a typed input across groups gets a copy of the writer's object
             self._call(g, "connect", self._templates, timeout=timeout)
-
-    def _compile(self) -> None:
-        from ray.dag import InputNode, MultiOutputNode
-
-        nodes: dict[str, Any] = {}
-        with InputNode() as step_input:
-            for g in self.groups:
-                nodes[g] = self.actors[g].step.bind(step_input, *[nodes[u] for u in self.upstream[g]])
-            outputs = [nodes[g] for g in self.output_groups]
-            out = outputs[0] if len(outputs) == 1 else MultiOutputNode(outputs)
-        crossing = sum(self.config.streams[s].nbytes for g in self.groups for s in self.outbound[g])
-        self._dag = out.experimental_compile(_buffer_size_bytes=max(1 << 20, 2 * crossing + (64 << 10)))
 
     # -- errors --------------------------------------------------------------------------------
     def _dead_groups(self) -> list[str]:
@@ -256,7 +148,7 @@ class RayPlacement(Placement):
         if dead:
             g = dead[0]
             return StageActorDied(g, self.members[g], f"{type(e).__name__}: {first_line}")
-        if isinstance(e, (rex.GetTimeoutError, rex.RayChannelTimeoutError)):
+        if self.channel.is_timeout(e):
             return ExecutorError(f"the Ray placement did not answer within {self.step_timeout_s} s (groups "
                                  f"{', '.join(self.groups)}); a stage may hang: metrics() shows which ran last")
         return ExecutorError(f"the Ray placement failed: {type(e).__name__}: {first_line}")
@@ -280,35 +172,30 @@ class RayPlacement(Placement):
 
     # -- run ------------------------------------------------------------------------------------------
     def step(self, t: int) -> None:
-        """Run step ``t``. Compiled: submit it and wait only for step ``t - depth + 1`` (steps overlap
-        across actors); :meth:`drain` waits for the rest (reads and updates do it first)."""
-        import ray
-
+        """Submit step ``t`` and wait only for the steps beyond the channel's depth (steps overlap across
+        actors); :meth:`drain` waits for the rest (reads and updates do it first)."""
         if not self.actors:
             raise PipelineStateError("step(): the Ray placement is closed; call restart()")
+        if not self._channel_open:
+            raise PipelineStateError("step(): a step failed and its channel is closed; call restart()")
         try:
-            inp = (t, self._relay_values)
-            if self._dag is not None:
-                self._pending.append((t, self._dag.execute(inp)))
-                while len(self._pending) >= self.depth:
-                    done_t, ref = self._pending.popleft()
-                    self._take_results(ray.get(ref, timeout=self.step_timeout_s))
-                    self.last_done = done_t
-            else:
-                refs: dict[str, Any] = {}
-                for g in self.groups:
-                    refs[g] = self.actors[g].step.remote(inp, *[refs[u] for u in self.upstream[g]])
-                self._take_results(ray.get([refs[g] for g in self.output_groups], timeout=self.step_timeout_s))
-                self.last_done = t
+            self._pending.append((t, self.channel.submit(t, self._relay_values)))
+            while len(self._pending) >= self.depth:
+                self._complete_oldest()
         except Exception as e:
+            self._abandon_steps()
             raise self._translate(e) from e
 
-    def _take_results(self, results: Any) -> None:
-        """Keep the relayed streams' values (copies: compiled-graph results are views of channel buffers)."""
+    def _complete_oldest(self) -> None:
+        done_t, handle = self._pending.popleft()
+        self._take_results(self.channel.results(handle, self.step_timeout_s))
+        self.last_done = done_t
+
+    def _take_results(self, results: list[SentValues]) -> None:
+        """Keep the relayed streams' values (copies: a compiled graph's results are views of its buffers),
+        for the first step after a restart."""
         if not self.relay_streams:
             return
-        if isinstance(results, dict):  # a compiled graph with one output node
-            results = [results]
         for values in results:
             for name in self.relay_streams:
                 if name in values:
@@ -321,15 +208,11 @@ class RayPlacement(Placement):
 
     def drain(self) -> None:
         """Wait for every submitted step."""
-        import ray
-
         try:
             while self._pending:
-                done_t, ref = self._pending.popleft()
-                self._take_results(ray.get(ref, timeout=self.step_timeout_s))
-                self.last_done = done_t
+                self._complete_oldest()
         except Exception as e:
-            self._pending.clear()
+            self._abandon_steps()
             raise self._translate(e) from e
 
     def read(self, stream: str) -> tuple[np.ndarray, int]:
@@ -360,15 +243,22 @@ class RayPlacement(Placement):
         if self.actors and not self._dead_groups():
             self._call_all("finalize")
 
-    def _teardown_graph(self) -> None:
-        """Forget steps in flight and tear the compiled graph down (living actors are free again)."""
+    def _abandon_steps(self) -> None:
+        """After a failed step: forget the steps in flight and step no more until :meth:`restart` opens the
+        channel again (what they still send would be taken for a later step's). The channel itself is
+        closed by close() or restart(): tearing a compiled graph down waits for a stuck actor."""
         self._pending.clear()
-        dag, self._dag = self._dag, None
-        if dag is not None:
-            try:
-                dag.teardown()
-            except Exception:
-                pass  # an actor already dead: the graph is torn down as far as it can be
+        self._channel_open = False
+
+    def _open_channel(self) -> None:
+        self.channel.open(self.actors)
+        self._channel_open = True
+
+    def _close_channel(self) -> None:
+        """Forget steps in flight and close the channel (living actors are free again)."""
+        self._pending.clear()
+        self._channel_open = False
+        self.channel.close()
 
     def _kill(self, groups: list[str]) -> None:
         import ray
@@ -380,30 +270,29 @@ class RayPlacement(Placement):
                 pass  # dead already
 
     def close(self) -> None:
-        """Tear the compiled graph down and kill the actors."""
-        self._teardown_graph()
+        """Close the channel and kill the actors."""
+        self._close_channel()
         self._kill(list(self.actors))
 
     def restart(self) -> None:
         """Replace dead actors (their stages start over; living groups keep their state), or, when none
-        died (a stage raised), rebuild every group from the config. The compiled graph is made again."""
+        died (a stage raised), rebuild every group from the config. The channel is opened again."""
         dead = self._dead_groups() if self.actors else list(self.groups)
         if not dead or len(dead) == len(self.groups):
             self.close()
             self.build()
             return
-        self._teardown_graph()
+        self._close_channel()
         self._kill(dead)
         self._start_actors(dead)
         for g in self.groups:
             if g not in dead:
                 self._call(g, "resend")  # the new actors have none of the values sent before
-        if self.compiled:
-            self._compile()
+        self._open_channel()
 
     def describe(self) -> list[str]:
-        how = "compiled-graph channels" if self.compiled else "classic actor calls"
-        lines = [f"{self.name}: {len(self.groups)} actors over {how}"]
+        lines = [f"{self.name}: {len(self.groups)} actors over {self.channel.name}, "
+                 f"{self.depth} step{'s' if self.depth > 1 else ''} in flight at most"]
         for g in self.groups:
             res = self._resources(g)
             lines.append(f"  {g}: {', '.join(self.members[g])} (upstream: {', '.join(self.upstream[g]) or '-'}; "

@@ -9,9 +9,12 @@
 >>> for cmd in p.values("commands", steps=50): ...
 
 ``placement="in-process"`` runs every stage in one thread; ``"ray"`` runs
-each placement group in a Ray actor connected by compiled-graph channels;
-``"ray-classic"`` the same actors driven by one classic actor call per
-group and step (a baseline for benchmarks).
+each placement group in a Ray actor, the actors of one node linked by
+Unix-domain sockets (plain actor calls when they span nodes);
+``"ray-compiled"`` the same actors over a Ray Compiled Graph (deprecated
+upstream; an option while Ray ships it); ``"ray-classic"`` one plain actor
+call a group and step (a baseline for benchmarks). See
+:mod:`raytile.pipeline.ray_channels`.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from raytile.pipeline.validation import group_order, validate_config
 
 __all__ = ["Pipeline", "PipelineState", "PLACEMENTS", "STATES"]
 
-PLACEMENTS = ("in-process", "ray", "ray-classic")
+PLACEMENTS = ("in-process", "ray", "ray-compiled", "ray-classic")
 
 
 class PipelineState(str, enum.Enum):
@@ -142,7 +145,7 @@ class Pipeline:
             return LocalPlacement(self.config, self.levels)
         from raytile.pipeline.ray_placement import RayPlacement
 
-        return RayPlacement(self.config, self.levels, self.groups, compiled=self.placement_name == "ray",
+        return RayPlacement(self.config, self.levels, self.groups, self.placement_name,
                             step_timeout_s=self.step_timeout_s)
 
     # -- build -----------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 A pure function of the config and the group order (no Ray): the Ray
 placement (:mod:`raytile.pipeline.ray_placement`) builds its actors, its
-compiled graph and its relays from the answer, and tests check the answer
+step channel and its relays from the answer, and tests check the answer
 without starting anything.
 
 A stage's group is ``StageSpec.group`` (its config's ``placement`` field, default ``"main"``).

@@ -66,7 +66,7 @@ def group_order(config: PipelineConfig) -> list[str]:
     """Placement groups in data-flow order (stages without ``placement`` form the group ``"main"``).
 
     Same-step values may cross groups in one direction only, so that groups
-    chain over compiled-graph channels; delayed inputs (``name:-1``) may
+    chain over the step channel; delayed inputs (``name:-1``) may
     cross in any direction (the driver hands them over between steps).
     """
     group = {st.name: st.group for st in config.stages}

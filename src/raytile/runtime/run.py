@@ -52,6 +52,8 @@ class UDFRun:
         self._exhausted = False
         self._cancel_requested = False
         self.last: UDFResults | None = None
+        #: Results this viewer took so far (``last`` is the newest of them).
+        self.taken = 0
 
     @property
     def run_id(self) -> str:
@@ -72,6 +74,11 @@ class UDFRun:
     def done(self) -> bool:
         """True once the run is over and its coordinator has released its state."""
         return self._coordinator.finished
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` seconds for the run's coordinator to end; whether it released its state."""
+        self._coordinator.join(timeout)
+        return self.done
 
     # -- control -------------------------------------------------------------
     def update_parameters(self, patch: Sequence[dict[str, object]], recompute: bool = False) -> None:
@@ -134,6 +141,7 @@ class UDFRun:
         if self._frames_dropped is not None:
             item.frames_dropped = self._frames_dropped()
         self.last = item
+        self.taken += 1
         return item
 
     def __iter__(self) -> Iterator[UDFResults]:

@@ -1,9 +1,13 @@
 """The runs one replica serves: each a `ServedRun` around a `UDFRun`, and the `RunRegistry` of them.
 
-A served run is one viewer of the run (``async for`` over its ``UDFRun``,
-in a task of the replica's event loop) and keeps only the latest result:
-streams read that, at their own rate, so a slow client never makes the
-server queue snapshots (latest wins, as in the run itself). Its id is the
+A served run is one viewer of the run's channel: ``async for`` over its
+``UDFRun``, in a task of the replica's event loop. The newest result and
+how many came are the viewer's own (``UDFRun.last``, ``UDFRun.taken``): the
+served run keeps no copy, only what HTTP clients learn besides (status,
+error, patches) and a wake-up for the streams, which read the newest result
+at their own rate, so a slow client never makes the server queue snapshots
+(latest wins, as in the run itself). The end of the run's coordinator is
+awaited with one ``join`` (in a thread), not polled. Its id is the
 run's id (``UDFRun.run_id``), the one ``raytile runs`` lists and
 ``Context.attach`` takes. At most ``max_runs`` runs go on at once (429
 beyond); finished runs stay for their results until ``keep_finished``
@@ -37,6 +41,9 @@ __all__ = ["ServedRun", "RunRegistry", "retry_after_s", "STATUS_RUNNING", "STATU
 #: A served run's ``status`` as clients read it (JSON strings; not the runtime's FINISHED end-of-run sentinel).
 STATUS_RUNNING, STATUS_FINISHED, STATUS_CANCELLED, STATUS_ERROR = "running", "finished", "cancelled", "error"
 
+#: How long a served run waits for its coordinator to release the run's state after its end.
+RELEASE_TIMEOUT_S = 30.0
+
 _UDF_ERROR = re.compile(r"^(?P<udf>\w+)\.(?P<method>\w+) raised .*? while processing partition (?P<partition>\d+)",
                         re.S)
 
@@ -56,7 +63,7 @@ def error_info(exc: BaseException) -> dict[str, Any]:
 
 
 class ServedRun:
-    """One run: its ``UDFRun``, its latest result, status and error; streams wait on :meth:`wait_newer`."""
+    """One run: its ``UDFRun`` (whose newest result it shows), status and error; streams wait on :meth:`wait_newer`."""
 
     def __init__(self, run: UDFRun, udf_names: Sequence[str], rate_hz: float, sig_shape: tuple[int, ...] = (),
                  specs: Sequence[Any] = (), warnings: Sequence[str] = ()):
@@ -69,8 +76,6 @@ class ServedRun:
         self.sig_shape = tuple(sig_shape)
         self.rate_hz = rate_hz
         self.status = STATUS_RUNNING
-        self.latest: UDFResults | None = None
-        self.seq = 0
         self.error: dict[str, Any] | None = None
         self.cancel_reason: str | None = None
         self.patches = 0
@@ -85,6 +90,16 @@ class ServedRun:
     def over(self) -> bool:
         return self.status != STATUS_RUNNING
 
+    @property
+    def latest(self) -> UDFResults | None:
+        """The newest result the run gave this viewer (None before the first)."""
+        return self.run.last
+
+    @property
+    def seq(self) -> int:
+        """The number of the newest message: the results the run gave, and one for its end."""
+        return self.run.taken + (1 if self.over else 0)
+
     def start(self) -> None:
         """Follow the run: a task of the running event loop, one viewer of the run (``async for``:
         the waits, and the join of a cancelled run's coordinator, happen in threads)."""
@@ -93,31 +108,19 @@ class ServedRun:
     async def _follow(self) -> None:
         status, error = STATUS_FINISHED, None
         try:
-            async for part in self.run:
-                self._update(part, None, None)
+            async for _ in self.run:
+                self._wake()
         except UDFRunCancelled:
             status = STATUS_CANCELLED
         except Exception as e:  # the run failed: the client gets it as the final message
             status, error = STATUS_ERROR, error_info(e)
-        self._update(None, status, error)
-        self.released = await anyio.to_thread.run_sync(self._wait_released)
+        self.status, self.error, self.ended = status, error, time.time()
+        self._wake()
+        # the coordinator releases its state right after the end: wait for it once, in a thread
+        self.released = await anyio.to_thread.run_sync(self.run.join, RELEASE_TIMEOUT_S)
 
-    def _wait_released(self, timeout: float = 30.0) -> bool:
-        """Whether the run's coordinator released its state within ``timeout`` (it does right after the end)."""
-        deadline = time.monotonic() + timeout
-        while not self.run.done:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.02)
-        return True
-
-    def _update(self, part: UDFResults | None, status: str | None, error: dict[str, Any] | None) -> None:
-        """In the event loop: take a new result or the end, wake every waiting stream."""
-        if part is not None:
-            self.latest = part
-        if status is not None:
-            self.status, self.error, self.ended = status, error, time.time()
-        self.seq += 1
+    def _wake(self) -> None:
+        """In the event loop: a new result or the end came; wake every waiting stream."""
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
