@@ -149,9 +149,9 @@ class ObjectStream(StreamValue):
         self.obj = obj
         self.attr = attr  # None: the array comes from obj.stream_array()
 
-    @property  # type: ignore[override]
+    @property
     def generation_time(self) -> int:
-        return self.obj.generation_time  # type: ignore[no-any-return]
+        return self.obj.generation_time
 
     @generation_time.setter
     def generation_time(self, t: int) -> None:

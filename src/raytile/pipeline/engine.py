@@ -26,6 +26,7 @@ import numpy as np
 from raytile.common.errors import ConfigValidationError
 from raytile.pipeline.config import PipelineConfig
 from raytile.pipeline.connections import ObjectStream, StreamValue, stream_value_of
+from raytile.pipeline.kernels.sink import Sink
 from raytile.common.errors import StageFailed
 from raytile.pipeline.metrics import StageMetrics
 from raytile.pipeline.order import trigger_levels
@@ -245,6 +246,12 @@ class GraphEngine:
                     first = StageFailed(name, "finalize", f"{type(e).__name__}: {e}", traceback.format_exc())
         if first is not None:
             raise first
+
+    def sink_values(self, stage: str) -> np.ndarray:
+        """The values the ``sink`` stage ``stage`` kept, oldest first (the runner checked its kind)."""
+        sink = self.stages[stage]
+        assert isinstance(sink, Sink), stage
+        return sink.values()
 
     def metrics_snapshot(self) -> dict[str, dict[str, Any]]:
         return {n: m.snapshot() for n, m in self.metrics.items()}

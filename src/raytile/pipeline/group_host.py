@@ -112,7 +112,7 @@ class GroupHost:
 
     def sink_values(self, stage: str) -> np.ndarray:
         with self._lock:
-            return self.engine.stages[stage].values()  # type: ignore[attr-defined]
+            return self.engine.sink_values(stage)
 
     def finalize(self) -> None:
         with self._lock:

@@ -46,7 +46,7 @@ class LocalPlacement(Placement):
         return self.engine.metrics_snapshot()
 
     def sink_values(self, stage: str) -> np.ndarray:
-        return self.engine.stages[stage].values()  # type: ignore[attr-defined]
+        return self.engine.sink_values(stage)
 
     def stage(self, name: str) -> Any:
         return self.engine.stages[name]

@@ -163,7 +163,7 @@ class Stage:
                  precision: Any = None, **params: Any):
         if not isinstance(context, StageContext):  # SPECULA's super().__init__(target_device_idx, precision)
             if context is not None:
-                target_device_idx, precision = context, target_device_idx  # type: ignore[assignment]
+                target_device_idx, precision = context, target_device_idx
             context = _BUILDING.get()
             if context is None:
                 raise ConfigValidationError(f"{type(self).__name__}: stages are constructed by a Pipeline "
@@ -486,7 +486,7 @@ def build_stage(cls: type[Stage], context: StageContext) -> Stage:
     try:
         style = cls.init_style()
         if style == "shmpipeline":
-            return cls(context)  # type: ignore[call-arg]
+            return cls(context)
         if style == "specula":
             kwargs = dict(spec.params)
             names = {p.name for p in cls._init_parameters()}
