@@ -26,12 +26,17 @@ from raytile.live.nav_shape import determine_nav_shape
 from raytile.live.progress import with_dropped_frames
 from raytile.live.registry import detector_spec
 from raytile.runtime.context import Context
+from raytile.runtime.progress import ProgressReporter
 
 __all__ = ["LiveContext", "Hooks", "make_acquisition_on"]
 
 
 class LiveContext(Context):
-    """A Context with :meth:`make_connection` and :meth:`make_acquisition` (LiberTEM-live's names)."""
+    """A Context with :meth:`make_connection` and :meth:`make_acquisition` (LiberTEM-live's names).
+
+    ``run_udf``/``run_udf_iter`` are the Context's; on an acquisition their progress also reports the
+    frames the detector lost, and ``aq.stats`` counts them while the run goes on.
+    """
 
     def make_connection(self, detector_type: str) -> Any:
         """A builder whose ``open(...)`` connects to the detector registered as ``detector_type``
@@ -39,24 +44,15 @@ class LiveContext(Context):
         acquisition, :mod:`raytile.live.detectors.memory`) or one of your own."""
         return detector_spec(detector_type, "make_connection: parameter 'detector_type'").builder()
 
-    def run_udf(self, dataset: DataSet, udf: Any, roi: Any = None, corrections: Any = None,  # type: ignore[override]
-                backends: Any = None, progress: Any = False, **kwargs: Any) -> Any:
-        """:meth:`raytile.Context.run_udf`; on an acquisition the progress also reports frames the
-        detector lost (:mod:`raytile.live.progress`)."""
+    def _prepare_run(self, dataset: DataSet, progress: bool | ProgressReporter) -> bool | ProgressReporter:
+        """Every run: an acquisition that is no stream (the memory detector's) is triggered here, as
+        LiberTEM-live's ``LiveContext`` does it, and the progress also reports frames the detector lost
+        (:mod:`raytile.live.progress`); ``aq.stats`` counts them while the run goes on."""
         _start_acquisition(dataset)
-        try:
-            return super().run_udf(dataset, udf, roi=roi, corrections=corrections, backends=backends,
-                                   progress=with_dropped_frames(progress, dataset), **kwargs)
-        finally:
-            _end_acquisition(dataset)
+        return with_dropped_frames(progress, dataset)
 
-    def run_udf_iter(self, dataset: DataSet, udf: Any, roi: Any = None, corrections: Any = None,  # type: ignore[override]
-                     backends: Any = None, progress: Any = False, **kwargs: Any) -> Any:
-        """:meth:`raytile.Context.run_udf_iter`; on an acquisition the progress also reports frames the
-        detector lost (:mod:`raytile.live.progress`); ``aq.stats`` counts them while the run goes on."""
-        _start_acquisition(dataset)
-        return super().run_udf_iter(dataset, udf, roi=roi, corrections=corrections, backends=backends,
-                                    progress=with_dropped_frames(progress, dataset), **kwargs)
+    def _run_udf_returned(self, dataset: DataSet) -> None:
+        _end_acquisition(dataset)
 
     def prepare_acquisition(self, detector_type: str, *args: Any, trigger: Any = None, **kwargs: Any) -> Any:
         """Removed in LiberTEM-live 0.2; raises its ``RuntimeError`` naming what replaced it."""

@@ -184,6 +184,7 @@ class Context(AnalysisMethods, NotebookMethods):
                backends: Iterable[str] | None,
                progress: bool | ProgressReporter, final_only: bool, detached: bool = False,
                sync: bool = True) -> UDFRun:
+        progress = self._prepare_run(dataset, progress)
         span = tracing.start_span("raytile.run")
         try:
             with tracing.use_span(span), tracing.child_span("raytile.plan"):
@@ -233,20 +234,33 @@ class Context(AnalysisMethods, NotebookMethods):
         ``plots``: live plots updated while the run goes on, as LiberTEM's
         (``True``, channel lists, or plot objects; see raytile.runtime.plots).
         """
-        if plots:
-            from raytile.runtime.plots import run_with_plots
+        try:
+            if plots:
+                from raytile.runtime.plots import run_with_plots
 
-            return run_with_plots(self, plots, dataset, udf, roi=roi, corrections=corrections, backends=backends,
-                                  progress=progress, sync=sync)
-        single = isinstance(udf, UDF)
-        run = self._start(dataset, udf, roi, corrections, backends, progress, final_only=True)
-        if sync:
-            return _unpack(run.result(), single)
+                return run_with_plots(self, plots, dataset, udf, roi=roi, corrections=corrections,
+                                      backends=backends, progress=progress, sync=sync)
+            single = isinstance(udf, UDF)
+            run = self._start(dataset, udf, roi, corrections, backends, progress, final_only=True)
+            if sync:
+                return _unpack(run.result(), single)
 
-        async def _await() -> ResultDict | list[ResultDict]:
-            return _unpack(await run.aresult(), single)
+            async def _await() -> ResultDict | list[ResultDict]:
+                return _unpack(await run.aresult(), single)
 
-        return _await()
+            return _await()
+        finally:
+            self._run_udf_returned(dataset)
+
+    # -- what a subclass adds around a run (LiveContext: raytile.live.api) ----------
+    def _prepare_run(self, dataset: DataSet, progress: bool | ProgressReporter) -> bool | ProgressReporter:
+        """Called as every run starts on ``dataset`` (``run_udf``, ``run_udf_iter``, with plots or not);
+        returns the progress to report to. Here: ``progress`` as it is."""
+        return progress
+
+    def _run_udf_returned(self, dataset: DataSet) -> None:
+        """Called when ``run_udf`` returns or raises (with ``sync=False``: once it returned the
+        awaitable). Here: nothing."""
 
     @overload
     def dry_run(self, dataset: DataSet, udf: UDF, roi: RoiLike = ...) -> ResultDict: ...

@@ -74,6 +74,6 @@ class ServeConfig:
             object.__setattr__(self, "live", check_live_config(self.live))
 
     @classmethod
-    def make(cls, data_roots: Sequence[str | os.PathLike[str]], **kwargs: object) -> "ServeConfig":
+    def make(cls, data_roots: Sequence[str | os.PathLike[str]], **kwargs: Any) -> "ServeConfig":
         """From a list of roots (str or Path) and keyword settings."""
-        return cls(data_roots=tuple(os.fspath(r) for r in data_roots), **kwargs)  # type: ignore[arg-type]
+        return cls(data_roots=tuple(os.fspath(r) for r in data_roots), **kwargs)  # the fields check them

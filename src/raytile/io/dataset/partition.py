@@ -83,7 +83,7 @@ class Partition(ABC):
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("get_tiles")
         if own is not None and "array_backend" not in inspect.signature(own).parameters:
-            cls.get_tiles = _with_array_backend(own)  # type: ignore[method-assign]
+            setattr(cls, "get_tiles", _with_array_backend(own))  # a format's own get_tiles, wrapped once
 
     @property
     def frame_delivery(self) -> FrameDelivery:
