@@ -155,3 +155,11 @@ def test_bad_preprocess_is_a_clear_error(inline_ctx):
                          sig_shape=(256, 256), dtype="uint16", preprocess=multi)
     with pytest.raises(DataSetException, match="was not refreshed for frame 0"):
         inline_ctx.run_udf(dataset=ds, udf=SumUDF())
+
+
+def test_a_stack_rule_is_for_kernels_only():
+    from raytile.pipeline.frame_stacks import STACK_RULES, register_stack_rule
+
+    with pytest.raises(ConfigValidationError, match="'constant' is a .*not a Kernel"):
+        register_stack_rule("constant")  # a source stage: it has no compute_into to run on a stack
+    assert "constant" not in STACK_RULES

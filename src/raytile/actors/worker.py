@@ -40,6 +40,7 @@ from raytile.actors.reply import Reply
 from raytile.actors.task_message import TaskMessage
 from raytile.actors.worker_tracing import WorkerTracing
 from raytile.common.errors import ExecutorError
+from raytile.io.dataset import TakesFrames
 from raytile.runtime.params import PartitionResult, PartitionTask, RunParams
 
 __all__ = ["WorkerActor", "PARAMS_CACHE", "DATA_CACHE", "CANCELLED_RUNS", "HELD_RUNS"]
@@ -178,7 +179,10 @@ class WorkerActor:
     def _attach_frames(self, task: PartitionTask, data: Any, frames: Any) -> None:
         """Give the partition the frames that came with the task: shared in-memory frames, a slab slot
         of the driver's node (mapped here), or a stream partition's frames."""
-        part: Any = task.partition  # one whose frames travel: it reads them from ``data``
+        part = task.partition
+        if data is None and frames is None:  # it reads its own frames (files)
+            return
+        assert isinstance(part, TakesFrames), task.describe()
         if data is not None:
             part.data = data
         elif isinstance(frames, SlabFrames):
@@ -227,8 +231,8 @@ class WorkerActor:
         finally:
             if reporter is not None:
                 reporter.close()
-            part: Any = task.partition
-            part.data = None
+            if isinstance(task.partition, TakesFrames):
+                task.partition.data = None
         result.worker = self.name
         return result, (self._tracing.collect() if params.trace_context else [])
 

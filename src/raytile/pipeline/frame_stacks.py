@@ -90,7 +90,10 @@ STACK_RULES: dict[str, StackRule] = {
 def register_stack_rule(kind: str, rule: StackRule = _broadcasting) -> None:
     """Let stages of ``kind`` run once per stack: with ``rule``, or (default) by calling their
     ``compute_into`` on the whole stack, for kernels that broadcast over a leading axis."""
-    get_stage_class(kind)  # an unknown kind is an error here
+    cls = get_stage_class(kind)  # an unknown kind is an error here
+    if not issubclass(cls, Kernel):
+        raise ConfigValidationError(f"register_stack_rule: parameter 'kind': {kind!r} is a {cls.__name__}, not a "
+                                    "Kernel: only kernels run once per stack")
     STACK_RULES[kind] = rule
 
 
@@ -334,7 +337,9 @@ class FrameStackPipeline:
             out_spec = streams[spec.outputs["output"]]
             out = np.empty((stack.shape[0],) + tuple(out_spec.shape), dtype=out_spec.dtype)
             aux = {a: engine.streams[a].value for a in spec.auxiliary}
-            STACK_RULES[spec.kind](engine.stages[name], values[spec.input or ""], out, aux)  # type: ignore[arg-type]
+            stage = engine.stages[name]
+            assert isinstance(stage, Kernel), name  # STACK_RULES hold kernel kinds only (register_stack_rule)
+            STACK_RULES[spec.kind](stage, values[spec.input or ""], out, aux)
             values[out_spec.name] = out
         return values[self.output]
 

@@ -19,6 +19,7 @@ import sys
 import threading
 from typing import Any, Iterator, Sequence
 
+from raytile.io.dataset import TakesFrames
 from raytile.runtime import tracing
 from raytile.runtime.executor import Executor, ProgressSink, TaskHandle, TaskNotRun
 from raytile.runtime.params import PartitionResult, PartitionTask
@@ -102,7 +103,8 @@ class _InlineHandle(TaskHandle):
             if sink is not None:
                 sink(run_id, frames)
         if task.frames is not None:  # a stream's partition: its frames came with it
-            task.partition.data = task.frames  # type: ignore[attr-defined]
+            assert isinstance(task.partition, TakesFrames), task.describe()
+            task.partition.data = task.frames
         try:
             with _one_blas_thread(), tracing.attached(self.params.trace_context), tracing.child_span(
                 "raytile.task", {"raytile.partition": task.idx, "raytile.worker": "inline",

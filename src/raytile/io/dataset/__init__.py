@@ -58,14 +58,14 @@ formats themselves live in :mod:`raytile.io.formats`.
 from raytile.io.dataset.dataset import DataSet, DataSetType, WorkerAccess, dataset_from_json, get_dataset_cls
 from raytile.io.dataset.meta import DataSetMeta
 from raytile.io.dataset.partition import (
-    DEFAULT_PARTITION_BYTES, NUMPY_BACKENDS, FrameDelivery, Partition, check_array_backend, choose_num_partitions,
-    partition_slices,
+    DEFAULT_PARTITION_BYTES, NUMPY_BACKENDS, FrameDelivery, Partition, TakesFrames, check_array_backend,
+    choose_num_partitions, partition_slices,
 )
 from raytile.io.dataset.roi import RoiHelper, RoiLike, validate_roi
 from raytile.io.dataset.tiles import iter_array_tiles
 
 __all__ = [
-    "DataSet", "DataSetType", "DataSetMeta", "Partition", "FrameDelivery", "WorkerAccess", "dataset_from_json",
+    "DataSet", "DataSetType", "DataSetMeta", "Partition", "FrameDelivery", "TakesFrames", "WorkerAccess", "dataset_from_json",
     "RoiLike", "validate_roi", "partition_slices", "choose_num_partitions", "iter_array_tiles", "DEFAULT_PARTITION_BYTES",
     "NUMPY_BACKENDS", "check_array_backend", "get_dataset_cls", "RoiHelper",
 ]

@@ -8,7 +8,7 @@ import functools
 import inspect
 import math
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from raytile.io.dataset.meta import DataSetMeta
 from raytile.io.dataset.tiles import iter_array_tiles
 
 __all__ = [
-    "Partition", "FrameDelivery", "partition_slices", "choose_num_partitions", "check_array_backend",
+    "Partition", "FrameDelivery", "TakesFrames", "partition_slices", "choose_num_partitions", "check_array_backend",
     "DEFAULT_PARTITION_BYTES", "NUMPY_BACKENDS",
 ]
 
@@ -40,6 +40,14 @@ class FrameDelivery(enum.Enum):
     SHARED = "shared"
     #: The frames travel inside the task (small or sparse in-memory data).
     CARRIED = "carried"
+
+
+@runtime_checkable
+class TakesFrames(Protocol):
+    """A partition whose frames an executor hands it (SHARED or CARRIED ones, a stream's): it reads
+    them from ``data``, which the executor sets before the task runs and clears after."""
+
+    data: Any
 
 
 def partition_slices(shape: Shape, num_partitions: int) -> list[Slice]:
