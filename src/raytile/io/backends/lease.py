@@ -47,8 +47,7 @@ try:
     import fcntl
 
     _LEASES = hasattr(fcntl, "F_SETLEASE") and hasattr(fcntl, "F_SETSIG")
-except ImportError:  # not POSIX
-    fcntl = None  # type: ignore[assignment]
+except ImportError:  # not POSIX: no leases, and nothing below calls fcntl (every lease starts in take)
     _LEASES = False
 
 __all__ = ["ReadLeases", "unleased_policy", "set_unleased_policy", "UNLEASED_POLICIES"]
