@@ -208,3 +208,18 @@ def test_registry_unknown_kind_and_entry_points(monkeypatch):
 
     with pytest.raises(ConfigValidationError, match="not a Stage subclass"):
         register_stage(int)  # type: ignore[arg-type]
+
+
+def test_a_stream_value_is_refilled_in_place_never_rebound():
+    import numpy as np
+
+    from raytile.common.errors import StreamRebound
+    from raytile.pipeline.connections import StreamValue
+
+    arr = np.zeros(3)
+    stream = StreamValue("frame", arr)
+    stream.set_value([1.0, 2.0, 3.0])
+    assert stream.value is arr and arr.tolist() == [1.0, 2.0, 3.0]
+    with pytest.raises(StreamRebound, match="'frame'.*refilled in place"):
+        stream.value = np.ones(3)
+    assert stream.value is arr

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "RaytileError", "DataSetException", "UDFException", "udf_exception_class", "UnsafeCastError", "UDFRunCancelled", "BackendError",
-    "ExecutorError", "CoordinatorDied", "ConfigValidationError", "MissingParameterError", "RepairValueError", "CorrectError", "StageFailed", "PipelineStateError", "StageActorDied",
+    "ExecutorError", "CoordinatorDied", "ConfigValidationError", "MissingParameterError", "RepairValueError", "CorrectError", "StageFailed", "PipelineStateError", "StreamRebound", "StageActorDied",
     "DataSetWarning", "DataSetShapeError", "InvalidMaskError",
     "AcquisitionError",
     "RunEnded",
@@ -168,6 +168,11 @@ class StageFailed(RaytileError):
 
 class PipelineStateError(RaytileError):
     """An operation does not fit the pipeline's state (stepping a failed or stopped pipeline...)."""
+
+
+class StreamRebound(PipelineStateError, AttributeError):
+    """A pipeline stream's array was assigned anew; it is refilled in place (an AttributeError too, as
+    assigning a read-only attribute is)."""
 
 
 class CoordinatorDied(ExecutorError):

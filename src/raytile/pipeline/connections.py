@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from raytile.common.errors import ConfigValidationError
+from raytile.common.errors import ConfigValidationError, StreamRebound
 from raytile.pipeline.device import resolve_device
 
 __all__ = ["BaseDataObj", "BaseValue", "StreamValue", "ObjectStream", "InputValue", "InputList",
@@ -130,9 +130,14 @@ class StreamValue(BaseValue):
         self.generation_time = -1
         self.target_device_idx = -1 if isinstance(value, np.ndarray) else int(getattr(value.device, "id", 0))
 
-    @property  # type: ignore[misc]  # never rebound
+    @property
     def value(self) -> Any:
         return self._value
+
+    @value.setter
+    def value(self, val: Any) -> None:
+        raise StreamRebound(f"stream {self.name!r}: its array is refilled in place by its writer, never "
+                            "rebound: write into it (value[...] = ...) or use set_value")
 
     def __repr__(self) -> str:
         return f"StreamValue({self.name!r}, shape={tuple(self._value.shape)}, generation_time={self.generation_time})"
