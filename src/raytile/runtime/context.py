@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Awaitable, Iterable, Literal, Sequence, overload
+from typing import Awaitable, Callable, Iterable, Literal, Sequence, overload
 
 from raytile.analysis.api import AnalysisMethods
 from raytile.common.errors import ConfigValidationError, ExecutorError
@@ -51,7 +51,7 @@ class Context(AnalysisMethods, NotebookMethods):
     :class:`~raytile.runtime.notebook.NotebookMethods`.
     """
 
-    def __init__(self, executor: str | Executor = "ray", coordinator: str = "auto", **executor_kwargs: Any):
+    def __init__(self, executor: str | Executor = "ray", coordinator: str = "auto", **executor_kwargs: object):
         coordinator = choose_coordinator(coordinator, executor, executor_kwargs.get("address"))
         self._host: RunHost
         if isinstance(executor, Executor):
@@ -83,7 +83,8 @@ class Context(AnalysisMethods, NotebookMethods):
         return self._host.workers
 
     @classmethod
-    def make_local(cls, cpus: int | None = None, gpus: int | None = None, **kwargs: Any) -> "Context":
+    def make_local(cls, cpus: int | None = None, gpus: int | None = None, coordinator: str = "auto",
+                   **kwargs: object) -> "Context":
         """A Context on a private local Ray instance with ``cpus`` CPU workers and ``gpus`` GPU workers.
 
         It never joins a Ray cluster already running on this machine (use
@@ -92,11 +93,11 @@ class Context(AnalysisMethods, NotebookMethods):
 
         >>> ctx = Context.make_local(cpus=4, gpus=1)
         """
-        return cls(executor="ray", cpus=cpus, gpus=gpus, address="local", **kwargs)
+        return cls("ray", coordinator, cpus=cpus, gpus=gpus, address="local", **kwargs)
 
     @classmethod
     def connect(cls, address: str = "auto", max_workers: int | None = None, min_workers: int | None = None,
-                **kwargs: Any) -> "Context":
+                coordinator: str = "auto", **kwargs: object) -> "Context":
         """A Context on an existing Ray cluster (``"auto"``, ``"host:6379"`` or ``"ray://host:10001"``).
 
         Its workers follow the cluster: one per CPU and per GPU of every node,
@@ -105,7 +106,7 @@ class Context(AnalysisMethods, NotebookMethods):
 
         >>> ctx = Context.connect("auto", max_workers=64)
         """
-        return cls(executor="ray", address=address, max_workers=max_workers, min_workers=min_workers, **kwargs)
+        return cls("ray", coordinator, address=address, max_workers=max_workers, min_workers=min_workers, **kwargs)
 
     def close(self) -> None:
         """Release the workers; runs in flight are cancelled, except detached ones."""
@@ -118,10 +119,11 @@ class Context(AnalysisMethods, NotebookMethods):
         self.close()
 
     # -- data ----------------------------------------------------------------
-    def load(self, format: str, *args: Any, **kwargs: Any) -> DataSet:
+    def load(self, format: str, *args: object, **kwargs: object) -> DataSet:
         """Open a data set: ``format`` is "memory", "raw", "npy", ... and args/kwargs its parameters
         (positional ones in the order of the format's constructor, as LiberTEM takes them)."""
-        ds = get_format(format)(*args, **_absolute_paths(kwargs))
+        open_format: Callable[..., DataSet] = get_format(format)  # the format checks its own parameters
+        ds = open_format(*args, **_absolute_paths(kwargs))
         ds.initialize(self._host)
         self._host.prepare_dataset(ds)
         return ds
@@ -276,12 +278,12 @@ class Context(AnalysisMethods, NotebookMethods):
 PATH_PARAMS = ("path", "files", "gain_map_path")
 
 
-def _absolute_paths(kwargs: dict[str, Any]) -> dict[str, Any]:
+def _absolute_paths(kwargs: dict[str, object]) -> dict[str, object]:
     """``kwargs`` with relative local paths made absolute against this process's working folder: Ray
     workers run in folders of their own, where ``path="scan.raw"`` named nothing ("file not found"
     from the first worker that opened it). URLs (``s3://...``) and absolute paths stay as they are."""
 
-    def absolute(p: Any) -> Any:
+    def absolute(p: object) -> object:
         if isinstance(p, (str, os.PathLike)) and "://" not in os.fspath(p) and not os.path.isabs(p):
             return os.path.abspath(p)
         return p

@@ -34,7 +34,7 @@ __all__ = ["RunSource", "ResultQueue", "RunHost", "DriverHost", "COORDINATORS", 
 COORDINATORS = ("driver", "actor", "auto")
 
 
-def choose_coordinator(coordinator: str, executor: Any, address: str | None) -> str:
+def choose_coordinator(coordinator: str, executor: object, address: object) -> str:
     """Where a Context coordinates its runs: ``"driver"`` or ``"actor"`` (see :class:`RunHost`)."""
     if coordinator not in COORDINATORS:
         raise ConfigValidationError(f"coordinator must be one of {COORDINATORS}, got {coordinator!r}")

@@ -44,7 +44,7 @@ def _resolve(target: str) -> HostFactory:
     return operator.attrgetter(attribute)(importlib.import_module(module))
 
 
-def make_host(executor: str, coordinator: str, **executor_kwargs: Any) -> RunHost:
+def make_host(executor: str, coordinator: str, **executor_kwargs: object) -> RunHost:
     """The run host of a Context with ``executor`` and ``coordinator``, made by the registered factory.
 
     ImportError propagates (a provider whose module cannot be imported: the CLI falls back to inline);
