@@ -420,3 +420,38 @@ def test_com_udf_params_com_params():
     assert [getattr(got, f) for f in got._fields if f != "regression"] == \
         [getattr(ref, f) for f in ref._fields if f != "regression"]
     assert int(got.regression) == int(ref.regression)
+
+
+class _DictMerge:
+    """merge reads its buffers the old way, ``dest['sum']``: LiberTEM warns (UseDiscouragedWarning)."""
+
+    def get_result_buffers(self):
+        return {"sum": self.buffer(kind="sig", dtype=np.float64)}
+
+    def process_frame(self, frame):
+        self.results.sum[:] += frame
+
+    def merge(self, dest, src):
+        dest["sum"][:] += src["sum"]
+
+
+class LtDictMergeUDF(_DictMerge, lt_udf.UDF):
+    pass
+
+
+class RtDictMergeUDF(_DictMerge, rt.UDF):
+    pass
+
+
+def test_dict_access_in_merge_warns_as_in_libertem(lt_ctx, inline_ctx):
+    from libertem.warnings import UseDiscouragedWarning as LtUseDiscouraged
+
+    from raytile.warnings import UseDiscouragedWarning
+
+    data = np.random.default_rng(5).random((4, 6, 5, 5))
+    with pytest.warns(LtUseDiscouraged, match="dict-like access is discouraged"):
+        ref = lt_ctx.run_udf(dataset=lt_ctx.load("memory", data=data, num_partitions=3), udf=LtDictMergeUDF())
+    with pytest.warns(UseDiscouragedWarning, match="dict-like access is discouraged"):
+        got = inline_ctx.run_udf(dataset=inline_ctx.load("memory", data=data, num_partitions=3), udf=RtDictMergeUDF())
+    np.testing.assert_allclose(got["sum"].data, ref["sum"].data)
+    np.testing.assert_allclose(got["sum"].data, data.sum(axis=(0, 1)))

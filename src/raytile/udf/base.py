@@ -80,6 +80,10 @@ class MergeAttrMapping:
         self._arrays[name][...] = value
 
     def __getitem__(self, name: str) -> np.ndarray:
+        """The array ``name``, as attribute access gives it; discouraged, as LiberTEM discourages it
+        (a :class:`UseDiscouragedWarning`)."""
+        warnings.warn("dict-like access is discouraged, as it can be confusing vs. using attribute access",
+                      UseDiscouragedWarning, stacklevel=2)
         return self._arrays[name]
 
     def __contains__(self, name: str) -> bool:
@@ -434,14 +438,15 @@ class UDF:
                     f"{type(self).__name__} has a {buf.kind!r} buffer {name!r}: implement "
                     f"{type(self).__name__}.merge(dest, src) to combine partitions"
                 )
-            if np.shape(src[name])[1:] != np.shape(dest[name])[1:]:  # never broadcast one into the other
+            part, whole = getattr(src, name), getattr(dest, name)
+            if np.shape(part)[1:] != np.shape(whole)[1:]:  # never broadcast one into the other
                 raise UDFException(
-                    f"{type(self).__name__}: a partition's {name!r} has shape {np.shape(src[name])[1:]} per frame, "
-                    f"the result {np.shape(dest[name])[1:]}: get_result_buffers declared a different extra_shape "
+                    f"{type(self).__name__}: a partition's {name!r} has shape {np.shape(part)[1:]} per frame, "
+                    f"the result {np.shape(whole)[1:]}: get_result_buffers declared a different extra_shape "
                     "where the partition ran than where the results are merged"
                 )
-            check_cast(src[name], dest[name], f"{type(self).__name__}.{name}")
-            dest[name][...] = src[name]
+            check_cast(part, whole, f"{type(self).__name__}.{name}")
+            whole[...] = part
 
     def merge_all(self, ordered_results: Mapping[Any, MergeAttrMapping]) -> dict[str, np.ndarray]:
         """Combine all partitions' results at once (nav buffers only by default).
