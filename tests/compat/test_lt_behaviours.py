@@ -455,3 +455,21 @@ def test_dict_access_in_merge_warns_as_in_libertem(lt_ctx, inline_ctx):
         got = inline_ctx.run_udf(dataset=inline_ctx.load("memory", data=data, num_partitions=3), udf=RtDictMergeUDF())
     np.testing.assert_allclose(got["sum"].data, ref["sum"].data)
     np.testing.assert_allclose(got["sum"].data, data.sum(axis=(0, 1)))
+
+
+def test_results_are_buffer_wrappers_as_in_libertem(lt_ctx, ctx):
+    from libertem.common.buffers import BufferWrapper as LtBufferWrapper
+    from libertem.udf.sum import SumUDF as LtSumUDF
+
+    from raytile.udf.buffers import BufferWrapper
+
+    data = np.random.default_rng(6).random((4, 6, 5, 5))
+    roi = np.zeros((4, 6), dtype=bool)
+    roi[1:3, 2:5] = True
+    ref = lt_ctx.run_udf(dataset=lt_ctx.load("memory", data=data), udf=LtSumUDF(), roi=roi)
+    got = ctx.run_udf(dataset=ctx.load("memory", data=data), udf=rt.SumUDF(), roi=roi)
+    assert isinstance(ref["intensity"], LtBufferWrapper) and isinstance(got["intensity"], BufferWrapper)
+    assert got["intensity"].kind == ref["intensity"].kind == "sig"
+    assert got["intensity"].dtype == ref["intensity"].dtype and got["intensity"].extra_shape == ()
+    np.testing.assert_allclose(got["intensity"].data, ref["intensity"].data)
+    np.testing.assert_allclose(got["intensity"].raw_data, data[roi].sum(axis=0))

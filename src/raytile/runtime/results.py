@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from raytile.common.buffer_wrappers import check_mask_shape
+from raytile.common.buffer_wrappers import BufferKind, check_mask_shape
 from raytile.common.buffers import get_bbox_slice
 from raytile.common.errors import UDFException, udf_exception_class
 from raytile.common.shape import Shape
@@ -19,7 +19,7 @@ from raytile.udf.buffers import BufferWrapper, expand_nav
 __all__ = ["ResultBuffer", "Damage", "UDFResults", "ResultAccumulator", "expand_nav"]
 
 
-class ResultBuffer:
+class ResultBuffer(BufferWrapper):
     """One named result: ``.data`` shaped like the data set, with a validity mask.
 
     For a ``nav`` buffer ``.data`` has the data set's nav shape (+ extra
@@ -27,22 +27,29 @@ class ResultBuffer:
     others), positions not yet merged hold the buffer's initial zeros.
     ``.valid_mask`` has the shape of ``.data`` and is False for both.
     ``.raw_data`` is the ROI-compressed array the UDF sees; ``.extra_shape``
-    the declared extra shape (LiberTEM's ``BufferWrapper.extra_shape``).
-    ``._valid_mask`` is the valid mask of ``.raw_data`` (LiberTEM's name).
+    the declared extra shape. ``._valid_mask`` is the valid mask of
+    ``.raw_data`` (LiberTEM's name). A result is a
+    :class:`~raytile.udf.buffers.BufferWrapper`, as LiberTEM's are
+    (``isinstance(res["intensity"], BufferWrapper)``); given to a UDF as a
+    parameter, the UDF sees its ``.data``, as there.
+
+    >>> res = ctx.run_udf(dataset=ds, udf=SumUDF())
+    >>> res["intensity"].data.shape == tuple(ds.shape.sig)
+    True
     """
 
-    def __init__(self, kind: str, raw_data: np.ndarray, data: np.ndarray, valid_mask: Any,
+    def __init__(self, kind: BufferKind, raw_data: np.ndarray, data: np.ndarray, valid_mask: Any,
                  extra_shape: tuple[int, ...] = (), raw_valid_mask: Any = None):
-        self.kind = kind
-        self.extra_shape = tuple(extra_shape)
-        self.raw_data = raw_data
+        super().__init__(kind, extra_shape, data.dtype)
         self.data = data
+        self._raw_data = raw_data
         self.valid_mask = valid_mask
         self._valid_mask = valid_mask if raw_valid_mask is None else raw_valid_mask
 
     @property
-    def dtype(self) -> np.dtype:
-        return self.data.dtype
+    def raw_data(self) -> np.ndarray:
+        """The array as the UDF's buffer held it: for ``nav`` results flat and ROI-compressed."""
+        return self._raw_data
 
     @property
     def masked_data(self) -> np.ma.MaskedArray:
