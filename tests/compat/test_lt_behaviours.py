@@ -7,6 +7,8 @@ compares the results, the warning or the exception type.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -473,3 +475,41 @@ def test_results_are_buffer_wrappers_as_in_libertem(lt_ctx, ctx):
     assert got["intensity"].dtype == ref["intensity"].dtype and got["intensity"].extra_shape == ()
     np.testing.assert_allclose(got["intensity"].data, ref["intensity"].data)
     np.testing.assert_allclose(got["intensity"].raw_data, data[roi].sum(axis=0))
+
+
+class _WarnsInPostprocess:
+    """process_frame and postprocess give warnings (a frame's odd value; dict access, as LiberTEM's test)."""
+
+    def get_result_buffers(self):
+        return {"default": self.buffer(kind="nav", dtype=np.float32)}
+
+    def process_frame(self, frame):
+        if frame.sum() < 0.5:
+            warnings.warn("a dark frame", RuntimeWarning)
+        self.results.default[:] = np.sum(frame)
+
+    def postprocess(self):
+        self.results["default"].raw_data
+
+
+class LtWarnsUDF(_WarnsInPostprocess, lt_udf.UDF):
+    pass
+
+
+class RtWarnsUDF(_WarnsInPostprocess, rt.UDF):
+    pass
+
+
+def test_warnings_a_udf_gives_on_a_worker_reach_the_caller(lt_ctx, ctx):
+    from libertem.warnings import UseDiscouragedWarning as LtUseDiscouraged
+
+    from raytile.warnings import UseDiscouragedWarning
+
+    data = np.ones((4, 6, 5, 5), dtype=np.float32)
+    data[2, 3] = 0  # one dark frame
+    with pytest.warns(LtUseDiscouraged), pytest.warns(RuntimeWarning, match="a dark frame"):
+        ref = lt_ctx.run_udf(dataset=lt_ctx.load("memory", data=data, num_partitions=4), udf=LtWarnsUDF())
+    with pytest.warns(UseDiscouragedWarning), pytest.warns(RuntimeWarning, match="a dark frame"):
+        got = ctx.run_udf(dataset=ctx.load("memory", data=data, num_partitions=4), udf=RtWarnsUDF())
+    np.testing.assert_allclose(got["default"].data, ref["default"].data)
+    np.testing.assert_allclose(got["default"].data, data.sum(axis=(2, 3)))

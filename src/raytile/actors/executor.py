@@ -55,6 +55,7 @@ from raytile.actors.shared_frames import SharedFrames
 from raytile.actors.shipping import ParamsHandle, put_params
 from raytile.actors.submission import RayTaskHandle, Submitter
 from raytile.actors.wakeups import RunWakeups
+from raytile.actors.worker_warnings import warn_again
 from raytile.common.device_class import DeviceClass
 from raytile.common.errors import ConfigValidationError, ExecutorError
 from raytile.runtime.dispatch_policy import DISPATCH_POLICY, DispatchPolicy
@@ -95,6 +96,7 @@ class RayExecutor(Executor):
         self._close_lock = threading.Lock()
         self._closed = False
         self.merge_interval_s = merge_interval_s
+        self._warning_registry: dict = {}  # where warn_again notes the worker warnings shown once
         self.wakeups = RunWakeups()
         self.held = HeldResults()
         self.frames = FrameSharing()
@@ -269,6 +271,8 @@ class RayExecutor(Executor):
             raise ExecutorError(f"{handle.describe()} failed in the Ray runtime: {e}") from e
         if reply.spans:
             tracing.export_remote_spans(list(reply.spans))
+        if reply.warnings:  # what the task's UDFs warned on the worker, here as inline
+            warn_again(reply.warnings, self._warning_registry)
         if reply.status is ReplyStatus.MISSING:  # ship it again with the resubmitted task
             kind, key = reply.payload
             self.submitter.missing(handle, kind, key)

@@ -31,6 +31,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from raytile.actors.worker_warnings import WarningRecord
 from raytile.common.errors import ExecutorError, UDFRunCancelled
 from raytile.runtime.executor import TaskNotRun
 
@@ -55,6 +56,8 @@ class Reply:
     status: ReplyStatus
     payload: Any = None
     spans: Sequence[dict] = ()
+    #: Warnings the call gave on the worker (:mod:`raytile.actors.worker_warnings`), given again by the caller.
+    warnings: Sequence[WarningRecord] = ()
 
     @classmethod
     def ok(cls, payload: Any = None, spans: Sequence[dict] = ()) -> "Reply":

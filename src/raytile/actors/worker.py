@@ -22,6 +22,7 @@ the same code the inline executor runs. The actor
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import pickle
@@ -39,6 +40,7 @@ from raytile.actors.progress import TileReporter
 from raytile.actors.reply import Reply
 from raytile.actors.task_message import TaskMessage
 from raytile.actors.worker_tracing import WorkerTracing
+from raytile.actors.worker_warnings import recording
 from raytile.common.errors import ExecutorError
 from raytile.io.dataset import TakesFrames
 from raytile.runtime.params import PartitionResult, PartitionTask, RunParams
@@ -145,6 +147,12 @@ class WorkerActor:
         message, resolve its cached values, skip a cancelled run's task,
         attach the frames, run the partition, deliver its result.
         """
+        with recording() as given:  # the task's warnings go back with its reply (see worker_warnings)
+            reply = self._run_phases(message, shipped, progress, frames)
+        return dataclasses.replace(reply, warnings=tuple(given)) if given else reply
+
+    def _run_phases(self, message: bytes | TaskMessage, shipped: dict[str, Any] | None, progress: Any,
+                    frames: Any) -> Reply:
         try:
             msg = self._open(message)
             params, data = self._resolve(msg, shipped or {})
