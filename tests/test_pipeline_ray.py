@@ -174,11 +174,10 @@ def test_a_hanging_stage_times_out_instead_of_hanging(ray_context):
         p.close()
 
 
-@pytest.mark.parametrize("placement", ["ray", "ray-compiled", "ray-classic"])
-def test_closed_loop_across_actors_equals_in_process(ray_context, placement):
-    # residual = (frame - cmd[t-1]) * g on the sensor actor; cmd = cmd + 0.5 * residual on the control actor:
-    # cmd:-1 goes back from control to sensor through the driver between steps
-    cfg = {
+def _closed_loop_config(keep: int) -> dict:
+    """residual = (frame - cmd[t-1]) * g on the sensor actor; cmd = cmd + 0.5 * residual on the control
+    actor; the last ``keep`` residuals logged."""
+    return {
         "streams": {"frame": {"shape": [8, 8], "dtype": "uint16"}, "g": {"shape": [8, 8], "dtype": "float32"},
                     "res": {"shape": [8, 8], "dtype": "float32"}, "cmd": {"shape": [8, 8], "dtype": "float32"}},
         "stages": [
@@ -189,9 +188,16 @@ def test_closed_loop_across_actors_equals_in_process(ray_context, placement):
              "output": "res", "placement": "sensor"},
             {"name": "control", "kind": "leaky_integrator", "input": "res", "output": "cmd", "placement": "control",
              "params": {"gain": 0.5, "leak": 1.0}},
-            {"name": "log", "kind": "sink", "input": "res", "placement": "control", "params": {"keep": 10}},
+            {"name": "log", "kind": "sink", "input": "res", "placement": "control", "params": {"keep": keep}},
         ],
     }
+
+
+@pytest.mark.parametrize("placement", ["ray", "ray-compiled", "ray-classic"])
+def test_closed_loop_across_actors_equals_in_process(ray_context, placement):
+    # residual = (frame - cmd[t-1]) * g on the sensor actor; cmd = cmd + 0.5 * residual on the control actor:
+    # cmd:-1 goes back from control to sensor through the driver between steps
+    cfg = _closed_loop_config(keep=10)
     local = Pipeline.from_dict(cfg).build()
     p = Pipeline.from_dict(cfg, placement=placement).build()
     try:
@@ -257,20 +263,7 @@ def test_actors_on_several_nodes_use_actor_calls_with_steps_in_flight(ray_contex
 
 def test_closed_loop_over_actor_calls_keeps_steps_in_flight(ray_context, across_nodes):
     # the delayed input goes from control's step t-1 to sensor's step t as an ObjectRef: no driver round trip
-    cfg = {
-        "streams": {"frame": {"shape": [8, 8], "dtype": "uint16"}, "g": {"shape": [8, 8], "dtype": "float32"},
-                    "res": {"shape": [8, 8], "dtype": "float32"}, "cmd": {"shape": [8, 8], "dtype": "float32"}},
-        "stages": [
-            {"name": "camera", "kind": "sh_frames", "output": "frame", "placement": "sensor",
-             "params": {"n_sub": 2, "frames": 5, "seed": 7, "photons": 500.0}},
-            {"name": "g", "kind": "constant", "output": "g", "placement": "sensor", "params": {"value": 0.8}},
-            {"name": "residual", "kind": "calibrate", "input": "frame", "auxiliary": ["cmd:-1", "g"],
-             "output": "res", "placement": "sensor"},
-            {"name": "control", "kind": "leaky_integrator", "input": "res", "output": "cmd", "placement": "control",
-             "params": {"gain": 0.5, "leak": 1.0}},
-            {"name": "log", "kind": "sink", "input": "res", "placement": "control", "params": {"keep": 20}},
-        ],
-    }
+    cfg = _closed_loop_config(keep=20)
     local = Pipeline.from_dict(cfg).build()
     p = Pipeline.from_dict(cfg, placement="ray").build()
     try:
