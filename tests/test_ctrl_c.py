@@ -111,3 +111,57 @@ def test_ctrl_c_stops_the_run_and_the_process(kind, tmp_path):
     finally:
         for p in left():  # leave the machine clean whatever happened
             p.kill()
+
+
+#: The child for a second Ctrl-C: a finished run, then SIGINT arrives while the exit hook shuts the
+#: private Ray down (sent from inside ``ray.shutdown``, so it lands there every time).
+CHILD_EXIT = r"""
+import os, signal
+import numpy as np
+import ray
+import raytile as rt
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+ctx = rt.Context.make_local(cpus=1)
+ds = ctx.load("memory", data=np.ones((4, 4, 4, 4), dtype=np.float32), num_partitions=2)
+print(float(ctx.run_udf(dataset=ds, udf=rt.SumUDF())["intensity"].data.sum()), flush=True)
+shutdown = ray.shutdown
+
+def interrupted_shutdown(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)
+    shutdown(*args, **kwargs)
+
+ray.shutdown = interrupted_shutdown
+"""
+
+
+@pytest.mark.ray
+def test_ctrl_c_while_the_exit_hook_stops_ray_is_quiet(tmp_path):
+    """Ctrl-C pressed again while a script's exit hook stops its private Ray: no "Exception ignored in
+    atexit callback" traceback, the process ends normally, and none of its Ray processes is left."""
+    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
+    proc = subprocess.Popen([sys.executable, "-c", CHILD_EXIT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    children: list = []
+    try:
+        wait_until(lambda: psutil.Process(proc.pid).children() or proc.poll() is not None, timeout=120,
+                   what="the child's Ray to start")
+        if proc.poll() is None:
+            children = psutil.Process(proc.pid).children(recursive=True)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert out.split() == [str(float(4 * 4 * 4 * 4))], (out, err[-2000:])
+    assert "Exception ignored" not in err and "KeyboardInterrupt" not in err, err[-2000:]
+    assert proc.returncode == 0, err[-2000:]
+
+    def left():
+        return [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+    try:
+        wait_until(lambda: not left(), timeout=30, what="the child's processes to end")
+    finally:
+        for p in left():
+            p.kill()

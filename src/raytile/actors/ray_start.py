@@ -231,7 +231,11 @@ def _shut_down_quickly_at_exit() -> None:
     that second trying to report its end to the GCS that is gone, and is killed then. A private local
     instance has nothing to autoscale: the monitor is killed first, at once, and Ray is shut down
     without the sleep. Registered after ``ray.init``, so it runs before Ray's hooks (which then find
-    nothing left to do); it does nothing if Ray was shut down, or started again, since."""
+    nothing left to do); it does nothing if Ray was shut down, or started again, since.
+
+    A second Ctrl-C while it runs (a user pressing it again because the script is ending) is ignored
+    until Ray is down: it would stop the shutdown half way and print Python's "Exception ignored in
+    atexit callback" traceback, and Ray's own hook would then do the slow stop after all."""
     worker = getattr(ray, "_private").worker
     started = getattr(worker, "_global_node", None)
     if started is None:
@@ -241,13 +245,27 @@ def _shut_down_quickly_at_exit() -> None:
         node = getattr(worker, "_global_node", None)
         if node is None or node is not started:
             return
-        try:
-            node.kill_monitor(check_alive=False)
-        except Exception:  # noqa: BLE001  (a Ray without that method: its own hook stops the monitor)
-            pass
-        ray.shutdown()
+        with _ctrl_c_ignored():
+            try:
+                node.kill_monitor(check_alive=False)
+            except Exception:  # noqa: BLE001  (a Ray without that method: its own hook stops the monitor)
+                pass
+            ray.shutdown()
 
     atexit.register(shut_down)
+
+
+@contextlib.contextmanager
+def _ctrl_c_ignored() -> Iterator[None]:
+    """SIGINT ignored while the block runs (in the main thread; elsewhere Python delivers no signal)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def _started_here() -> bool:
