@@ -323,3 +323,22 @@ def test_corrections_on_float32_file_read_straight(inline_ctx, tmp_path, frames)
     np.testing.assert_allclose(res["intensity"].data, frames.reshape(-1, *SIG).sum(axis=0) - 35, rtol=1e-6)
     res = inline_ctx.run_udf(dataset=ds, udf=SumUDF())  # the file map is untouched
     np.testing.assert_allclose(res["intensity"].data, frames.reshape(-1, *SIG).sum(axis=0), rtol=1e-6)
+
+
+def test_default_backend_is_direct_for_a_file_larger_than_three_quarters_of_ram(inline_ctx, tmp_path, frames,
+                                                                              monkeypatch):
+    """Without ``io_backend``, a file larger than 3/4 of the machine's memory is read with ``direct``
+    (mmap would map it all and run at 0.65x direct beyond RAM, docs/formats.md); a smaller one with
+    ``mmap``. The machine's memory is made small here so that this small file counts as large."""
+    import raytile.io.backends as backends
+
+    path = tmp_path / "frames.raw"
+    frames.tofile(path)
+    small = inline_ctx.load("raw", path=str(path), nav_shape=NAV, sig_shape=SIG, dtype="uint16")
+    assert small.io_backend == "mmap"
+    monkeypatch.setattr(backends, "physical_memory", lambda: int(frames.nbytes / 0.75) - 1)
+    large = inline_ctx.load("raw", path=str(path), nav_shape=NAV, sig_shape=SIG, dtype="uint16")
+    assert large.io_backend == "direct"
+    check_read(inline_ctx, large, frames, tilings=((None, None),))
+    pinned = inline_ctx.load("raw", path=str(path), nav_shape=NAV, sig_shape=SIG, dtype="uint16", io_backend="mmap")
+    assert pinned.io_backend == "mmap"
