@@ -54,3 +54,21 @@ def test_correct_refuses_a_buffer_that_is_not_c_contiguous_as_libertem(buffer, i
     with pytest.raises(CorrectError, match="C-contiguous"):
         detector.correct(buffer=buffer, sig_shape=buffer.shape[-2:], inplace=inplace)
     assert detector.CorrectError is CorrectError
+
+
+def test_the_older_path_corrects_as_libertems():
+    """``libertem.corrections.detector`` (LiberTEM's older path of the same functions) maps to raytile and
+    corrects as LiberTEM's on the same frames."""
+    from libertem.corrections import detector as lt_old_path
+
+    from raytile.compat import rewrite_imports
+    from raytile.corrections import detector as old_path
+
+    assert "raytile.corrections.detector" in rewrite_imports("from libertem.corrections.detector import correct")
+    masks, gain, excluded = _inputs()
+    frames = np.random.default_rng(5).random((4,) + SIG) * 100
+    dark = np.random.default_rng(6).random(SIG)
+    ref = lt_old_path.correct(frames, dark_image=dark, gain_map=gain, excluded_pixels=excluded)
+    got = old_path.correct(frames, dark_image=dark, gain_map=gain, excluded_pixels=excluded)
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+    assert (old_path.correct, old_path.RepairValueError) == (detector.correct, detector.RepairValueError)
