@@ -10,6 +10,6 @@ map, excluded pixels patched, outside any run) and :func:`correct_dot_masks`.
 [[[0.5, 0.5], [0.5, 0.5]]]
 """
 
-from raytile.io._corrections.detector import CorrectError, RepairValueError, correct, correct_dot_masks
+from raytile.io.corrections.detector import CorrectError, RepairValueError, correct, correct_dot_masks
 
 __all__ = ["correct", "correct_dot_masks", "CorrectError", "RepairValueError"]
