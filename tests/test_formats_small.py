@@ -116,16 +116,19 @@ NAV_REQUIRED = {"seq"}
 
 
 def _check(ctx, ds, frames, roi=None, tilings=((None, None), (3, 100))):
-    """Sum (exact for integers), SumSig and every tile against numpy, for several tilings."""
+    """Sum (exact for integers), SumSig and every tile against numpy, for several tilings.
+
+    Frames of NaN in ``frames``: nav positions the data has no frame for (a ``sync_offset``), which no
+    UDF may see; their SumSig is 0 (the buffer's start), as in LiberTEM."""
     n_sig = len(ds.shape.sig)
     flat = frames.reshape((-1,) + frames.shape[-n_sig:]).astype(np.float64)
     sel = flat if roi is None else flat[roi.reshape(-1)]
     for depth, total in tilings:
         RecordTiles.seen = []
         res = ctx.run_udf(dataset=ds, udf=[SumUDF(dtype="float64"), SumSigUDF(), RecordTiles(depth, total)], roi=roi)
-        np.testing.assert_array_equal(res[0]["intensity"].data, sel.sum(axis=0))
+        np.testing.assert_array_equal(res[0]["intensity"].data, np.nan_to_num(sel).sum(axis=0))
         got_sig = res[1]["intensity"].data.reshape(-1)
-        want_sig = flat.reshape(len(flat), -1).sum(axis=1)
+        want_sig = np.nan_to_num(flat).reshape(len(flat), -1).sum(axis=1)
         mask = np.ones(len(flat), bool) if roi is None else roi.reshape(-1)
         np.testing.assert_array_equal(got_sig[mask], want_sig[mask])
         if RecordTiles.seen:  # tiles seen in this process (inline executor; Ray's are in its workers)
@@ -156,7 +159,7 @@ def test_sync_offset_and_reshape(inline_ctx, tmp_path, rng, fmt):
     base = {k: v for k, v in w.params.items() if k != "nav_shape"}
     for offset in (2, -3):
         ds = inline_ctx.load(w.name, **base, nav_shape=(2, 6), sync_offset=offset, num_partitions=2)
-        want = np.zeros_like(flat)
+        want = np.full(flat.shape, np.nan)  # positions without a frame: not run (LiberTEM's behaviour)
         if offset > 0:
             want[:-offset] = flat[offset:]
         else:
@@ -545,8 +548,9 @@ def test_tvips_nav_shape_beyond_the_files_raises(inline_ctx, tmp_path, rng):
     _check(inline_ctx, ds, frames[3:], tilings=((None, None),))
     with pytest.raises(DataSetException, match=r"holds? 26 frames.*nav_shape \(27,\) needs 27"):
         inline_ctx.load("tvips", path=paths[0], nav_shape=(27,), sync_offset=0)
-    padded = inline_ctx.load("tvips", path=paths[0], nav_shape=(25,), sync_offset=3)  # asked for: blank frames
-    _check(inline_ctx, padded, np.concatenate([frames[3:], np.zeros((2, 5, 4), np.uint16)]), tilings=((None, None),))
+    padded = inline_ctx.load("tvips", path=paths[0], nav_shape=(25,), sync_offset=3)  # asked for: positions without
+    _check(inline_ctx, padded, np.concatenate([frames[3:], np.full((2, 5, 4), np.nan)]),  # a frame, not run
+           tilings=((None, None),))
 
 
 @pytest.mark.parametrize("fmt", sorted(set(MAKERS) - {"dm_stack"}))

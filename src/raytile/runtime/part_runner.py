@@ -235,8 +235,15 @@ class PartitionRun:
                     self.graphs[i] = TileGraphs(udf, self.gpu.stream)
 
     def tiles(self) -> Iterator[DataTile]:
-        return self.task.partition.get_tiles(self.params.tiling_scheme, roi=self.params.roi,
-                                             dest_dtype=self.params.input_dtype, array_backend=self.plan.ds_backend)
+        """The partition's tiles, without the frames the data has none for (a ``sync_offset``, a nav
+        shape larger than the data: :meth:`~raytile.io.dataset.partition.Partition.frames_with_data`)."""
+        partition, roi = self.task.partition, self.params.roi
+        tiles = partition.get_tiles(self.params.tiling_scheme, roi=roi, dest_dtype=self.params.input_dtype,
+                                    array_backend=self.plan.ds_backend)
+        lo, hi = partition.frames_with_data(roi)
+        if (lo, hi) == (0, self.num_frames):
+            return tiles
+        return _within(tiles, self.nav_origin + lo, self.nav_origin + hi)
 
     # -- phase 2 ------------------------------------------------------------------
     def run_tile(self, tile: DataTile) -> None:
@@ -307,6 +314,21 @@ class PartitionRun:
         if self.graphs:
             result.capture_stats = {i: dict(g.stats) for i, g in self.graphs.items()}
         return result
+
+
+def _within(tiles: Iterator[DataTile], start: int, stop: int) -> Iterator[DataTile]:
+    """``tiles`` cut to the nav positions ``[start, stop)`` (tiles outside left out)."""
+    for tile in tiles:
+        origin, count = tile.tile_slice.origin[0], tile.tile_slice.shape[0]
+        a, b = max(start, origin), min(stop, origin + count)
+        if a >= b:
+            continue
+        if (a, b) == (origin, origin + count):
+            yield tile
+            continue
+        shape = (b - a,) + tuple(tile.tile_slice.shape)[1:]
+        cut = Slice((a,) + tuple(tile.tile_slice.origin[1:]), Shape(shape, sig_dims=tile.tile_slice.shape.sig_dims))
+        yield DataTile(tile.data[a - origin:b - origin], cut, tile.scheme_idx)
 
 
 @contextmanager

@@ -157,6 +157,18 @@ class Partition(ABC):
             return self.start
         return int(np.count_nonzero(roi[: self.start]))
 
+    def frames_with_data(self, roi: np.ndarray | None) -> tuple[int, int]:
+        """This partition's frames ``[lo, hi)`` that the data holds a frame for (see
+        :meth:`DataSetMeta.nav_with_frames`), counted from its first frame, in the ROI-compressed nav
+        space; ``(0, count_frames(roi))`` when every position has one."""
+        first, end = self.meta.nav_with_frames()
+        lo, hi = min(max(first, self.start), self.stop), min(max(end, self.start), self.stop)
+        if roi is None:
+            return lo - self.start, hi - self.start
+        part_roi = roi[self.start:self.stop]
+        return (int(np.count_nonzero(part_roi[:lo - self.start])),
+                int(np.count_nonzero(part_roi[:hi - self.start])))
+
     def describe(self) -> str:
         return f"partition {self.idx} (frames {self.start}:{self.stop})"
 

@@ -22,7 +22,7 @@ Parameters (LiberTEM's names where it has them): ``path``, ``nav_shape``
 (default: ``(ntrigger, nimages)`` from ``detectorSpecific`` when both are
 above 1 and match the frame count, else all frames in one axis),
 ``sig_shape`` (a reshape of the frame), ``sync_offset`` (nav position ``i``
-reads image ``i + sync_offset``; images outside the series read as zeros),
+reads image ``i + sync_offset``; positions outside the series have no frame and are left out of runs),
 ``decoder`` and ``io_backend`` (``"mmap"``; ``"buffered"``: one ``pread``
 of the byte span of each block of chunks into a reused buffer; ``"direct"``:
 the same with O_DIRECT, page-aligned, for series larger than RAM). The master's ``detectorSpecific/pixel_mask`` (non-zero:
@@ -218,7 +218,7 @@ class DectrisDataSet(DataSet):
             warnings.warn(f"{self._path} holds {total} images, nav_shape {nav} reads only the first "
                           f"{math.prod(nav)}", stacklevel=2)
         return DataSetMeta(shape=Shape(tuple(nav) + tuple(sig), sig_dims=len(sig)),
-                           raw_dtype=info.dtype.newbyteorder("="), sync_offset=self._sync_offset)
+                           raw_dtype=info.dtype.newbyteorder("="), sync_offset=self._sync_offset, image_count=total)
 
     @staticmethod
     def _default_nav(info: MasterInfo, total: int) -> tuple[int, ...]:

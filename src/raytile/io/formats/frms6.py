@@ -406,7 +406,7 @@ class FRMS6DataSet(FileDataSet):
             self._gain = gain.reshape(sig)
         dtype = np.dtype(np.float32 if self._enable_offset_correction else np.uint16)
         return DataSetMeta(shape=Shape(tuple(nav) + tuple(sig), sig_dims=len(sig)), raw_dtype=dtype,
-                           sync_offset=self._sync_offset)
+                           sync_offset=self._sync_offset, image_count=start)
 
     @staticmethod
     def _dark_frame(path: str, head: dict[str, int], binning: int) -> np.ndarray:

@@ -4,7 +4,7 @@
 The last ``sig_dims`` axes are the signal. Without ``ds_path`` the largest
 dataset of 3 or more dimensions is read (as LiberTEM does);
 ``sync_offset`` shifts the frames (nav position ``i`` reads frame
-``i + sync_offset``, zeros outside the dataset), ``sig_shape`` may be given
+``i + sync_offset``; positions outside the dataset are left out of runs), ``sig_shape`` may be given
 and must be the dataset's own (LiberTEM does not reshape HDF5 frames either). For chunked datasets the base
 shape follows the chunking: tiles span whole chunks in the signal and a
 multiple of the chunk's frames in nav, so each chunk is read (and
@@ -388,11 +388,11 @@ class H5DataSet(DataSet):
             raise DataSetException(f"{self._path}:{self._ds_path}: sig_shape {self._sig_shape} is not the "
                                    f"dataset's signal shape {tuple(sig)}; HDF5 frames are not reshaped")
         nav = self._nav_shape or file_nav
-        # as LiberTEM: nav_shape may hold fewer positions than the file has frames, or more (read as zeros)
+        # as LiberTEM: nav_shape may hold fewer positions than the file has frames, or more (left out of runs)
         check_sync_offset(self._path, self._sync_offset, math.prod(nav), math.prod(file_nav))
         self._file_nav, self._chunks, self._h5dtype = file_nav, chunks, dtype
         return DataSetMeta(shape=Shape(tuple(nav) + tuple(sig), sig_dims=len(sig)), raw_dtype=dtype.newbyteorder("="),
-                           sync_offset=self._sync_offset)
+                           sync_offset=self._sync_offset, image_count=math.prod(file_nav))
 
     def check_valid(self) -> None:
         f, ds = _open(self._path, self._ds_path, self._store)

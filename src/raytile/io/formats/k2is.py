@@ -20,7 +20,7 @@ before the shutter flag: nav position ``i`` reads synced frame
 ``i + sync_offset - 1`` in a scan (as LiberTEM) and ``i + sync_offset`` in a
 time series (LiberTEM reads ``i + sync_offset + (frames before the flag)``
 there, skipping those frames twice; the two agree when the shutter flag is
-set from the first frame on). Frames outside the synced data read as zeros.
+set from the first frame on). Positions outside the synced data are left out of runs.
 
 Reading: the partitions' base shape is one block, ``(1, 930, 16)``, and
 ``adjust_tileshape`` makes every tile that is not whole frames one block
@@ -506,8 +506,10 @@ class K2ISDataSet(FileDataSet):
         self._fileset = K2ISFileSet(files, offsets, lo, hi, tuple(sig) == SIG_SHAPE)
         self._decoder = K2ISDecoder()
         self._native_dtype = np.dtype(np.uint16)
+        # the frames after sync_offset in the files are [lo, hi): lo is 0 but where the shutter flag is
+        # on the first frame (base -1): then nav position -sync_offset reads no frame and is run as zeros
         return DataSetMeta(shape=Shape(tuple(nav) + tuple(sig), sig_dims=len(sig)), raw_dtype=np.dtype(np.uint16),
-                           sync_offset=sync_offset)
+                           sync_offset=sync_offset, image_count=hi)
 
     @property
     def num_partitions(self) -> int:

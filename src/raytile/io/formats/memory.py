@@ -114,7 +114,7 @@ class MemoryDataSet(ArrayDataSet):
     As LiberTEM's memory data set: ``tileshape`` (``(depth, *sig)``) fixes the
     tiles' shape (whole frames still go to UDFs that need them), and
     ``sync_offset`` shifts the frames: nav position ``i`` holds frame
-    ``i + sync_offset``, positions past either end hold zeros. ``nav_shape``
+    ``i + sync_offset``, positions past either end have none (left out of runs). ``nav_shape``
     and ``sig_shape`` may regroup the data's values (``sig_shape=(19 * 23,)``
     for frames of 19 x 23), and ``nav_shape`` may hold fewer or more positions
     than the data has frames (those past the end read zeros), as LiberTEM
@@ -168,7 +168,8 @@ class MemoryDataSet(ArrayDataSet):
             raise DataSetException(f"memory: tileshape {self._tileshape} must be (depth, *sig) for sig {sig}")
         frames = data.reshape((data.size // frame_size, *sig))
         self._frames = _nav_frames(frames, shape.nav.size, self._sync_offset)
-        return DataSetMeta(shape=shape, raw_dtype=np.dtype(data.dtype), sync_offset=self._sync_offset)
+        return DataSetMeta(shape=shape, raw_dtype=np.dtype(data.dtype), sync_offset=self._sync_offset,
+                           image_count=len(frames))
 
     @property
     def data(self):

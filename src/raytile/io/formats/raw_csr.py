@@ -201,7 +201,7 @@ class RawCSRDataSet(DataSet):
         self._rows_in_files = rows
         return DataSetMeta(shape=Shape(tuple(nav) + tuple(sig), sig_dims=len(sig)),
                            raw_dtype=desc["data_dtype"].newbyteorder("="),
-                           sync_offset=self._sync_offset)
+                           sync_offset=self._sync_offset, image_count=rows)
 
     def get_cache_key(self) -> Any:
         stats = tuple((p, os.stat(p).st_mtime_ns, os.stat(p).st_size) for p in
