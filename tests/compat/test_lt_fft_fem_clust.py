@@ -269,3 +269,25 @@ def test_gms_plot_not_displayed_warns(monkeypatch, inline_ctx):
     with pytest.warns(UserWarning, match="^Plot is not displayed, not plotting"):
         inline_ctx.run_udf(dataset=ds, udf=udf, plots=[plot])
     plot.image.UpdateImage.assert_not_called()
+
+
+def test_analysis_registry_as_libertem():
+    """``id_=`` registers an analysis (a ported subclass declares it), the built-ins under LiberTEM's names."""
+    from libertem.analysis.base import Analysis as LTAnalysis
+
+    from raytile.analysis.base import Analysis, BaseAnalysis
+
+    assert {k: v.__name__ for k, v in Analysis.registry.items()} == {
+        k: v.__name__ for k, v in LTAnalysis.registry.items()}
+    assert Analysis.get_analysis_by_type("FEM") is rt_analysis.FEMAnalysis
+
+    class MyAnalysis(BaseAnalysis, id_="H15A_TEST_ANALYSIS"):
+        pass
+
+    try:
+        assert Analysis.get_analysis_by_type("H15A_TEST_ANALYSIS") is MyAnalysis
+        assert MyAnalysis.TYPE == LTAnalysis.TYPE == "UDF"
+    finally:
+        del Analysis.registry["H15A_TEST_ANALYSIS"]
+    with pytest.raises(KeyError):
+        Analysis.get_analysis_by_type("H15A_TEST_ANALYSIS")

@@ -12,7 +12,7 @@ from raytile.udf.crystallinity import CrystallinityUDF
 __all__ = ["ApplyFFTMask"]
 
 
-class ApplyFFTMask(BaseAnalysis):
+class ApplyFFTMask(BaseAnalysis, id_="APPLY_FFT_MASK"):
     """Per frame, the Fourier amplitude integrated over the ring ``rad_in < r <= rad_out`` around zero
     frequency, after masking the disk of radius ``real_rad`` around ``(real_centery, real_centerx)`` out
     of the frame (LiberTEM's parameters, all required). Result ``intensity``: nav-shaped float32.

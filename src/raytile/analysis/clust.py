@@ -53,7 +53,7 @@ def _sync_context(executor: Any) -> Any:
     return as_context()
 
 
-class ClusterAnalysis(BaseAnalysis):
+class ClusterAnalysis(BaseAnalysis, id_="CLUST"):
     """Clusters the frames by their intensity at the peaks of the standard deviation map (see the module).
 
     Parameters, as LiberTEM's: ``n_peaks``, ``n_clust``, ``min_dist``, ``cx``,

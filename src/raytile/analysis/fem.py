@@ -11,7 +11,7 @@ from raytile.udf.FEM import FEMUDF
 __all__ = ["FEMAnalysis"]
 
 
-class FEMAnalysis(BaseAnalysis):
+class FEMAnalysis(BaseAnalysis, id_="FEM"):
     """Per frame, the standard deviation of the pixels in the ring ``ri < r <= ro`` around ``(cy, cx)``.
 
     Parameters (all required, as LiberTEM's): ``cx``, ``cy``, ``ri``, ``ro``.

@@ -19,7 +19,7 @@ _NEEDS = {
 }
 
 
-class PickFrameAnalysis(BaseAnalysis):
+class PickFrameAnalysis(BaseAnalysis, id_="PICK_FRAME"):
     """The frame at ``(z, y, x)`` (as many coordinates as nav dims); results ``intensity`` (log picture) and
     ``intensity_lin``, sig-shaped, in the data set's dtype."""
 

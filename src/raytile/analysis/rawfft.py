@@ -13,7 +13,7 @@ from raytile.analysis.sumfft import real_space_mask
 __all__ = ["PickFFTFrameAnalysis"]
 
 
-class PickFFTFrameAnalysis(PickFrameAnalysis):
+class PickFFTFrameAnalysis(PickFrameAnalysis, id_="PICK_FFT_FRAME"):
     """The frame at ``(z, y, x)`` (as :class:`~raytile.analysis.pick.PickFrameAnalysis`), as
     ``|fftshift(fft2(frame * real_mask))|``: results ``intensity`` and ``intensity_lin``, sig-shaped
     float64. Optional ``real_rad``, ``real_centerx``, ``real_centery``: a disk masked out of the frame

@@ -27,7 +27,7 @@ def real_space_mask(parameters: dict, sig_shape: tuple[int, ...]) -> np.ndarray 
     return 1 - 1 * _make_circular_mask(cx, cy, sig_shape[1], sig_shape[0], rad)
 
 
-class SumfftAnalysis(SumAnalysis):
+class SumfftAnalysis(SumAnalysis, id_="FFTSUM_FRAMES"):
     """Sums the frames (as :class:`~raytile.analysis.sum.SumAnalysis`); result ``intensity`` holds the sum,
     its picture is ``log(|fftshift(fft2(sum * real_mask))| + 1)``, as LiberTEM's. Optional parameters
     ``real_rad``, ``real_centerx``, ``real_centery``: a disk masked out of the sum before the FFT."""
