@@ -63,3 +63,31 @@ def test_counts_per_module_from_a_real_run(suite, tmp_path):
     a, b = per["tests/sub/test_a.py"], per["tests/test_b.py"]
     assert (a.passed, a.failed, a.errors, a.skipped) == (1, 1, 0, 1)
     assert (b.passed, b.failed, b.errors, b.skipped) == (0, 0, 1, 0)
+
+
+def test_shared_ray_context_survives_monkeypatch_undo(suite):
+    """``monkeypatch.setattr(lt_ctx, "plot_class", ...)`` on the Ray fixtures' shared Context: the undo
+    (pytest deletes what it set on the wrapper) restores the Context's own value."""
+    ns: dict = {"__file__": str(TOOL)}
+    exec(suite.CONFTEST_TAIL, ns)  # noqa: S102 - the generated conftest text
+
+    class Ctx:
+        _plot_class = None
+
+        @property
+        def plot_class(self):
+            return self._plot_class or "default"
+
+        @plot_class.setter
+        def plot_class(self, value):
+            self._plot_class = value
+
+    ctx = Ctx()
+    ctx.other = 1
+    shared = ns["_Shared"](ctx)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(shared, "plot_class", "gms")
+    mp.setattr(shared, "other", 2)
+    assert (ctx.plot_class, shared.plot_class, ctx.other) == ("gms", "gms", 2)
+    mp.undo()
+    assert (ctx.plot_class, ctx.other) == ("default", 1)

@@ -183,7 +183,16 @@ class _Shared:
         return getattr(self.__dict__["_ctx"], name)
 
     def __setattr__(self, name, value):
-        setattr(self.__dict__["_ctx"], name, value)
+        ctx, saved = self.__dict__["_ctx"], self.__dict__.setdefault("_saved", {})
+        saved.setdefault(name, getattr(ctx, name, _Shared))  # what monkeypatch's undo (a delattr) restores
+        setattr(ctx, name, value)
+
+    def __delattr__(self, name):
+        ctx, old = self.__dict__["_ctx"], self.__dict__.get("_saved", {}).pop(name, _Shared)
+        if old is _Shared:
+            delattr(ctx, name)
+        else:
+            setattr(ctx, name, old)
 
     def close(self):
         pass

@@ -45,6 +45,9 @@ def run_analysis(ctx: Any, analysis: Analysis, roi: Any = None, progress: Any = 
         raise AnalysisParameterError(f"Context.run takes an Analysis (from ctx.create_*_analysis), got "
                                      f"{type(analysis).__name__}; run UDFs with ctx.run_udf")
     nav = tuple(analysis.dataset.shape.nav.to_tuple())
+    run_on = getattr(analysis, "run_on", None)
+    if run_on is not None:  # an analysis of several runs (ClusterAnalysis) runs them itself
+        return run_on(ctx, roi=dense_roi(roi, nav), progress=progress, corrections=corrections)
     roi = dense_roi(analysis.get_roi() if roi is None else roi, nav)
     udf_results = ctx.run_udf(dataset=analysis.dataset, udf=analysis.get_udf(), roi=roi, corrections=corrections,
                               progress=progress)

@@ -71,10 +71,29 @@ def dense_roi(roi: Any, nav_shape: tuple[int, ...]) -> np.ndarray | None:
 
 
 class Analysis:
-    """The interface: a UDF to run, its ROI, and the conversion of its results."""
+    """The interface: a UDF to run, its ROI, and the conversion of its results.
+
+    A subclass may register under a name, as LiberTEM's: ``class MyAnalysis(BaseAnalysis, id_="MINE")``
+    puts it in :attr:`registry`, and ``Analysis.get_analysis_by_type("MINE")`` finds it (the built-in
+    analyses have LiberTEM's names: ``"SUM_FRAMES"``, ``"FEM"``, ``"CLUST"``, ...).
+    """
+
+    TYPE = "UDF"
+    #: registered analyses by name (``id_``), shared by all subclasses
+    registry: dict[str, type["Analysis"]] = {}
 
     def __init__(self, dataset: DataSet, parameters: dict):
         self.dataset = dataset
+
+    def __init_subclass__(cls, id_: str | None = None, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        if id_ is not None:
+            cls.registry[id_] = cls
+
+    @classmethod
+    def get_analysis_by_type(cls, id_: str) -> type["Analysis"]:
+        """The analysis registered as ``id_`` (KeyError if none is)."""
+        return cls.registry[id_]
 
     def get_udf(self) -> UDF:
         """The UDF this analysis runs."""

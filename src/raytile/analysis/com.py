@@ -30,7 +30,7 @@ from raytile.udf.com_math import GuessResult, coordinate_check, guess_correction
 __all__ = ["COMAnalysis"]
 
 
-class COMAnalysis(BaseMasksAnalysis):
+class COMAnalysis(BaseMasksAnalysis, id_="CENTER_OF_MASS"):
     """Centre-of-mass shifts of every frame; see the module docstring for the parameters and results."""
 
     def get_parameters(self, parameters: dict) -> dict:

@@ -109,7 +109,7 @@ class SingleMaskAnalysis(BaseMasksAnalysis):
         ])
 
 
-class DiskMaskAnalysis(SingleMaskAnalysis):
+class DiskMaskAnalysis(SingleMaskAnalysis, id_="APPLY_DISK_MASK"):
     """The integral over a disk of radius ``r`` around ``(cy, cx)``."""
 
     def get_description(self) -> str:
@@ -134,7 +134,7 @@ class DiskMaskAnalysis(SingleMaskAnalysis):
         return old_params != new_params
 
 
-class RingMaskAnalysis(SingleMaskAnalysis):
+class RingMaskAnalysis(SingleMaskAnalysis, id_="APPLY_RING_MASK"):
     """The integral over a ring ``ri < distance <= ro`` around ``(cy, cx)``."""
 
     def get_description(self) -> str:
@@ -158,7 +158,7 @@ class RingMaskAnalysis(SingleMaskAnalysis):
         return [ring_mask]
 
 
-class PointMaskAnalysis(SingleMaskAnalysis):
+class PointMaskAnalysis(SingleMaskAnalysis, id_="APPLY_POINT_SELECTOR"):
     """The value of the pixel ``(cy, cx)`` of every frame (a sparse one-pixel mask)."""
 
     def get_description(self) -> str:

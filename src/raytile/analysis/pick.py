@@ -19,7 +19,7 @@ _NEEDS = {
 }
 
 
-class PickFrameAnalysis(BaseAnalysis):
+class PickFrameAnalysis(BaseAnalysis, id_="PICK_FRAME"):
     """The frame at ``(z, y, x)`` (as many coordinates as nav dims); results ``intensity`` (log picture) and
     ``intensity_lin``, sig-shaped, in the data set's dtype."""
 
@@ -52,9 +52,13 @@ class PickFrameAnalysis(BaseAnalysis):
         return " ".join(f"{axis}={int(self.parameters[axis])}" for axis in ("x", "y", "z") if axis in self.parameters)
 
     def get_udf_results(self, udf_results: dict, roi: Any, damage: Any) -> AnalysisResultSet:
+        return self.get_generic_results(udf_results["intensity"].data[0], damage=True)
+
+    def get_generic_results(self, data: np.ndarray, damage: Any) -> AnalysisResultSet:
+        """The results for a sig-shaped ``data`` (the frame, or what a subclass made of it, e.g. its FFT):
+        ``intensity`` (log picture) and ``intensity_lin``, or the complex keys for complex data."""
         from raytile.viz.images import visualize_simple
 
-        data = udf_results["intensity"].data[0]
         coords = self.get_coords()
         if data.dtype.kind == "c":
             return AnalysisResultSet(self.get_complex_results(data, key_prefix="intensity", title="intensity",

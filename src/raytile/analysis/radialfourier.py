@@ -55,7 +55,7 @@ def radial_mask_factory(detector_y: int, detector_x: int, cx: float, cy: float, 
     return stack
 
 
-class RadialFourierAnalysis(BaseMasksAnalysis):
+class RadialFourierAnalysis(BaseMasksAnalysis, id_="RADIAL_FOURIER"):
     """See the module docstring."""
 
     def get_parameters(self, parameters: dict) -> dict:

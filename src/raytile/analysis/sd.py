@@ -11,7 +11,7 @@ from raytile.udf.stddev import StdDevUDF
 __all__ = ["SDAnalysis"]
 
 
-class SDAnalysis(BaseAnalysis):
+class SDAnalysis(BaseAnalysis, id_="SD_FRAMES"):
     """Per signal pixel, the standard deviation over the frames (of the ROI); results ``intensity``
     (log picture) and ``intensity_lin``, both holding the ``std`` array, as LiberTEM's."""
 

@@ -13,7 +13,7 @@ from raytile.udf.sum import SumUDF
 __all__ = ["SumAnalysis"]
 
 
-class SumAnalysis(BaseAnalysis):
+class SumAnalysis(BaseAnalysis, id_="SUM_FRAMES"):
     """Sums the frames; results ``intensity`` (log picture) and ``intensity_lin``, sig-shaped.
 
     Complex data give LiberTEM's complex keys (``intensity`` is then the

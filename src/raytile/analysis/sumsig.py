@@ -11,7 +11,7 @@ from raytile.udf.sumsigudf import SumSigUDF
 __all__ = ["SumSigAnalysis"]
 
 
-class SumSigAnalysis(BaseAnalysis):
+class SumSigAnalysis(BaseAnalysis, id_="SUM_SIG"):
     """The sum over each frame; result ``intensity`` (nav-shaped), as LiberTEM's."""
 
     def get_udf(self) -> SumSigUDF:
