@@ -128,11 +128,16 @@ class AsiTpx3Receiver(StackReceiver):
 
     def _decode_into(self, stack: Stack, start: int, stop: int, out: np.ndarray) -> None:
         assert self._slab is not None
+        if not out.flags.c_contiguous:  # (frames() gives contiguous arrays; the scatter needs one)
+            dense = np.empty(out.shape, out.dtype)
+            self._decode_into(stack, start, stop, dense)
+            out[...] = dense
+            return
         layout: SlotLayout = stack.layout
         memory = self._slab.memory[stack.slot]
-        flat = out.reshape(len(out), -1)
-        flat[...] = 0
-        pixels = flat.shape[1]
+        out[...] = 0
+        flat = out.reshape(-1)
+        pixels = int(np.prod(out.shape[1:]))
         for place in layout.chunks:
             chunk = place.chunk
             a, b = max(start, place.first), min(stop, place.first + chunk.nframes)
@@ -152,8 +157,10 @@ class AsiTpx3Receiver(StackReceiver):
             if len(indices) and int(indices.max()) >= pixels:
                 raise AcquisitionError(f"{self.what}: an event at pixel {int(indices.max())}, outside the "
                                        f"{layout.start.sig_shape} frame")
-            rows = np.repeat(np.arange(a - start, b - start), counts)
-            np.add.at(flat, (rows, indices), values)
+            at = np.repeat(np.arange(a - start, b - start, dtype=np.int64) * pixels, counts) + indices
+            # add, not assign: a pixel named twice in a frame counts twice (scipy's CSR made dense); with
+            # a flat index and the output's dtype numpy's add.at takes its fast path (~10x the 2D form)
+            np.add.at(flat, at, values.astype(out.dtype, copy=False))
 
     # -- reader thread -----------------------------------------------------------------------
     def _recv(self, view: memoryview, in_scan: bool, at_boundary: bool = False) -> int:

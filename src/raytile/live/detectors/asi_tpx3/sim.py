@@ -25,7 +25,7 @@ import numpy as np
 from raytile.common.errors import ConfigValidationError
 from raytile.io.frame_blocks import SequentialFrames
 from raytile.live.detectors.asi_tpx3.wire import (
-    AcquisitionEnd, AcquisitionStart, ScanEnd, ScanStart, dtype_code, encode_chunk,
+    AcquisitionEnd, AcquisitionStart, ScanEnd, ScanStart, dtype_code, encode_chunk, encode_csr_chunk, frames_csr,
 )
 
 __all__ = ["AsiTpx3Simulator"]
@@ -64,6 +64,8 @@ class AsiTpx3Simulator:
         if self._chunk < 1:
             raise ConfigValidationError(f"AsiTpx3Simulator: parameter 'chunk_frames' must be >= 1, got {chunk_frames}")
         self._frame_rate, self._acquisitions, self._die_after = frame_rate, acquisitions, die_after
+        # frames given as an array are few (a synthetic stack, a test's scan): their CSR made once, up front
+        self._csr = None if self._stack is None else frames_csr(self._stack, AcquisitionStart((1, 1), self.sig_shape))
         self._listener = socket.create_server((host, data_port))
         self._listener.settimeout(0.1)
         self.data_port: int = self._listener.getsockname()[1]
@@ -94,13 +96,24 @@ class AsiTpx3Simulator:
         self.stop()
 
     # -- serving -----------------------------------------------------------------------
-    def _frames(self, start: int, stop: int) -> np.ndarray:
-        """Frames ``start:stop`` of an acquisition (the given ones in a cycle)."""
-        idx = np.arange(start, stop) % self._replayed
-        if self._stack is not None:
-            return self._stack[idx]
-        assert self._source is not None
-        return np.concatenate([self._source.read(int(i), int(i) + 1) for i in idx])
+    def _chunk_bytes(self, first: int, stop: int, start: AcquisitionStart) -> bytes:
+        """The chunk of frames ``first:stop`` of an acquisition (the given ones in a cycle)."""
+        runs, at = [], first
+        while at < stop:  # runs of given frames, split where the cycle wraps
+            a = at % self._replayed
+            b = min(self._replayed, a + stop - at)
+            runs.append((a, b))
+            at += b - a
+        if self._csr is None:  # a file: read and encoded as sent
+            assert self._source is not None
+            return encode_chunk(np.concatenate([self._source.read(a, b) for a, b in runs]), start)
+        indptr, indices, values = self._csr
+        parts = [(indptr[a:b + 1], indices[indptr[a]:indptr[b]], values[indptr[a]:indptr[b]]) for a, b in runs]
+        rows = np.concatenate([np.diff(p[0]) for p in parts])
+        out_indptr = np.zeros(len(rows) + 1, indptr.dtype)
+        np.cumsum(rows, out=out_indptr[1:])
+        return encode_csr_chunk(out_indptr, np.concatenate([p[1] for p in parts]),
+                                np.concatenate([p[2] for p in parts]))
 
     def _serve(self) -> None:
         while not self._stop.is_set() and self._acquisitions_sent < self._acquisitions:
@@ -117,7 +130,6 @@ class AsiTpx3Simulator:
                     pass  # the client went away: wait for the next one
 
     def _send_acquisitions(self, conn: socket.socket) -> None:
-        dtype = self._stack.dtype if self._stack is not None else self._source.dtype  # type: ignore[union-attr]
         nav = (int(self.nav_shape[0]), int(self.nav_shape[1]))
         while self._acquisitions_sent < self._acquisitions and not self._stop.is_set():
             seq = self._acquisitions_sent + 1
@@ -128,7 +140,7 @@ class AsiTpx3Simulator:
                 if self._stop.is_set():
                     return
                 stop = min(self.num_frames, first + self._chunk)
-                payload = encode_chunk(np.asarray(self._frames(first, stop), dtype), start)
+                payload = self._chunk_bytes(first, stop, start)
                 if self._die_after is not None and stop > self._die_after:
                     conn.sendall(payload[:len(payload) // 2])  # cut inside the chunk, then closed
                     conn.shutdown(socket.SHUT_RDWR)

@@ -41,7 +41,7 @@ import numpy as np
 from raytile.common.errors import AcquisitionError
 
 __all__ = ["HEADER_BYTES", "DTYPES", "AcquisitionStart", "ScanStart", "ArrayChunk", "ScanEnd", "AcquisitionEnd",
-           "Message", "parse_header", "dtype_code", "encode_chunk"]
+           "Message", "parse_header", "dtype_code", "frames_csr", "encode_csr_chunk", "encode_chunk"]
 
 HEADER_BYTES = 32
 
@@ -185,16 +185,25 @@ def parse_header(raw: bytes, where: str) -> Message:
                            f"Timepix3 stream, or out of step with it")
 
 
-def encode_chunk(frames: np.ndarray, start: AcquisitionStart) -> bytes:
-    """Header and payload of an ``ArrayChunk`` holding ``frames`` (``(k, h, w)``, unsigned ints:
-    their dtype is the chunk's value dtype), the CSR of their non-zero pixels in row order."""
+def frames_csr(frames: np.ndarray, start: AcquisitionStart) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(indptr, indices, values)`` of ``frames`` (``(k, h, w)``, unsigned ints): the CSR of their
+    non-zero pixels in row order, index arrays in the acquisition's dtypes, values in the frames'."""
     k = int(frames.shape[0])
     flat = np.ascontiguousarray(frames).reshape(k, -1)
     rows, cols = np.nonzero(flat)
     indptr = np.zeros(k + 1, start.indptr_dtype)
     np.cumsum(np.bincount(rows, minlength=k), out=indptr[1:])
-    indices = cols.astype(start.indices_dtype)
-    values = flat[rows, cols].astype(flat.dtype.newbyteorder("<"))
-    header = ArrayChunk(value_dtype=np.dtype(values.dtype), nframes=k, nnz=int(len(values)),
+    return indptr, cols.astype(start.indices_dtype), flat[rows, cols].astype(flat.dtype.newbyteorder("<"))
+
+
+def encode_csr_chunk(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray) -> bytes:
+    """Header and payload of an ``ArrayChunk`` of ``len(indptr) - 1`` frames (``indptr`` from 0)."""
+    header = ArrayChunk(value_dtype=np.dtype(values.dtype), nframes=len(indptr) - 1, nnz=int(len(values)),
                         indices_offset=indptr.nbytes, values_offset=indptr.nbytes + indices.nbytes)
     return header.encode() + indptr.tobytes() + indices.tobytes() + values.tobytes()
+
+
+def encode_chunk(frames: np.ndarray, start: AcquisitionStart) -> bytes:
+    """Header and payload of an ``ArrayChunk`` holding ``frames`` (``(k, h, w)``, unsigned ints:
+    their dtype is the chunk's value dtype)."""
+    return encode_csr_chunk(*frames_csr(frames, start))
