@@ -268,3 +268,17 @@ def test_cli_sim_and_run_equal_numpy(tmp_path):
     got = np.load(out)
     assert np.array_equal(got["sum_intensity"], frames.sum(axis=0, dtype=np.float64))
     assert np.array_equal(got["sumsig_intensity"], frames.sum(axis=(1, 2)).reshape(nav))
+
+
+def test_a_url_source_opens_the_detector(live_ctx):
+    """``asi_tpx3://host:port`` (``raytile serve --live``): the port is the data port."""
+    from raytile.live.sources import LiveSource
+
+    frames = sparse_frames(8, 12, (8, 8), np.uint8, density=0.2)
+    with AsiTpx3Simulator(frames, nav_shape=(3, 4)) as sim:
+        source = LiveSource.parse(f"asi_tpx3://127.0.0.1:{sim.data_port}?timeout=5")
+        assert source.params["data_port"] == sim.data_port
+        with source.open() as conn:
+            aq = source.next_acquisition(live_ctx, conn, timeout=10.0)
+            total = live_ctx.run_udf(dataset=aq, udf=SumUDF())
+    assert np.array_equal(total["intensity"].data, frames.sum(axis=0))
