@@ -144,6 +144,32 @@ def test_duplicate_events_add_up_as_in_scipy(live_ctx):
     assert np.array_equal(total["intensity"].data, expected.sum(axis=0))
 
 
+def test_padding_between_the_csr_arrays(live_ctx):
+    """Chunks whose indices and values start at aligned offsets after padding bytes (what the format's
+    ``indices_offset``/``values_offset`` allow, e.g. 8-byte alignment): the padding is skipped."""
+    from raytile.live.detectors.asi_tpx3.wire import ArrayChunk
+
+    frames = sparse_frames(9, 6, (8, 8), density=0.15)
+    start = AcquisitionStart(nav_shape=(2, 3), sig_shape=(8, 8), sequence=1)
+    stream = start.encode() + ScanStart(1, 0).encode()
+    for first in (0, 3):
+        csr = scipy.sparse.csr_matrix(frames[first:first + 3].reshape(3, -1))
+        indptr, indices, values = (csr.indptr.astype("<u4"), csr.indices.astype("<u4"), csr.data.astype("<u4"))
+        ioff = -(-indptr.nbytes // 64) * 64
+        voff = -(-(ioff + indices.nbytes) // 64) * 64
+        payload = bytearray(b"\xab" * (voff + values.nbytes))
+        payload[:indptr.nbytes] = indptr.tobytes()
+        payload[ioff:ioff + indices.nbytes] = indices.tobytes()
+        payload[voff:] = values.tobytes()
+        stream += ArrayChunk(np.dtype("<u4"), 3, len(values), ioff, voff).encode() + bytes(payload)
+    stream += ScanEnd(1).encode() + AcquisitionEnd(1).encode()
+    with _RawServer(stream) as port, live_ctx.make_connection("asi_tpx3").open(data_port=port) as conn:
+        aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0))
+        total, per_frame = live_ctx.run_udf(dataset=aq, udf=[SumUDF(), SumSigUDF()])
+    assert np.array_equal(total["intensity"].data, frames.sum(axis=0))
+    assert np.array_equal(per_frame["intensity"].data, frames.sum(axis=(1, 2)).reshape(2, 3))
+
+
 @pytest.mark.parametrize("chunk_frames,bytes_per_chunk,chunks_per_stack", [(7, None, 24), (64, 64, 1)])
 def test_raytile_simulator_on_ray_with_roi(live_ray_ctx, chunk_frames, bytes_per_chunk, chunks_per_stack):
     """raytile's simulator, chunks across partition boundaries (and larger than the receive slots:
