@@ -308,3 +308,23 @@ def test_a_url_source_opens_the_detector(live_ctx):
             aq = source.next_acquisition(live_ctx, conn, timeout=10.0)
             total = live_ctx.run_udf(dataset=aq, udf=SumUDF())
     assert np.array_equal(total["intensity"].data, frames.sum(axis=0))
+
+
+def test_nav_shape_given_by_the_user_or_a_hook(live_ctx):
+    """The header says (3, 4); a concrete ``nav_shape``, or what ``Hooks.on_determine_nav_shape``
+    returns, reshapes the scan (LiberTEM-live's rules, raytile.live.nav_shape)."""
+    from raytile.live import Hooks
+
+    class Flat(Hooks):
+        def on_determine_nav_shape(self, env):
+            return (env.nimages,)
+
+    frames = sparse_frames(10, 12, (8, 8), np.uint16, density=0.2)
+    with AsiTpx3Simulator(frames, nav_shape=(3, 4), acquisitions=2) as sim:
+        with live_ctx.make_connection("asi_tpx3").open(data_port=sim.data_port) as conn:
+            aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), nav_shape=(2, 6))
+            given = live_ctx.run_udf(dataset=aq, udf=SumSigUDF())
+            aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0), hooks=Flat())
+            hooked = live_ctx.run_udf(dataset=aq, udf=SumSigUDF())
+    assert np.array_equal(given["intensity"].data, frames.sum(axis=(1, 2)).reshape(2, 6))
+    assert np.array_equal(hooked["intensity"].data, frames.sum(axis=(1, 2)))
