@@ -117,12 +117,13 @@ def test_a_second_detector_under_a_known_name_is_refused(ctx):
         register_detector(DetectorSpec(name="merlin", builder=object))
     with pytest.raises(ConfigValidationError, match="parameter 'ports' names \\['control_port'\\]"):
         DetectorSpec(name="cam", builder=object, ports={"control_port": 1})
-    with pytest.raises(ConfigValidationError, match="known detectors: dectris, memory, merlin"):
+    with pytest.raises(ConfigValidationError, match="known detectors: asi_tpx3, dectris, memory, merlin"):
         ctx.make_connection("nosuchcam")
 
 
 def test_raytiles_connections_implement_the_protocol(ctx, frames):
     """wait_for_acquisition and close are part of LiveConnection; every connection class has them all."""
+    from raytile.live.detectors.asi_tpx3.connection import AsiTpx3DetectorConnection
     from raytile.live.detectors.dectris.connection import DectrisDetectorConnection
     from raytile.live.detectors.memory.acquisition import MemoryConnection
     from raytile.live.detectors.merlin.connection import MerlinDetectorConnection
@@ -131,7 +132,7 @@ def test_raytiles_connections_implement_the_protocol(ctx, frames):
                "acquisition_frames")
     for name in members:
         assert hasattr(LiveConnection, name)
-    for cls in (MerlinDetectorConnection, DectrisDetectorConnection):
+    for cls in (MerlinDetectorConnection, DectrisDetectorConnection, AsiTpx3DetectorConnection):
         missing = [m for m in members if not callable(getattr(cls, m, None))]
         assert missing == [], (cls.__name__, missing)
     memory = ctx.make_connection("memory").open(data=frames.reshape(NAV + SIG))

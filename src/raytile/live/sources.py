@@ -64,11 +64,12 @@ class LiveSource:
         """From ``detector://host:port?field=value&...``; ConfigValidationError naming what is wrong."""
         if not isinstance(url, str):
             raise ConfigValidationError(f"live source: expected a URL like merlin://host:6342, got {url!r}")
-        parts = urlsplit(url)
-        detector = parts.scheme.lower()
+        scheme, _, rest = url.partition("://")  # a detector's name may hold "_" (asi_tpx3), which
+        parts = urlsplit(f"live://{rest}")    # urlsplit does not take as a scheme
+        detector = scheme.lower()
         specs = detector_specs()
         if detector not in specs:
-            raise ConfigValidationError(f"live source {url!r}: unknown detector {parts.scheme!r} "
+            raise ConfigValidationError(f"live source {url!r}: unknown detector {scheme!r} "
                                         f"(known: {', '.join(specs)})")
         spec = specs[detector]
         try:
