@@ -157,6 +157,7 @@ class DMDataSet(FrameFileDataSet):
     """DigitalMicrograph files: ``path`` (one file, 2D-4D) or ``files`` (a stack, in list order)."""
 
     format_name = "dm"
+    file_extensions = ("dm3", "dm4")
     params_schema = {
         "path": {"type": "paths"},
         "files": {"type": "paths"},
@@ -238,7 +239,7 @@ class DMDataSet(FrameFileDataSet):
     @classmethod
     def detect_params(cls, path: str) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape"}`` of a ``.dm3``/``.dm4`` file holding 2D frames, else None."""
-        if not str(path).lower().endswith((".dm3", ".dm4")):
+        if not cls.has_file_extension(path):
             return None
         try:
             with warnings.catch_warnings():

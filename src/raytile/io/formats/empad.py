@@ -124,6 +124,7 @@ class EMPADDataSet(FrameFileDataSet):
     """
 
     format_name = "empad"
+    file_extensions = ("xml", "raw")
     params_schema = {**FrameFileDataSet.params_schema, **REMOTE_PARAMS}
 
     def _read_layout(self) -> FrameLayout:

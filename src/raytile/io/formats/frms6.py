@@ -314,6 +314,7 @@ class FRMS6DataSet(FileDataSet):
     """
 
     format_name = "frms6"
+    file_extensions = ("frms6", "hdr")
     partition_class = FRMS6Partition
     params_schema = {
         **FILE_FRAME_PARAMS,
@@ -342,7 +343,7 @@ class FRMS6DataSet(FileDataSet):
     @classmethod
     def detect_params(cls, path: str) -> dict | None:
         """``{"path", "nav_shape"}`` for a ``.hdr`` or ``.frms6`` whose ``.hdr`` has a ``[measurementInfo]``."""
-        if os.path.splitext(path)[1] not in (".hdr", ".frms6"):
+        if not cls.has_file_extension(path):
             return None
         hdr = _base(path) + ".hdr"
         if not os.path.exists(hdr):

@@ -425,6 +425,7 @@ class K2ISDataSet(FileDataSet):
     """
 
     format_name = "k2is"
+    file_extensions = ("gtg", "bin")
     partition_class = K2ISPartition
     params_schema = FILE_FRAME_PARAMS
 
@@ -443,7 +444,7 @@ class K2ISDataSet(FileDataSet):
         """For a ``.gtg``/``.bin`` of 8 sector files whose first block header is K2 IS's: ``path`` and, as
         LiberTEM detects it, ``nav_shape`` (the ``.gtg``'s scan size, else the shutter-active frames, square
         where their number is a square) and ``sync_offset`` (the frames before the shutter flag)."""
-        if os.path.splitext(path)[1].lower() not in (".gtg", ".bin"):
+        if not cls.has_file_extension(path):
             return None
         try:
             files, gtg = sector_files(path)

@@ -217,6 +217,7 @@ class MIBDataSet(FileDataSet):
     """
 
     format_name = "mib"
+    file_extensions = ("mib", "hdr")
     partition_class = MIBPartition
     params_schema = {
         "path": {"type": "path", "required": True},

@@ -143,6 +143,7 @@ class SEQDataSet(FrameFileDataSet):
     """NorPix ``.seq`` files; ``nav_shape`` is required (as in LiberTEM), frames are ``(height, width)``."""
 
     format_name = "seq"
+    file_extensions = ("seq",)
     params_schema = {"nav_shape": {"type": "shape", "required": True}}
 
     def __init__(self, path: str, nav_shape: tuple[int, ...], **kwargs: Any):
@@ -204,7 +205,7 @@ class SEQDataSet(FrameFileDataSet):
     @classmethod
     def detect_params(cls, path: str) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape"}`` of a ``.seq`` file (nav square if the frame count is)."""
-        if not str(path).lower().endswith(".seq"):
+        if not cls.has_file_extension(path):
             return None
         try:
             h = read_seq_header(path)

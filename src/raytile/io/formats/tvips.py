@@ -134,6 +134,7 @@ class TVIPSDataSet(FrameFileDataSet):
     """TVIPS series; ``sync_offset`` and ``nav_shape`` default to what the scan positions say."""
 
     format_name = "tvips"
+    file_extensions = ("tvips",)
 
     def __init__(self, path: str, nav_shape: tuple[int, ...] | None = None,
                  sig_shape: tuple[int, ...] | None = None, sync_offset: int | None = None, **kwargs: Any):
@@ -188,7 +189,7 @@ class TVIPSDataSet(FrameFileDataSet):
     @classmethod
     def detect_params(cls, path: str) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape", "sync_offset"}`` of a TVIPS series, else None."""
-        probe = cls._probe(path, (".tvips",))
+        probe = cls._probe(path, tuple("." + e for e in cls.file_extensions))
         if probe is None:
             return None
         ds, layout = probe
