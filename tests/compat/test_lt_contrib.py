@@ -20,17 +20,14 @@ from raytile.io.testing.dm import write_dm  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def lt_ctx():
-    return lt_api.Context(executor=LtInline())
-
-
-@pytest.fixture
-def ctx():
-    return rt.Context(executor="inline")
+def contexts():
+    """raytile's inline Context and LiberTEM's, side by side."""
+    return rt.Context(executor="inline"), lt_api.Context(executor=LtInline())
 
 
 @pytest.mark.parametrize("nav,sig", [((6,), (7, 5)), ((3, 4), (8,)), ((3, 4), (7, 5))])
-def test_convert_transposed_ds_as_libertem(ctx, lt_ctx, tmp_path, nav, sig):
+def test_convert_transposed_ds_as_libertem(contexts, tmp_path, nav, sig):
+    ctx, lt_ctx = contexts
     data = np.random.default_rng(2).random(sig + nav).astype(np.float32)  # stored signal-major
     ours, theirs = tmp_path / "ours.npy", tmp_path / "theirs.npy"
     _convert_transposed_ds(ctx, ctx.load("memory", data=data, sig_dims=len(nav), num_partitions=3), ours)
@@ -41,8 +38,9 @@ def test_convert_transposed_ds_as_libertem(ctx, lt_ctx, tmp_path, nav, sig):
     assert np.array_equal(np.load(ours), expected)
 
 
-def test_convert_dm4_transposed_as_libertem(ctx, lt_ctx, tmp_path):
+def test_convert_dm4_transposed_as_libertem(contexts, tmp_path):
     """A 4D ``.dm4`` without 'Data Order Swapped' holds its scan signal-major: converted, it is the scan."""
+    ctx, lt_ctx = contexts
     scan = np.random.default_rng(4).integers(0, 3000, (3, 4, 6, 5)).astype(np.uint16)
     path = write_dm(str(tmp_path / "t.dm4"), np.ascontiguousarray(np.transpose(scan, (2, 3, 0, 1))))
     convert_dm4_transposed(path, tmp_path / "ours.npy", ctx=ctx)
@@ -51,7 +49,8 @@ def test_convert_dm4_transposed_as_libertem(ctx, lt_ctx, tmp_path):
     assert np.array_equal(np.load(tmp_path / "ours.npy"), scan)
 
 
-def test_convert_dm4_transposed_refuses_as_libertem(ctx, lt_ctx, tmp_path):
+def test_convert_dm4_transposed_refuses_as_libertem(contexts, tmp_path):
+    ctx, lt_ctx = contexts
     with pytest.raises(ValueError):
         lt_convert.convert_dm4_transposed("x.dm4", "out.npy", ctx=lt_ctx, num_cpus=2)
     with pytest.raises(ValueError, match="ctx or num_cpus"):
