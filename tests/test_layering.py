@@ -20,7 +20,7 @@ FLOORS: list[set[str]] = [
     {"analysis", "warnings"},  # LiberTEM's Analysis API over UDFs and data sets; the Context mixes it in
     {"runtime", "executor"},  # executor: LiberTEM's executor paths (InlineJobExecutor)
     {"actors", "pipeline", "serve", "live", "corrections", "compat"},
-    {"cli", "api", "__init__", "__main__"},  # api: LiberTEM's libertem.api path (Context)
+    {"cli", "api", "contrib", "__init__", "__main__"},  # api: LiberTEM's libertem.api path (Context); contrib: its tools
 ]
 #: Packages on one floor that must not import each other.
 SIBLINGS: list[set[str]] = [{"udf", "io"}]

@@ -13,6 +13,7 @@ import gc
 import os
 import struct
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -305,6 +306,36 @@ def test_unclosed_connection_releases_its_socket_when_collected():
         while rx.running and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not rx.running
+
+
+def test_finished_run_frees_an_unclosed_connection_by_reference_counting():
+    """LiberTEM-live's test_dwelltime runs on a Merlin connection it never closes; when the test returns,
+    reference counting frees the acquisition and the connection, whose socket closes, so the simulator
+    can stop. A finished raytile run holds no reference cycle around its data set: with the cycle
+    collector off, the connection goes as soon as the run's objects do, and its receiver stops."""
+    frames = _frames(9)
+    ctx = LiveContext(executor="inline")
+
+    def run(sim):
+        conn = ctx.make_connection("merlin").open(data_host="127.0.0.1", data_port=sim.data_port,
+                                                  api_host="127.0.0.1", api_port=sim.api_port)
+        aq = ctx.make_acquisition(conn=conn, nav_shape=NAV)
+        res = ctx.run_udf(dataset=aq, udf=SumUDF(dtype="int64"))
+        assert np.array_equal(res["intensity"].data, frames.sum(axis=0))
+        return weakref.ref(conn), conn.receiver
+
+    with MerlinSimulator(frames, mode="U16", nav_shape=NAV) as sim:
+        gc.collect()
+        gc.disable()
+        try:
+            conn_ref, rx = run(sim)
+            deadline = time.monotonic() + 10.0  # the run's threads let go of it as they end
+            while (conn_ref() is not None or rx.running) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert conn_ref() is None, "the finished run keeps the connection in a reference cycle"
+            assert not rx.running
+        finally:
+            gc.enable()
 
 
 def test_bitshuffle_chunks_with_an_all_zero_header_decode():

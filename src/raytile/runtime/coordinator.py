@@ -74,7 +74,7 @@ class Coordinator:
         self._cancelled = threading.Event()
         self._wakeup = threading.Event()
         self._channel = channel
-        self._on_end = on_end if on_end is not None else channel.end
+        self._on_end: Callable[[Any], None] | None = on_end if on_end is not None else channel.end
         channel.on_take(self._wakeup.set)  # a viewer took a snapshot: the next one may be published
         self._final_only = final_only
         self._versions = versions
@@ -187,7 +187,12 @@ class Coordinator:
             self._end()
             self._cpu_s = time.thread_time() - cpu0
             self._wall_s = time.perf_counter() - wall0
-            self._on_end(terminal)  # last: the viewers see the run's end after progress is final
+            # last: the viewers see the run's end after progress is final; the callback (a bound method of
+            # the ActiveRun that holds this coordinator) is let go, so a finished run is freed by reference
+            # counting, and with it the data set, e.g. a live acquisition and its connection's socket
+            on_end, self._on_end = self._on_end, None
+            if on_end is not None:
+                on_end(terminal)
 
     def _begin(self) -> None:
         ex = self._executor

@@ -96,6 +96,13 @@ class RecordUDF(UDF):
         created.flush()
         del created
 
+    def _view(self, memmap: np.memmap) -> np.ndarray:
+        """The file as the UDF writes it: ``(frames, *sig)``."""
+        shape = memmap.shape
+        sig_dims = len(self.meta.dataset_shape.sig)
+        frames = int(np.prod(shape[: len(shape) - sig_dims], dtype=np.int64))
+        return memmap.reshape((frames,) + shape[len(shape) - sig_dims:])
+
     def get_task_data(self) -> dict[str, Any]:
         path = self.params.filename
         shape, dtype = self._shape(), np.dtype(self.meta.input_dtype)
@@ -103,12 +110,10 @@ class RecordUDF(UDF):
         if header != (shape, False, dtype):
             found = "no such file" if header is None else f"shape {header[0]}, dtype {header[2]}"
             raise UDFException(
-                f"RecordUDF: {path} should have been made on the main node with shape {shape} and dtype "
-                f"{dtype}, found {found}; is the file system shared with the workers?"
+                f"{type(self).__name__}: {path} should have been made on the main node with shape {shape} and "
+                f"dtype {dtype}, found {found}; is the file system shared with the workers?"
             )
-        memmap = np.lib.format.open_memmap(path, mode="r+")
-        frames = int(np.prod(shape[: len(shape) - len(self.meta.dataset_shape.sig)], dtype=np.int64))
-        return {"memmap": memmap.reshape((frames,) + shape[len(shape) - len(self.meta.dataset_shape.sig):])}
+        return {"memmap": self._view(np.lib.format.open_memmap(path, mode="r+"))}
 
     def process_tile(self, tile) -> None:
         where = self.meta.slice

@@ -61,11 +61,25 @@ from raytile.io.dataset.partition import (
     DEFAULT_PARTITION_BYTES, NUMPY_BACKENDS, FrameDelivery, Partition, TakesFrames, check_array_backend,
     choose_num_partitions, partition_slices,
 )
-from raytile.io.dataset.roi import RoiHelper, RoiLike, validate_roi
+from raytile.io.dataset.roi import RoiHelper, RoiLike, roi_nav_indices, validate_roi
 from raytile.io.dataset.tiles import iter_array_tiles
 
 __all__ = [
     "DataSet", "DataSetType", "DataSetMeta", "Partition", "FrameDelivery", "TakesFrames", "WorkerAccess", "dataset_from_json",
     "RoiLike", "validate_roi", "partition_slices", "choose_num_partitions", "iter_array_tiles", "DEFAULT_PARTITION_BYTES",
-    "NUMPY_BACKENDS", "check_array_backend", "get_dataset_cls", "RoiHelper",
+    "NUMPY_BACKENDS", "check_array_backend", "get_dataset_cls", "RoiHelper", "roi_nav_indices", "detect",
+    "get_extensions",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """LiberTEM's ``detect`` and ``get_extensions`` at ``libertem.io.dataset``'s ported path: they live
+    with the format registry (:mod:`raytile.io.formats`), which imports this package, so they are
+    looked up when asked for."""
+    if name == "detect":
+        from raytile.io.formats.auto import detect
+        return detect
+    if name == "get_extensions":
+        from raytile.io.formats import get_extensions
+        return get_extensions
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -101,6 +101,11 @@ class DataSet(metaclass=DataSetType):
     #: Name under which ``Context.load`` finds this format.
     format_name: str = ""
 
+    #: Extensions (lower case, without the dot) of this format's files, as LiberTEM's
+    #: ``get_supported_extensions()`` gives them; ``auto`` and :func:`raytile.io.formats.get_extensions`
+    #: read them. Formats found by magic bytes alone, or without files, list none.
+    file_extensions: tuple[str, ...] = ()
+
     #: Read headers on a worker through ``executor.run_function`` (file formats);
     #: in-memory formats keep it False so their data is not shipped around.
     initialize_on_worker: bool = False
@@ -229,6 +234,16 @@ class DataSet(metaclass=DataSetType):
         {'path': 'scan.npy'}
         """
         return None
+
+    @classmethod
+    def get_supported_extensions(cls) -> set[str]:
+        """LiberTEM's name for :attr:`file_extensions`: the extensions of this format's files, as a set."""
+        return set(cls.file_extensions)
+
+    @classmethod
+    def has_file_extension(cls, path: str) -> bool:
+        """Whether ``path`` ends in one of :attr:`file_extensions` (any case)."""
+        return str(path).lower().endswith(tuple("." + ext for ext in cls.file_extensions))
 
     @abstractmethod
     def _do_initialize(self) -> DataSetMeta:

@@ -7,6 +7,7 @@ import enum
 import functools
 import inspect
 import math
+import warnings
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
@@ -92,6 +93,20 @@ class Partition(ABC):
         own = cls.__dict__.get("get_tiles")
         if own is not None and "array_backend" not in inspect.signature(own).parameters:
             setattr(cls, "get_tiles", _with_array_backend(own))  # a format's own get_tiles, wrapped once
+
+    @classmethod
+    def make_slices(cls, shape: Shape, num_partitions: int,
+                    sync_offset: int = 0) -> Iterator[tuple[Slice, int, int]]:
+        """LiberTEM's ``Partition.make_slices``: :func:`partition_slices` of ``shape`` as
+        ``(slice, start, stop)``, ``start``/``stop`` the frame indices in the file (shifted by
+        ``sync_offset``). More partitions than frames warn (RuntimeWarning) and give one per frame."""
+        frames = shape.nav.size
+        if num_partitions > frames:
+            warnings.warn(f"the data set has fewer frames ({frames}) than partitions asked for "
+                          f"({num_partitions}): one partition per frame", RuntimeWarning, stacklevel=2)
+        for s in partition_slices(shape, num_partitions):
+            start = s.origin[0]
+            yield s, start + sync_offset, start + s.shape[0] + sync_offset
 
     @property
     def frame_delivery(self) -> FrameDelivery:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import TYPE_CHECKING, Any, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterator, Sequence, Union
 
 import numpy as np
 import sparseconverter
@@ -13,13 +13,14 @@ from numpy.typing import ArrayLike
 
 from raytile.common.errors import DataSetException
 from raytile.common.shape import Shape
+from raytile.common.slice import Slice
 from raytile.common.sparse import to_dense, to_sparse
 from raytile.io.params import show
 
 if TYPE_CHECKING:
     from raytile.io.dataset.dataset import DataSet
 
-__all__ = ["RoiHelper", "RoiLike", "validate_roi"]
+__all__ = ["RoiHelper", "RoiLike", "validate_roi", "roi_nav_indices"]
 
 #: An ROI in the forms LiberTEM accepts (see :func:`validate_roi`): a bool (or numeric) array of the nav
 #: shape or flat, a sparse array (``sparse.COO``, ``scipy.sparse``: array-like by ``__array__``), or a list of ``((y, x), value)`` entries; None for every frame.
@@ -72,3 +73,14 @@ def _is_coordinate_list(roi: Sequence[Any]) -> bool:
     """``[((y, x), True), ...]`` or one coordinate ``(y, x)``: an ROI given sparsely (see ``to_sparse``)."""
     return all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in roi) or all(
         isinstance(e, (list, tuple)) and len(e) == 2 and isinstance(e[0], (list, tuple)) for e in roi)
+
+
+def roi_nav_indices(roi: np.ndarray, part_slice: Slice) -> Iterator[tuple[int, ...]]:
+    """The nav indices (in the data set's nav coordinates, C order) of the frames a boolean nav-shaped
+    ``roi`` selects inside ``part_slice`` (e.g. a partition's slice); LiberTEM's
+    ``libertem.io.dataset.base._roi_to_nd_indices``."""
+    nav_dims = part_slice.shape.nav.dims
+    origin = np.asarray(part_slice.origin[:nav_dims])
+    inside = np.asarray(roi)[part_slice.get(nav_only=True)]
+    for idx in np.argwhere(inside):
+        yield tuple(int(v) for v in idx + origin)

@@ -7,7 +7,7 @@ from typing import Type
 from raytile.common.errors import DataSetException
 from raytile.io.dataset import DataSet
 
-__all__ = ["register_format", "get_format", "known_formats"]
+__all__ = ["register_format", "get_format", "known_formats", "get_extensions"]
 
 _FORMATS: dict[str, str] = {
     "memory": "raytile.io.formats.memory:MemoryDataSet",
@@ -60,3 +60,17 @@ def get_format(name: str) -> Type[DataSet]:
 
 def known_formats() -> list[str]:
     return sorted(_FORMATS)
+
+
+def get_extensions() -> set[str]:
+    """The file extensions (lower case, no dot) of the registered formats' files, as LiberTEM's
+    ``libertem.io.dataset.get_extensions()`` gives them (each format's ``file_extensions``); a format
+    whose optional dependency is missing is left out."""
+    exts: set[str] = set()
+    for name in _FORMATS:
+        try:
+            cls = get_format(name)
+        except ImportError:
+            continue
+        exts |= {e.lower() for e in cls.get_supported_extensions()}
+    return exts

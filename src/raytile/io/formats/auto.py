@@ -33,7 +33,7 @@ from raytile.io.dataset import DataSet, DataSetMeta, Partition
 from raytile.io.params import validate_params
 from raytile.io.store import display_url, is_url, store_for
 
-__all__ = ["AutoDataSet", "detect_format", "detecting_formats", "GENERIC_FORMATS"]
+__all__ = ["AutoDataSet", "detect", "detect_format", "detecting_formats", "GENERIC_FORMATS"]
 
 #: Formats whose files other formats specialise: asked last.
 GENERIC_FORMATS = ("hdf5",)
@@ -78,7 +78,7 @@ def detect_format(path: str, storage_options: Mapping[str, Any] | None = None) -
         if not store.exists(path):
             raise DataSetException(f"auto: not found: {display_url(path)} (no such object or prefix)")
     elif not os.path.exists(path):
-        raise DataSetException(f"auto: file not found: {path}")
+        raise DataSetException(f"auto: could not determine DataSet type for file {path!r}: file not found: {path}")
     tried = detecting_formats(urls=store is not None)
     refusals = []
     for name in tried:
@@ -102,6 +102,20 @@ def detect_format(path: str, storage_options: Mapping[str, Any] | None = None) -
         f"auto: cannot detect the format of {display_url(path)}: tried {', '.join(tried)}{why}. "
         f"Headerless raw files need ctx.load('raw', path=..., nav_shape=..., sig_shape=..., dtype=...)"
     )
+
+
+def detect(path: str, executor: object = None) -> dict[str, Any]:
+    """LiberTEM's ``libertem.io.dataset.detect``: ``{"parameters": {...}, "info": {}, "type": name}`` of the
+    format that places the file at ``path`` (:func:`detect_format`), or ``{}`` if none does.
+
+    ``executor`` is LiberTEM's and not used (the headers are read here). ``info`` is empty: raytile's
+    formats report what they detect as parameters only.
+    """
+    try:
+        name, params = detect_format(path)
+    except DataSetException:
+        return {}
+    return {"parameters": params, "info": {}, "type": name}
 
 
 class AutoDataSet(DataSet):

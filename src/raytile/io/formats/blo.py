@@ -75,6 +75,7 @@ class BloDataSet(FrameFileDataSet):
     """NanoMegas ``.blo`` files; nav shape ``(NY, NX)`` and frames ``(DP_SZ, DP_SZ)`` from the header."""
 
     format_name = "blo"
+    file_extensions = ("blo",)
     params_schema = {"endianess": {"type": "choice", "choices": ["<", ">"]}, **REMOTE_PARAMS}
 
     def __init__(self, path: str, endianess: str = "<", **kwargs: Any):
@@ -94,7 +95,7 @@ class BloDataSet(FrameFileDataSet):
     @classmethod
     def detect_params(cls, path: str, store: ObjectStore | None = None) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape", "endianess"}`` of a ``.blo`` file with a valid header, else None."""
-        if not str(path).lower().endswith(".blo"):
+        if not cls.has_file_extension(path):
             return None
         try:
             h = read_blo_header(path, "<", store)

@@ -161,6 +161,7 @@ class DectrisDataSet(DataSet):
     """A DECTRIS master file and its linked data files as one data set (see the module docstring)."""
 
     format_name = "dectris"
+    file_extensions = ("h5",)
     initialize_on_worker = True
     params_schema = {
         "path": {"type": "path", "required": True},

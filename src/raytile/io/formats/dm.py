@@ -39,7 +39,7 @@ from raytile.io.fileset import File, expand_paths
 from raytile.io.formats.dm_tags import ArrayRef, DMTree, TagGroup, read_dm_tags, tag_text
 from raytile.io.formats.framefiles import FrameFileDataSet, FrameLayout
 
-__all__ = ["DMDataSet", "DMImage", "dm_images", "DM_DATA_TYPES"]
+__all__ = ["DMDataSet", "DMImage", "dm_images", "dm_image", "DM_DATA_TYPES"]
 
 #: ImageData.DataType -> numpy kind and size (byte order from the file header).
 DM_DATA_TYPES = {1: "i2", 2: "f4", 6: "u1", 7: "i4", 9: "i1", 10: "u2", 11: "u4", 12: "f8", 14: "u1",
@@ -138,6 +138,12 @@ def _select(path: str, images: list[DMImage], index: int | None) -> DMImage:
     return usable[0]
 
 
+def dm_image(path: str, dataset_index: int | None = None) -> DMImage:
+    """The image of the DM file ``path`` a data set reads (``dataset_index``, else the first 2D+ image that is
+    not a thumbnail): its shape, dtype code and whether its data is stored C-ordered (``c_order``)."""
+    return _select(path, dm_images(read_dm_tags(path)), dataset_index)
+
+
 def _dtype(path: str, tree: DMTree, im: DMImage) -> np.dtype:
     kind = DM_DATA_TYPES.get(im.data_type)
     if kind is None:
@@ -157,6 +163,7 @@ class DMDataSet(FrameFileDataSet):
     """DigitalMicrograph files: ``path`` (one file, 2D-4D) or ``files`` (a stack, in list order)."""
 
     format_name = "dm"
+    file_extensions = ("dm3", "dm4")
     params_schema = {
         "path": {"type": "paths"},
         "files": {"type": "paths"},
@@ -193,7 +200,7 @@ class DMDataSet(FrameFileDataSet):
     def _single(self) -> FrameLayout:
         path = self._path
         tree = read_dm_tags(path)
-        im = _select(path, dm_images(tree), self._dataset_index)
+        im = _select(path, dm_images(tree), self._dataset_index)  # dm_image(), with the tree kept for _dtype
         dtype = _dtype(path, tree, im)
         if not (im.c_order or self._force_c_order):
             raise DataSetException(
@@ -238,7 +245,7 @@ class DMDataSet(FrameFileDataSet):
     @classmethod
     def detect_params(cls, path: str) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape"}`` of a ``.dm3``/``.dm4`` file holding 2D frames, else None."""
-        if not str(path).lower().endswith((".dm3", ".dm4")):
+        if not cls.has_file_extension(path):
             return None
         try:
             with warnings.catch_warnings():

@@ -35,7 +35,7 @@ from raytile.io.fileset import REMOTE_PARAMS, File
 from raytile.io.formats.framefiles import FrameFileDataSet, FrameLayout
 from raytile.io.store import ObjectStore, open_path
 
-__all__ = ["EMPADDataSet", "read_empad_xml", "EMPAD_SIG_SHAPE", "EMPAD_FOOTER_BYTES"]
+__all__ = ["EMPADDataSet", "read_empad_xml", "get_params_from_xml", "EMPAD_SIG_SHAPE", "EMPAD_FOOTER_BYTES"]
 
 #: The detector image; each stored frame has two more rows of metadata.
 EMPAD_SIG_SHAPE = (128, 128)
@@ -82,22 +82,41 @@ def _pix_shape(root: ET.Element, path: str) -> tuple[int, ...] | None:
     return shape
 
 
+def _xml_root(path: str, store: ObjectStore | None) -> ET.Element:
+    try:
+        if store is not None:
+            with open_path(path, store) as f:
+                return ET.fromstring(f.read())
+        return ET.parse(path).getroot()
+    except (ET.ParseError, OSError, UnicodeDecodeError) as e:
+        raise DataSetException(f"{path}: not an EMPAD .xml file: {e}") from None
+
+
+def _raw_path(root: ET.Element, path: str) -> str:
+    """The raw file the XML names, in the XML's folder."""
+    raw = root.find("raw_file")
+    if raw is None or not raw.attrib.get("filename"):
+        raise DataSetException(f"{path}: not an EMPAD .xml file: no <raw_file filename=...> element")
+    return os.path.join(os.path.dirname(path), os.path.basename(raw.attrib["filename"]))
+
+
+def get_params_from_xml(path: str, scan_parameters_mode: str = "acquire") -> tuple[str, tuple[int, ...]]:
+    """``(raw path, nav shape)`` of an EMPAD ``.xml``: a series' count, or the scan resolution of its
+    ``<scan_parameters mode=scan_parameters_mode>`` ("acquire" or "search"). LiberTEM's
+    ``empad.get_params_from_xml``; :func:`read_empad_xml` gives every candidate nav shape."""
+    root = _xml_root(path, None)
+    shape = _scan_shape(root, path, scan_parameters_mode)
+    if shape is None:
+        raise DataSetException(f"{path}: EMPAD .xml has no <scan_parameters mode={scan_parameters_mode!r}>")
+    return _raw_path(root, path), shape
+
+
 def read_empad_xml(path: str, store: ObjectStore | None = None) -> tuple[str, list[tuple[str, tuple[int, ...]]]]:
     """``(raw path, candidate nav shapes)``: ``(what, shape)`` in the order they are tried: the series
     count, or ``<pix_y>``/``<pix_x>``, the "acquire" scan and the "search" scan. ``path`` may be a
     URL of ``store`` (the raw file is then an object under the same prefix)."""
-    try:
-        if store is not None:
-            with open_path(path, store) as f:
-                root = ET.fromstring(f.read())
-        else:
-            root = ET.parse(path).getroot()
-    except (ET.ParseError, OSError, UnicodeDecodeError) as e:
-        raise DataSetException(f"{path}: not an EMPAD .xml file: {e}") from None
-    raw = root.find("raw_file")
-    if raw is None or not raw.attrib.get("filename"):
-        raise DataSetException(f"{path}: not an EMPAD .xml file: no <raw_file filename=...> element")
-    raw_path = os.path.join(os.path.dirname(path), os.path.basename(raw.attrib["filename"]))
+    root = _xml_root(path, store)
+    raw_path = _raw_path(root, path)
     acquire = _scan_shape(root, path, "acquire")
     candidates: list[tuple[str, tuple[int, ...]]] = []
     if acquire is not None and len(acquire) == 1:  # a series
@@ -124,6 +143,7 @@ class EMPADDataSet(FrameFileDataSet):
     """
 
     format_name = "empad"
+    file_extensions = ("xml", "raw")
     params_schema = {**FrameFileDataSet.params_schema, **REMOTE_PARAMS}
 
     def _read_layout(self) -> FrameLayout:

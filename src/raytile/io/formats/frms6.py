@@ -47,8 +47,8 @@ from raytile.io.decoders import Decoder
 from raytile.io.fileset import FILE_FRAME_PARAMS, File, FileDataSet, FilePartition, FileSet, check_sync_offset
 from raytile.io.read_ranges import META_ENTRIES, RR_ENTRIES, RR_FILE, RR_NPX, RR_OUT, RR_SKIP, RR_START, RR_STOP
 
-__all__ = ["FRMS6DataSet", "FRMS6Partition", "FRMS6FileSet", "FRMS6Decoder", "read_hdr", "read_file_header",
-           "frms6_read_ranges", "decode_frms6_tile", "unfold"]
+__all__ = ["FRMS6DataSet", "get_filenames", "stored_rows", "_map_y", "FRMS6Partition", "FRMS6FileSet",
+           "FRMS6Decoder", "read_hdr", "read_file_header", "frms6_read_ranges", "decode_frms6_tile", "unfold"]
 
 FILE_HEADER_SIZE = 1024
 FRAME_HEADER_SIZE = 64
@@ -71,10 +71,19 @@ def _base(path: str) -> str:
                            f"not a {ext or 'extension-less'} file")
 
 
+def get_filenames(path: str | os.PathLike, disable_glob: bool = False) -> list[str]:
+    """The ``.frms6`` files of the data set ``path`` (its ``.hdr`` or one ``.frms6``) names, sorted (the dark
+    frame file first), maybe none; ``[path]`` with ``disable_glob``. LiberTEM's ``frms6.get_filenames``."""
+    path = os.fspath(path)
+    if disable_glob:
+        return [path]
+    return sorted(glob.glob(f"{glob.escape(_base(path))}_*.frms6"))
+
+
 def data_files(path: str) -> tuple[str, list[str]]:
     """``(the .hdr, the .frms6 files in order: dark frames first)`` of the data set ``path`` belongs to."""
     base = _base(path)
-    files = sorted(glob.glob(f"{glob.escape(base)}_*.frms6"))
+    files = get_filenames(path)
     if len(files) < 2:
         raise DataSetException(f"{path}: an FRMS6 data set needs the dark frame file {base}_000.frms6 and at "
                                f"least one data file {base}_001.frms6, found {files or 'none'}")
@@ -174,6 +183,21 @@ def read_gain_map(path: str) -> np.ndarray:
 
 # -- read ranges and decoding ----------------------------------------------
 
+def stored_rows(yb: np.ndarray, raw_h: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(stored row, in the bottom half)`` of the binned image rows ``yb``: the top half of the detector
+    is stored as it is, the bottom half upside down in the right half of the ``raw_h`` stored rows."""
+    yb = np.asarray(yb)
+    bottom = yb >= raw_h
+    return np.where(bottom, 2 * raw_h - 1 - yb, yb), bottom
+
+
+def _map_y(y: int, xs: int, binning: int, num_rows: int) -> tuple[int, int]:
+    """LiberTEM's ``frms6._map_y``: ``(stored row, x offset)`` of row ``y`` of the binned image of
+    ``num_rows`` detector rows, ``xs`` the offset of the stored rows' right half (see :func:`stored_rows`)."""
+    r, bottom = stored_rows(np.asarray(y), num_rows // 2 // binning)
+    return int(r), (xs if bool(bottom) else 0)
+
+
 def frms6_read_ranges(frames: np.ndarray, depth: int, rows: np.ndarray, fileset_arr: np.ndarray, raw_h: int,
                       raw_w: int, binning: int) -> tuple[np.ndarray, np.ndarray]:
     """``(tile_meta, read_ranges)`` (see :mod:`raytile.io.read_ranges`) for reading ``frames`` in blocks of
@@ -196,9 +220,7 @@ def frms6_read_ranges(frames: np.ndarray, depth: int, rows: np.ndarray, fileset_
     slices = []
     for y0, h in rows.tolist():
         y = np.arange(y0, y0 + h)
-        yb = y // binning
-        bottom = yb >= raw_h
-        r = np.where(bottom, 2 * raw_h - 1 - yb, yb)
+        r, bottom = stored_rows(y // binning, raw_h)
         slices.append((2 * (r * raw_w + np.where(bottom, half, 0)), (y - y0) * half, bottom.astype(np.int64), h))
     n = frames.shape[0]
     n_blocks = -(-n // depth)
@@ -314,6 +336,7 @@ class FRMS6DataSet(FileDataSet):
     """
 
     format_name = "frms6"
+    file_extensions = ("frms6", "hdr")
     partition_class = FRMS6Partition
     params_schema = {
         **FILE_FRAME_PARAMS,
@@ -342,7 +365,7 @@ class FRMS6DataSet(FileDataSet):
     @classmethod
     def detect_params(cls, path: str) -> dict | None:
         """``{"path", "nav_shape"}`` for a ``.hdr`` or ``.frms6`` whose ``.hdr`` has a ``[measurementInfo]``."""
-        if os.path.splitext(path)[1] not in (".hdr", ".frms6"):
+        if not cls.has_file_extension(path):
             return None
         hdr = _base(path) + ".hdr"
         if not os.path.exists(hdr):

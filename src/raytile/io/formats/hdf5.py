@@ -296,6 +296,7 @@ class H5DataSet(DataSet):
     """A dataset at ``ds_path`` in the HDF5 file ``path``; the last ``sig_dims`` axes are the signal."""
 
     format_name = "hdf5"
+    file_extensions = ("h5", "hdf5", "hspy", "nxs")
     initialize_on_worker = True
     params_schema = {
         "path": {"type": "path", "required": True},
@@ -361,6 +362,17 @@ class H5DataSet(DataSet):
             raise DataSetException(f"{path}: an HDF5 file without a dataset of 3 or more dimensions")
         largest = max(size for size, _ in found)
         return {"path": path, "ds_path": next(name for size, name in found if size == largest)}
+
+    @property
+    def path(self) -> str:
+        """The HDF5 file's path, as LiberTEM's ``H5DataSet.path``."""
+        return self._path
+
+    @property
+    def ds_path(self) -> str:
+        """The HDF5 dataset read (found when none was given: after ``initialize``), as LiberTEM's
+        ``H5DataSet.ds_path``."""
+        return self._ds_path
 
     def _do_initialize(self) -> DataSetMeta:
         check_path_file(self._path, self._store)

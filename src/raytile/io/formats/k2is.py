@@ -56,8 +56,8 @@ from raytile.io.fileset import FILE_FRAME_PARAMS, File, FileDataSet, FilePartiti
 from raytile.io.formats.dm_tags import flat_numbers, read_dm_tags
 from raytile.io.read_ranges import META_ENTRIES, RR_ENTRIES, RR_FILE, RR_NPX, RR_OUT, RR_SKIP, RR_START, RR_STOP
 
-__all__ = ["K2ISDataSet", "K2ISPartition", "K2ISFileSet", "K2ISDecoder", "sync_sectors", "SectorSync",
-           "sector_files", "decode_k2is_tile", "k2is_read_ranges"]
+__all__ = ["K2ISDataSet", "get_filenames", "decode_uint12_le", "K2ISPartition", "K2ISFileSet", "K2ISDecoder",
+           "sync_sectors", "SectorSync", "sector_files", "decode_k2is_tile", "k2is_read_ranges"]
 
 BLOCK_SIZE = 0x5758
 HEADER_SIZE = 40
@@ -104,6 +104,16 @@ def _base(path: str) -> tuple[str, str]:
                            f"not a {ext or 'extension-less'} file")
 
 
+def get_filenames(path: str | os.PathLike, disable_glob: bool = False) -> list[str]:
+    """The sector files of the K2 IS data set ``path`` (its ``.gtg`` or one ``.bin``) names, as the glob finds
+    them (unsorted, any number); ``[path]`` with ``disable_glob``. LiberTEM's ``k2is.get_filenames``."""
+    path = os.fspath(path)
+    if disable_glob:
+        return [path]
+    stem, _ = _base(path)
+    return glob.glob(f"{glob.escape(stem)}*.bin")
+
+
 def sector_files(path: str) -> tuple[list[str], str]:
     """``(the 8 sector files in sector order, the .gtg path)`` of the data set ``path`` belongs to.
 
@@ -112,7 +122,7 @@ def sector_files(path: str) -> tuple[list[str], str]:
     """
     stem, ext = _base(path)
     pattern = f"{glob.escape(stem)}*.bin"
-    files = sorted(glob.glob(pattern))
+    files = sorted(get_filenames(path))
     if len(files) != NUM_SECTORS:
         raise DataSetException(
             f"{path}: a K2 IS data set has {NUM_SECTORS} sector files, found {len(files)} matching {pattern}"
@@ -299,11 +309,12 @@ def k2is_read_ranges(frames: np.ndarray, depth: int, rects: np.ndarray, lo: int,
 
 
 @numba.njit(cache=True, nogil=True)
-def _decode_block(inp, out):
-    """One block's 12-bit stream into the contiguous ``out``: two pixels from three bytes, least significant
-    bits first. A plain loop over a contiguous output, which LLVM vectorises (measured: 12 GB/s of input a
-    core into uint16, 7.8 GB/s into float32)."""
-    for i in range(out.shape[0] // 2):
+def decode_uint12_le(inp, out):
+    """A 12-bit stream (one block's) into the contiguous ``out``: two pixels from three bytes, least
+    significant bits first, as many pairs as both hold. A plain loop over a contiguous output, which LLVM
+    vectorises (measured: 12 GB/s of input a core into uint16, 7.8 GB/s into float32). LiberTEM's
+    ``k2is.decode_uint12_le``."""
+    for i in range(min(inp.shape[0] // 3, out.shape[0] // 2)):
         b0 = np.uint16(inp[3 * i])
         b1 = np.uint16(inp[3 * i + 1])
         b2 = np.uint16(inp[3 * i + 2])
@@ -316,7 +327,7 @@ def decode_k2is_tile(inp, ranges, out):
     """Decode the blocks ``ranges`` reads (one sector file's, see
     :func:`~raytile.io.decoders.decode_tile`) from ``inp`` into the flat tile ``out``.
 
-    A block is 930 rows of 16 pixels (see :func:`_decode_block`). In tiles
+    A block is 930 rows of 16 pixels (see :func:`decode_uint12_le`). In tiles
     one block wide the block is contiguous and decoded in place; in wider
     tiles it is decoded into a scratch block (in the L1 cache) and its rows
     copied to their places, ``RR_SKIP`` pixels apart.
@@ -327,9 +338,9 @@ def decode_k2is_tile(inp, ranges, out):
         w = ranges[i, RR_SKIP]
         src = inp[ranges[i, RR_START]:ranges[i, RR_START] + DATA_SIZE]
         if w == BLOCK_COLS:
-            _decode_block(src, out[o:o + BLOCK_PX])
+            decode_uint12_le(src, out[o:o + BLOCK_PX])
         else:
-            _decode_block(src, scratch)
+            decode_uint12_le(src, scratch)
             for r in range(BLOCK_ROWS):
                 p = o + r * w
                 q = r * BLOCK_COLS
@@ -425,6 +436,7 @@ class K2ISDataSet(FileDataSet):
     """
 
     format_name = "k2is"
+    file_extensions = ("gtg", "bin")
     partition_class = K2ISPartition
     params_schema = FILE_FRAME_PARAMS
 
@@ -443,7 +455,7 @@ class K2ISDataSet(FileDataSet):
         """For a ``.gtg``/``.bin`` of 8 sector files whose first block header is K2 IS's: ``path`` and, as
         LiberTEM detects it, ``nav_shape`` (the ``.gtg``'s scan size, else the shutter-active frames, square
         where their number is a square) and ``sync_offset`` (the frames before the shutter flag)."""
-        if os.path.splitext(path)[1].lower() not in (".gtg", ".bin"):
+        if not cls.has_file_extension(path):
             return None
         try:
             files, gtg = sector_files(path)

@@ -47,7 +47,8 @@ from raytile.io.decoders_mib import MIB_MAGIC, MIBFrameHeader, MIBRawFrameDecode
 from raytile.io.fileset import REMOTE_PARAMS, File, FileDataSet, FilePartition, FileSet, check_sync_offset
 from raytile.io.store import ObjectStore, display_url, open_path, path_size
 
-__all__ = ["MIBDataSet", "MIBPartition", "read_hdr", "nav_shape_from_hdr", "mib_filenames", "files_of_header"]
+__all__ = ["MIBDataSet", "MIBPartition", "read_hdr", "nav_shape_from_hdr", "mib_filenames", "files_of_header",
+           "get_filenames"]
 
 #: Bytes read to find a frame header (the largest Merlin header, a quad's, is 768 bytes).
 _HEAD_READ = 4096
@@ -97,13 +98,28 @@ def _pattern(path: str) -> str:
     return glob.escape(stem) + "*.mib"
 
 
-def mib_filenames(path: str, disable_glob: bool = False, store: ObjectStore | None = None) -> list[str]:
-    """The ``.mib`` files of the acquisition ``path`` (a ``.hdr`` or one ``.mib``) names, unsorted; with
-    ``store``, objects under the same prefix."""
+def _check_extension(path: str) -> str:
     ext = os.path.splitext(path)[1].lower()
     if ext not in (".mib", ".hdr"):
         raise DataSetException(f"{path}: a MIB data set is opened by its .hdr or a .mib file, not {ext or 'no'} "
                                f"extension")
+    return ext
+
+
+def get_filenames(path: str | os.PathLike, disable_glob: bool = False) -> list[str]:
+    """The local ``.mib`` files of the acquisition ``path`` (its ``.hdr`` or one ``.mib``) names, as the glob
+    finds them (unsorted, maybe none); ``[path]`` with ``disable_glob``. LiberTEM's ``mib.get_filenames``."""
+    path = os.fspath(path)
+    if disable_glob:
+        return [path]
+    _check_extension(path)
+    return glob.glob(_pattern(path))
+
+
+def mib_filenames(path: str, disable_glob: bool = False, store: ObjectStore | None = None) -> list[str]:
+    """The ``.mib`` files of the acquisition ``path`` (a ``.hdr`` or one ``.mib``) names, sorted; with
+    ``store``, objects under the same prefix. None found raises DataSetException."""
+    ext = _check_extension(path)
     if disable_glob:
         return [path if ext == ".mib" else os.path.splitext(path)[0] + ".mib"]
     if store is not None:
@@ -112,7 +128,7 @@ def mib_filenames(path: str, disable_glob: bool = False, store: ObjectStore | No
         if not names:
             raise DataSetException(f"{display_url(path)}: no .mib objects match {display_url(pattern)}")
         return names
-    names = sorted(glob.glob(_pattern(path)))
+    names = sorted(get_filenames(path))
     if not names:
         raise DataSetException(f"{path}: no .mib files match {_pattern(path)}")
     return names
@@ -217,6 +233,7 @@ class MIBDataSet(FileDataSet):
     """
 
     format_name = "mib"
+    file_extensions = ("mib", "hdr")
     partition_class = MIBPartition
     params_schema = {
         "path": {"type": "path", "required": True},

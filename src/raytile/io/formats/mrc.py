@@ -78,6 +78,7 @@ class MRCDataSet(FrameFileDataSet):
     """MRC image stacks: every section a frame of ``(NY, NX)``; ``nav_shape`` defaults to ``(NZ,)``."""
 
     format_name = "mrc"
+    file_extensions = ("mrc", "mrcs", "map")
     params_schema = {**FrameFileDataSet.params_schema, **REMOTE_PARAMS}
 
     def _read_layout(self) -> FrameLayout:
@@ -103,7 +104,7 @@ class MRCDataSet(FrameFileDataSet):
         it; one section is ``(1,)``, as the ``"mrc"`` format's default.
         """
         name = str(path).lower()
-        if not name.endswith((".mrc", ".mrcs", ".map")):
+        if not cls.has_file_extension(name):
             return None
         try:
             h = read_mrc_header(path, store)

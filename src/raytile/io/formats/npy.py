@@ -38,6 +38,7 @@ class NPYDataSet(FileDataSet):
     """
 
     format_name = "npy"
+    file_extensions = ("npy",)
     params_schema = {
         "path": {"type": "path", "required": True},
         "sig_dims": {"type": "int", "min": 1},

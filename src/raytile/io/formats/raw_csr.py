@@ -137,6 +137,7 @@ class RawCSRDataSet(DataSet):
     """``ctx.load("raw_csr", path="scan.toml")``: a CSR matrix in three raw files (see the module docs)."""
 
     format_name = "raw_csr"
+    file_extensions = ("toml",)
     initialize_on_worker = True
     native_backend = SCIPY_CSR
     array_backends = (SCIPY_CSR,)
@@ -160,7 +161,7 @@ class RawCSRDataSet(DataSet):
     @classmethod
     def detect_params(cls, path: str) -> dict | None:
         """``{"path": path}`` for a ``.toml`` file whose ``[params] filetype`` is ``raw_csr``."""
-        if os.path.splitext(path)[1].lower() != ".toml" or os.path.getsize(path) > 1 << 20:
+        if not cls.has_file_extension(path) or os.path.getsize(path) > 1 << 20:
             return None
         try:
             read_raw_csr_descriptor(path)

@@ -45,7 +45,8 @@ from raytile.io.fileset import File
 from raytile.io.formats.framefiles import FrameFileDataSet, FrameLayout, read_exact, square_nav
 from raytile.io.formats.mrc import read_mrc_header
 
-__all__ = ["SEQDataSet", "read_seq_header", "seq_excluded_pixels", "SEQ_MAGIC"]
+__all__ = ["SEQDataSet", "read_seq_header", "seq_excluded_pixels", "bad_pixel_map", "_load_xml_from_string",
+           "SEQ_MAGIC"]
 
 SEQ_MAGIC = 0xFEED
 _FIELDS = struct.Struct("<I24sii512s9IdiIIIiiiIiHH")
@@ -105,6 +106,17 @@ def seq_excluded_pixels(xml_path: str, meta_path: str, sig_shape: tuple[int, ...
         root = ET.parse(xml_path).getroot()
     except (ET.ParseError, OSError) as e:
         raise DataSetException(f"{xml_path}: cannot read the bad pixel XML: {e}") from None
+    mask = bad_pixel_map(root, meta, xml_path)
+    if mask.shape != tuple(sig_shape):
+        raise DataSetException(f"{xml_path}: bad pixel map of {mask.shape} (after the sensor window of {meta_path}) "
+                               f"does not fit frames of {tuple(sig_shape)}")
+    return mask
+
+
+def bad_pixel_map(root: ET.Element, meta: dict[str, int], xml_path: str = "bad pixel XML") -> np.ndarray:
+    """The bad pixel mask of the sensor window: the ``BadPixelMap`` of ``root`` for the hardware binning of
+    ``meta`` (``UnbinnedFrameSizeX``/``Y``, ``OffsetX``/``Y``, ``HardwareBinning``: the ``.metadata``
+    geometry), cut to the window."""
     binned = meta["HardwareBinning"] > 1
     maps = []
     for m in root.iter("BadPixelMap"):
@@ -133,16 +145,25 @@ def seq_excluded_pixels(xml_path: str, meta_path: str, sig_shape: tuple[int, ...
     off = (meta["OffsetY"] // bin_by, meta["OffsetX"] // bin_by)
     if off[0] + size[0] <= rows and off[1] + size[1] <= cols:
         mask = mask[off[0]:off[0] + size[0], off[1]:off[1] + size[1]]
-    if mask.shape != tuple(sig_shape):
-        raise DataSetException(f"{xml_path}: bad pixel map of {mask.shape} (after the sensor window of {meta_path}) "
-                               f"does not fit frames of {tuple(sig_shape)}")
     return mask
+
+
+def _load_xml_from_string(xml: str, metadata: dict[str, int]) -> Any:
+    """LiberTEM's ``seq._load_xml_from_string``: :func:`bad_pixel_map` of an XML text, as a ``sparse.COO``."""
+    import sparse
+
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError as e:
+        raise DataSetException(f"cannot read the bad pixel XML: {e}") from None
+    return sparse.COO(bad_pixel_map(root, metadata))
 
 
 class SEQDataSet(FrameFileDataSet):
     """NorPix ``.seq`` files; ``nav_shape`` is required (as in LiberTEM), frames are ``(height, width)``."""
 
     format_name = "seq"
+    file_extensions = ("seq",)
     params_schema = {"nav_shape": {"type": "shape", "required": True}}
 
     def __init__(self, path: str, nav_shape: tuple[int, ...], **kwargs: Any):
@@ -204,7 +225,7 @@ class SEQDataSet(FrameFileDataSet):
     @classmethod
     def detect_params(cls, path: str) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape"}`` of a ``.seq`` file (nav square if the frame count is)."""
-        if not str(path).lower().endswith(".seq"):
+        if not cls.has_file_extension(path):
             return None
         try:
             h = read_seq_header(path)

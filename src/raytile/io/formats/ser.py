@@ -155,6 +155,7 @@ class SERDataSet(FrameFileDataSet):
     """TIA ``.ser`` series: 2D images (flipped top-row first, as LiberTEM) or 1D spectra."""
 
     format_name = "ser"
+    file_extensions = ("ser",)
     partition_class = SERPartition
     params_schema = {"emipath": {"type": "path"}}
 
@@ -204,7 +205,7 @@ class SERDataSet(FrameFileDataSet):
     @classmethod
     def detect_params(cls, path: str) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape"}`` of a ``.ser`` file of 2D images or 1D spectra, else None."""
-        if not str(path).lower().endswith(".ser"):
+        if not cls.has_file_extension(path):
             return None
         try:
             h = read_ser_header(path)

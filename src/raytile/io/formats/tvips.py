@@ -39,7 +39,7 @@ from raytile.io.dataset import DataSetMeta
 from raytile.io.fileset import File
 from raytile.io.formats.framefiles import FrameFileDataSet, FrameLayout, read_exact
 
-__all__ = ["TVIPSDataSet", "read_tvips_header", "tvips_files", "detect_scan", "TVIPS_HEADER_BYTES"]
+__all__ = ["TVIPSDataSet", "read_tvips_header", "tvips_files", "get_filenames", "detect_scan", "TVIPS_HEADER_BYTES"]
 
 TVIPS_HEADER_BYTES = 256
 _MAX_SCAN_IDX = 4096
@@ -66,8 +66,8 @@ def read_tvips_header(path: str) -> dict[str, int]:
     return h
 
 
-def tvips_files(path: str) -> list[str]:
-    """All files of the series ``path`` belongs to (same stem, numeric suffix), in suffix order."""
+def _series(path: str) -> tuple[str, list[tuple[int, str]]]:
+    """``(the series' stem, [(suffix, file) ...] in suffix order)`` of the series ``path`` belongs to."""
     m = _SUFFIX.match(os.path.basename(path))
     if m is None:
         raise DataSetException(f"{path}: a TVIPS file is named <name><number>.tvips, e.g. scan_000.tvips")
@@ -78,6 +78,19 @@ def tvips_files(path: str) -> list[str]:
         if mm is not None and mm.group(1) == m.group(1):
             found.append((int(mm.group(2)), p))
     found.sort()
+    return stem, found
+
+
+def get_filenames(path: str | os.PathLike) -> list[str]:
+    """The files of the series ``path`` belongs to (same stem, numeric suffix), in suffix order, as found
+    (no check that the series is whole: :func:`tvips_files` checks). LiberTEM's ``tvips.get_filenames``."""
+    return [p for _, p in _series(os.fspath(path))[1]]
+
+
+def tvips_files(path: str) -> list[str]:
+    """All files of the series ``path`` belongs to (same stem, numeric suffix), in suffix order; a series
+    without its first file or with a gap raises DataSetException."""
+    stem, found = _series(path)
     if not found or found[0][0] != 0:
         raise DataSetException(f"{path}: the series' first file {stem}000.tvips (with the series header) is missing")
     suffixes = [s for s, _ in found]
@@ -134,6 +147,7 @@ class TVIPSDataSet(FrameFileDataSet):
     """TVIPS series; ``sync_offset`` and ``nav_shape`` default to what the scan positions say."""
 
     format_name = "tvips"
+    file_extensions = ("tvips",)
 
     def __init__(self, path: str, nav_shape: tuple[int, ...] | None = None,
                  sig_shape: tuple[int, ...] | None = None, sync_offset: int | None = None, **kwargs: Any):
@@ -188,7 +202,7 @@ class TVIPSDataSet(FrameFileDataSet):
     @classmethod
     def detect_params(cls, path: str) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape", "sync_offset"}`` of a TVIPS series, else None."""
-        probe = cls._probe(path, (".tvips",))
+        probe = cls._probe(path, tuple("." + e for e in cls.file_extensions))
         if probe is None:
             return None
         ds, layout = probe
