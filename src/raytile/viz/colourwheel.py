@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["rgb_from_2dvector", "make_colormap", "cyclic_colormap", "rgb_to_luv", "luv_to_rgb", "CYCLIC_MAP"]
+__all__ = ["rgb_from_2dvector", "make_colormap", "cyclic_colormap", "wheel_table", "rgb_to_luv", "luv_to_rgb",
+           "CYCLIC_MAP"]
 
 #: The colour map the direction is looked up in (registered with matplotlib by colorcet).
 CYCLIC_MAP = "cet_cyclic_isoluminant"
@@ -155,3 +156,20 @@ def make_colormap() -> Any:
 def cyclic_colormap() -> Any:
     """The ``libertem_cyclic`` colour map (:func:`make_colormap`), made once."""
     return make_colormap()
+
+
+def wheel_table() -> dict[str, Any]:
+    """What a browser needs to colour vectors as :func:`rgb_from_2dvector` does (``GET /v1/colourwheel``).
+
+    ``luv``: the map's 256 colours in CIELUV, lightness already scaled; a
+    direction ``t = (arctan2(-y, -x) + pi) / (2 pi)`` picks entry
+    ``min(floor(256 t), 255)``, whose ``u``, ``v`` are multiplied by
+    ``chroma * min(length / vmax, 1)``; the rest are the constants of
+    :func:`luv_to_rgb` (bytes are ``floor(255 * rgb)``).
+    """
+    entries = np.asarray(_cyclic_map()(np.arange(256), bytes=True))[:, :3]
+    luv = rgb_to_luv(entries.astype(np.float64) * (1.0 / 255))
+    luv[:, 0] *= _LIGHTNESS
+    return {"luv": luv.tolist(), "chroma": _CHROMA, "rgb_from_xyz": _RGB_FROM_XYZ.tolist(),
+            "white": _WHITE.tolist(), "u0": float(_U0), "v0": float(_V0), "kappa": _KAPPA,
+            "l_linear_below": _L_LINEAR_BELOW, "eps": float(_EPS)}
