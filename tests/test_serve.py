@@ -131,11 +131,23 @@ def test_healthz_formats_udfs_datasets(server, client, data):
     assert rel == {"scan.npy", os.path.join("sub", "scan.raw")}  # the symlink out of the root is not listed
     sizes = {f["relpath"]: f["bytes"] for f in listing["files"]}
     assert sizes["scan.npy"] == os.path.getsize(data["root"] / "scan.npy")
+    # the viewer's colour wheel: a direction's entry, scaled as the page scales it, gives rgb_from_2dvector's bytes
+    from raytile.viz.colourwheel import luv_to_rgb, rgb_from_2dvector
+
+    wheel = client.get("/v1/colourwheel").json()
+    assert len(wheel["luv"]) == 256
+    for y, x, length in [(0.0, 1.0, 1.0), (1.0, 0.0, 0.5), (-0.6, -0.8, 0.25)]:
+        t = (np.arctan2(-y, -x) + np.pi) / (2 * np.pi)
+        lightness, u, v = wheel["luv"][min(255, int(np.floor(t * 256)))]
+        s = length * wheel["chroma"]
+        want = rgb_from_2dvector(y=np.array([y * length, y]), x=np.array([x * length, x]))[0]
+        np.testing.assert_array_equal((luv_to_rgb([lightness, u * s, v * s]) * 255).astype(np.uint8), want)
 
 
 def test_token_required(server):
     bare = httpx.Client(base_url=server, timeout=30)
     assert bare.get("/v1/formats").status_code == 401
+    assert bare.get("/v1/colourwheel").status_code == 401
     r = bare.post("/v1/runs", json=npy_body([{"name": "sum"}]))
     assert r.status_code == 401 and r.json()["error"] == "unauthorized"
     wrong = bare.get("/v1/udfs", headers={"Authorization": "Bearer nope"})

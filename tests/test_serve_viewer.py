@@ -27,6 +27,7 @@ from raytile.runtime.inline import InlineExecutor  # noqa: E402
 from raytile.serve.config import ServeConfig  # noqa: E402
 from raytile.serve.routes import make_api  # noqa: E402
 from raytile.serve.service import Service  # noqa: E402
+from raytile.viz.colourwheel import rgb_from_2dvector  # noqa: E402
 
 from _browser import canvas_gray, chromium_page  # noqa: E402
 
@@ -348,6 +349,13 @@ def test_each_analysis_in_chromium(server, data, tmp_path_factory):
             return Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data); }}""")
         rgb = np.array(rgb).reshape(NAV + (4,))[..., :3]
         assert (rgb.std(axis=(0, 1)) > 5).all()  # a colour field, not gray
+        # LiberTEM's colours, as rgb_from_2dvector gives them for the field the page drew (to a byte: the
+        # browser's pow and sums round on their own)
+        drawn = page.evaluate(f"Array.from(bufferOf(window.raytileViewer.analyses[{n_com}], [0, 'field']).data)")
+        drawn = np.array(drawn, np.float64).reshape(NAV + (2,))
+        np.testing.assert_allclose(drawn, np.stack([fy, fx], -1), rtol=1e-5, atol=1e-6)
+        want_rgb = rgb_from_2dvector(y=drawn[..., 0], x=drawn[..., 1])
+        assert np.abs(rgb - want_rgb.astype(int)).max() <= 1
         page.select_option(f"#a{n_com}-show", "arrows")
         ink = page.evaluate(f"""() => {{ const o = document.getElementById('a{n_com}-result_overlay');
             return Array.from(o.getContext('2d').getImageData(0, 0, o.width, o.height).data).filter((v, i) => i % 4 === 3 && v > 0).length; }}""")

@@ -6,7 +6,8 @@
   ``"<UDF>: <channel>"``; a UDF without one gets a warning naming it;
 - a list with one list per UDF of channels (``"name"``, ``("name", fn)`` or
   a callable ``fn(udf_results, damage)``);
-- a list of plot objects (:class:`~raytile.viz.live.Live2DPlot` subclasses)
+- a list of plot objects (:class:`~raytile.viz.live.Live2DPlot` subclasses,
+  or anything with ``get_udf()`` and ``new_data()``, as LiberTEM takes them)
   made by the caller for the UDF instances passed to the run.
 
 New plots are of ``ctx.plot_class`` (default
@@ -33,6 +34,7 @@ data. ``run_udf_iter`` yields partial results whatever the plots.
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from typing import Any, AsyncIterator, Callable, Iterator, Sequence, Union
@@ -40,7 +42,7 @@ from typing import Any, AsyncIterator, Callable, Iterator, Sequence, Union
 from raytile.runtime.results import UDFResults
 from raytile.viz.live import Live2DPlot, get_plottable_2D_channels
 
-__all__ = ["PlotsSpec", "check_plots", "prepare_plots", "update_plots", "PlottedRun", "default_plot_class",
+__all__ = ["PlotsSpec", "is_plot", "check_plots", "prepare_plots", "update_plots", "PlottedRun", "default_plot_class",
            "partial_results_shown", "run_iter_with_plots", "run_with_plots"]
 
 
@@ -63,11 +65,18 @@ def _is_channel_lists(plots: Any) -> bool:
             and not any(isinstance(c, Live2DPlot) for p in plots for c in p))
 
 
+def is_plot(obj: Any) -> bool:
+    """Whether ``obj`` can be one of ``plots=``: a :class:`~raytile.viz.live.Live2DPlot`, or any object with
+    ``get_udf()`` and ``new_data(udf_results, damage, force=...)`` (LiberTEM takes those too, e.g. a mock)."""
+    return isinstance(obj, Live2DPlot) or (callable(getattr(obj, "get_udf", None))
+                                          and callable(getattr(obj, "new_data", None)))
+
+
 def check_plots(udfs: Sequence[Any], plots: Any) -> None:
     """Raise for a ``plots`` argument no run could use, before anything starts.
 
-    TypeError for an object that is neither a channel list nor a
-    :class:`~raytile.viz.live.Live2DPlot`; ValueError for channel lists not
+    TypeError for an object that is neither a channel list nor a plot
+    (:func:`is_plot`); ValueError for channel lists not
     one per UDF, or for a plot made for another UDF instance than this run's.
     """
     if not plots or plots is True:
@@ -77,10 +86,10 @@ def check_plots(udfs: Sequence[Any], plots: Any) -> None:
             raise ValueError(f"plots has {len(plots)} channel lists for {len(udfs)} UDFs; give one per UDF")
         return
     made = list(plots)
-    bad = [p for p in made if not isinstance(p, Live2DPlot)]
+    bad = [p for p in made if not is_plot(p)]
     if bad:
-        raise TypeError(f"plots must be True, a list of channel lists (one per UDF) or a list of Live2DPlot "
-                        f"objects; got {bad[0]!r}")
+        raise TypeError(f"plots must be True, a list of channel lists (one per UDF) or a list of plot objects "
+                        f"(Live2DPlot or with get_udf() and new_data()); got {bad[0]!r}")
     for plot in made:
         _index(udfs, plot.get_udf())
 
@@ -132,8 +141,9 @@ def _index(udfs: Sequence[Any], udf: Any) -> int:
 
 
 def _next_due(plots: Sequence[Live2DPlot]) -> float:
-    """When the earliest plot may redraw next (monotonic seconds)."""
-    return min(p.last_update + p.min_delta for p in plots)
+    """When the earliest plot may redraw next (monotonic seconds); a plot of another class than
+    :class:`~raytile.viz.live.Live2DPlot` throttles itself, so it is handed every result, as in LiberTEM."""
+    return min(p.last_update + p.min_delta if isinstance(p, Live2DPlot) else -math.inf for p in plots)
 
 
 class PlottedRun:
@@ -157,8 +167,15 @@ class PlottedRun:
 
     def _show(self, part: UDFResults) -> None:
         finished = part.finished
-        if finished or time.monotonic() >= _next_due(self.plots):
-            update_plots(self.plots, self._udfs, part, force=finished)
+        if finished:
+            # LiberTEM hands plots the last partition's result, then the final one forced: a plot of
+            # another class (which counts on that) gets both; a Live2DPlot draws the final data once
+            others = [p for p in self.plots if not isinstance(p, Live2DPlot)]
+            if others:
+                update_plots(others, self._udfs, part)
+            update_plots(self.plots, self._udfs, part, force=True)
+        elif time.monotonic() >= _next_due(self.plots):
+            update_plots(self.plots, self._udfs, part)
 
     def __iter__(self) -> Iterator[Any]:
         for part in self._run:

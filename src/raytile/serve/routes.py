@@ -86,6 +86,15 @@ async def formats(service: Service = Depends(authorized)) -> dict[str, Any]:
     return service.formats()
 
 
+@router.get("/colourwheel")
+async def colourwheel(service: Service = Depends(authorized)) -> dict[str, Any]:
+    """LiberTEM's colour wheel for a vector field, as the viewer draws a CoM ``field``
+    (:func:`raytile.viz.colourwheel.wheel_table`)."""
+    from raytile.viz.colourwheel import wheel_table
+
+    return wheel_table()
+
+
 @router.get("/udfs")
 async def udfs(service: Service = Depends(authorized)) -> dict[str, Any]:
     return service.udf_catalogue()

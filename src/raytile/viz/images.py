@@ -4,11 +4,7 @@
 colour map (``gist_earth`` as LiberTEM) on a linear or logarithmic, outlier-
 robust scale (:func:`~raytile.viz.scale.robust_limits`), considering only the
 positions in ``damage`` (merged, inside the ROI). :func:`rgb_from_2dvector`
-shows a vector field: the direction as hue, the length as colourfulness at
-one lightness, so a zero vector is mid-grey as in LiberTEM. LiberTEM uses
-colorcet's isoluminant cyclic map in CIELUV; raytile mixes matplotlib's
-pure hues with grey (no colorcet or scikit-image needed), so the hues
-differ slightly, the shape and the meaning do not.
+shows a vector field in LiberTEM's colours (:mod:`raytile.viz.colourwheel`).
 
 >>> import numpy as np
 >>> visualize_simple(np.arange(6.0).reshape(2, 3)).shape
@@ -23,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from raytile.viz.colourwheel import rgb_from_2dvector
 from raytile.viz.scale import robust_limits, valid_values
 
 __all__ = ["visualize_simple", "rgb_from_2dvector", "DEFAULT_COLORMAP"]
@@ -64,30 +61,3 @@ def visualize_simple(result: Any, colormap: Any = None, logarithmic: bool = Fals
     with np.errstate(invalid="ignore", divide="ignore"):
         normalized = norm(data.reshape(-1)).reshape(data.shape)
     return np.asarray(cmap(normalized, bytes=True))
-
-
-def rgb_from_2dvector(y: Any, x: Any, vmax: float | None = None) -> np.ndarray:
-    """The vector field ``(y, x)`` as RGB ``uint8`` ``(*shape, 3)``: hue = direction, colourfulness = length.
-
-    Every colour has the lightness of mid-grey (HSL lightness 0.5): a zero
-    vector is grey ``(127, 127, 127)``, as in LiberTEM, and a vector of length
-    ``vmax`` (default: the longest finite vector) or more is the pure hue.
-
-    >>> rgb_from_2dvector(0, 0).tolist()
-    [127, 127, 127]
-    """
-    from matplotlib.colors import hsv_to_rgb
-
-    y = np.asarray(y, dtype=np.float64)
-    x = np.asarray(x, dtype=np.float64)
-    length = np.sqrt(np.abs(y) ** 2 + np.abs(x) ** 2)
-    if vmax is None:
-        finite = length[np.isfinite(length)]
-        vmax = float(finite.max()) if finite.size else 1.0
-    if not vmax:
-        vmax = 1.0
-    scaled = np.nan_to_num(np.minimum(length / vmax, 1.0))
-    hue = (np.nan_to_num(np.arctan2(-y, -x)) + np.pi) / (2 * np.pi)
-    pure = hsv_to_rgb(np.stack([hue, np.ones_like(hue), np.ones_like(hue)], axis=-1))
-    rgb = 0.5 + scaled[..., np.newaxis] * (pure - 0.5)  # HSL with lightness 0.5, saturation = scaled length
-    return (rgb * 255).astype(np.uint8)

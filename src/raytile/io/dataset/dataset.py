@@ -291,6 +291,10 @@ class DataSet(metaclass=DataSetType):
             return max(1, min(int(self._num_partitions), self.shape.nav.size))
         return choose_num_partitions(self.shape, self.dtype, self._num_workers, self._partition_bytes)
 
+    def get_num_partitions(self) -> int:
+        """LiberTEM's name for :attr:`num_partitions`: how many partitions a run of this data set reads."""
+        return self.num_partitions
+
     def set_num_cores(self, cores: int) -> None:
         """LiberTEM's way to say how many workers will read: at least that many partitions by default."""
         self._num_workers = max(1, int(cores))
