@@ -422,3 +422,37 @@ def test_default_partitions_of_a_live_acquisition_are_a_quarter_scan_and_results
         parts = list(live_ctx.run_udf_iter(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()]))
     assert all(int(p.damage.data.sum()) % 24 == 0 for p in parts) and parts[-1].damage.data.all()
     check_sums(parts[-1].buffers, frames)
+
+
+def test_receiver_reuses_its_arrays_only_once_nothing_holds_them(live_ctx):
+    """``ReusedArrays``: an array (or a view of it, or a memoryview) still held is never handed out
+    again; a released one is. Through the receiver: arrays the consumer keeps hold the frames sent,
+    equal to numpy, while arrays it dropped were written again (fewer arrays made than yielded)."""
+    from raytile.live.receiver import ReusedArrays
+
+    dt = np.dtype(np.uint16)
+    arrays = ReusedArrays(keep=4)
+    a = arrays.take((3, 2), dt)
+    view = a[1:]
+    del a
+    b = arrays.take((3, 2), dt)
+    assert b.base is None and not np.shares_memory(b, view) and arrays.reused == 0
+    del view
+    mem = memoryview(b)
+    del b
+    c = arrays.take((3, 2), dt)
+    assert not np.shares_memory(c, np.asarray(mem)) and arrays.reused == 1  # the first one, free again
+    assert arrays.take((2, 2), dt).shape == (2, 2) and arrays.made == 3      # another shape: a new one
+    frames = scan_frames(14)
+    kept, addresses = [], set()
+    with MerlinSimulator(frames, mode="U16", nav_shape=NAV, continuous=True) as sim, \
+            connect(live_ctx, sim, frame_stack_size=5) as conn:
+        conn.wait_for_acquisition(10.0)
+        for i, batch in enumerate(conn.receiver.frames(4 * 96, np.uint16, batch=(16, 96))):
+            addresses.add(batch.__array_interface__["data"][0])
+            if i % 3 == 0:
+                kept.append((i, batch))  # held: must not be written again
+            del batch
+    expected = np.concatenate([frames] * 4).astype(np.uint16).reshape(-1, 16, *SIG)
+    assert all(np.array_equal(b, expected[i]) for i, b in kept) and len(kept) == 8
+    assert len(addresses) < 24
