@@ -453,9 +453,12 @@ def _batch_size(got: int, batch: tuple[int, int] | None, available: int) -> int:
 #: or a pipeline: 8). Each partition costs the run a fixed ~1 ms of CPU (the UDFs' per-partition
 #: instances and buffers, the merge, the partial result) on the cores that the receiver and, on one
 #: machine, the detector's sender need too: benchmarks/bench_live.py's 32x32 scans of 256x256 uint16
-#: frames go from 128 to 256 frames a partition, LiberTEM-live's Merlin default, which saves about
-#: 4 us of CPU a frame in the run thread (7-9 -> 4 us of fixed cost, the UDFs' kernels ~25). At
-#: 10,000 frames/s such a partition takes 26 ms: partial results still come at ~40 a second.
+#: frames go from 128 to 256 frames a partition, LiberTEM-live's Merlin default, which saves 4-6 us of
+#: CPU a frame in the run thread (fixed cost 5-6 -> 3-4 us, the UDFs' kernels ~25). Measured on a shared
+#: machine: cheaper in all for R12 and DECTRIS; for Merlin U16 near its limit the decoding got about as
+#: much dearer (three 32 MiB partitions in flight leave the cache), see docs/live.md "Measured"; 8
+#: here is the old partitioning. At 10,000 frames/s a partition of 256 frames takes 26 ms: partial
+#: results still come at ~40 a second.
 LIVE_MIN_PARTITIONS_PER_SCAN = 4
 
 
