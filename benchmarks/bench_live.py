@@ -26,6 +26,7 @@ merge and the partial results.
     python benchmarks/bench_live.py --quick               # 3 s per rate, fewer rates
     python benchmarks/bench_live.py --executor ray        # the UDFs on Ray workers
     python benchmarks/bench_live.py --quick --threads     # CPU a frame per thread
+    python benchmarks/bench_live.py --frames-per-partition 128   # another partition size
 
 The machine is shared: the load average is printed beside the numbers.
 """
@@ -144,6 +145,15 @@ class ThreadCPU:
         return " ".join(f"{r}={v / frames * 1e6:.0f}" for r, v in sorted(by_role.items()) if v > 0.001)
 
 
+#: ``--frames-per-partition``: the live acquisitions' partition size (None: raytile's live default).
+FPP: int | None = None
+
+
+def batches(dtype: Any) -> tuple[int, int] | None:
+    """The receiver's cut for the do-nothing run: where the run's partitions would end."""
+    return (min(FPP, SCAN), SCAN) if FPP else partition_batches(NAV, SIG, dtype)
+
+
 def do_nothing(ctx: LiveContext, case: str, scans: int) -> tuple[float, float]:
     """Frames/s of the receiver alone (receive + decode into partition-sized arrays), the simulator
     unpaced, and this process's CPU seconds per frame."""
@@ -153,7 +163,7 @@ def do_nothing(ctx: LiveContext, case: str, scans: int) -> tuple[float, float]:
         n = scans * SCAN
         THREADS.sample()
         t0, c0, before = time.perf_counter(), cpu_s(), dict(THREADS.seen)
-        got = sum(len(b) for b in conn.receiver.frames(n, dtype, batch=partition_batches(NAV, SIG, dtype)))
+        got = sum(len(b) for b in conn.receiver.frames(n, dtype, batch=batches(dtype)))
         rate, cpu = got / (time.perf_counter() - t0), (cpu_s() - c0) / got
         THREADS.sample()
         THREADS.last = THREADS.per_frame(before, got)
@@ -166,7 +176,8 @@ def with_udfs(ctx: LiveContext, case: str, rate: float, seconds: float) -> dict:
     ring = masks.ring(128, 128, 40, 100, SIG)
     with simulator(case, rate, scans) as (data_port, api_port), connect(ctx, case, data_port, api_port) as conn:
         pending = conn.wait_for_acquisition(30.0)
-        aq = ctx.make_acquisition(conn=conn, pending_aq=pending, nav_shape=NAV, scans=scans)
+        aq = ctx.make_acquisition(conn=conn, pending_aq=pending, nav_shape=NAV, scans=scans,
+                                  frames_per_partition=FPP)
         merged: list[tuple[int, float]] = []  # (frames merged in total, when)
         done_before = 0
         THREADS.sample()
@@ -216,15 +227,21 @@ def main() -> None:
     p.add_argument("--cases", default=",".join(CASES), help=f"of {', '.join(CASES)}")
     p.add_argument("--executor", default="inline", choices=["inline", "ray"])
     p.add_argument("--threads", action="store_true", help="CPU a frame per thread too (Linux)")
+    p.add_argument("--frames-per-partition", type=int, default=None,
+                   help="frames a partition of the live acquisitions (default: raytile's live default, "
+                        "256 for these 32x32 scans of 256x256 uint16)")
     p.add_argument("--quick", action="store_true", help="3 s per rate (and rates 5000,10000,14000 unless --rates)")
     args = p.parse_args()
     THREADS.enabled = args.threads
+    global FPP
+    FPP = args.frames_per_partition
     if args.quick:
         args.seconds = 3.0
     args.rates = args.rates or ("5000,10000,14000" if args.quick else RATES)
     ctx = LiveContext(executor="inline") if args.executor == "inline" else LiveContext.make_local(cpus=2)
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; executor {args.executor}; "
-          f"{SIG[0]}x{SIG[1]} frames, scans of {NAV[0]}x{NAV[1]}, {args.seconds:g} s per rate")
+          f"{SIG[0]}x{SIG[1]} frames, scans of {NAV[0]}x{NAV[1]}, {args.seconds:g} s per rate; "
+          f"{batches(np.dtype(np.uint16))[0]} frames a partition")
     try:
         for case in args.cases.split(","):
             bases, split = [], {}

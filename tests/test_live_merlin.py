@@ -402,3 +402,57 @@ def test_frames_come_cut_on_partition_boundaries(live_ctx):
     assert [len(b) for b in got] == [40, 40, 16, 40, 40, 16]
     assert all(b.flags.c_contiguous and b.dtype == np.uint16 for b in got)
     assert np.array_equal(np.concatenate(got), np.concatenate([frames, frames]))
+
+
+def test_default_partitions_of_a_live_acquisition_are_a_quarter_scan_and_results_equal_numpy(live_ctx):
+    """Without ``frames_per_partition`` a live scan is cut into 4 partitions (a file's stream: 8), at
+    most 32 MiB of raw frames each: 256 frames of 256x256 uint16 for a 32x32 scan, LiberTEM-live's
+    Merlin default. The receiver cuts its arrays there too (``partition_batches``, no copy), every
+    partial result holds whole partitions, and the sums equal numpy."""
+    from raytile.live.receiver import live_frames_per_partition, partition_batches
+
+    assert live_frames_per_partition((32, 32), (256, 256), np.uint16) == 256  # a file's stream: 128
+    assert live_frames_per_partition((64, 64), (512, 512), np.uint16) == 64   # 32 MiB of 512 KiB frames
+    assert live_frames_per_partition((2, 3), (256, 256), np.uint16) == 2
+    assert partition_batches(NAV, SIG, np.uint16) == (24, 96)
+    frames = scan_frames(13)
+    with MerlinSimulator(frames, mode="U16", nav_shape=NAV) as sim, connect(live_ctx, sim) as conn:
+        aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0))
+        assert aq.frames_per_partition == 24 and aq.num_partitions == 4
+        parts = list(live_ctx.run_udf_iter(dataset=aq, udf=[SumUDF(dtype="int64"), SumSigUDF()]))
+    assert all(int(p.damage.data.sum()) % 24 == 0 for p in parts) and parts[-1].damage.data.all()
+    check_sums(parts[-1].buffers, frames)
+
+
+def test_receiver_reuses_its_arrays_only_once_nothing_holds_them(live_ctx):
+    """``ReusedArrays``: an array (or a view of it, or a memoryview) still held is never handed out
+    again; a released one is. Through the receiver: arrays the consumer keeps hold the frames sent,
+    equal to numpy, while arrays it dropped were written again (fewer arrays made than yielded)."""
+    from raytile.live.receiver import ReusedArrays
+
+    dt = np.dtype(np.uint16)
+    arrays = ReusedArrays(keep=4)
+    a = arrays.take((3, 2), dt)
+    view = a[1:]
+    del a
+    b = arrays.take((3, 2), dt)
+    assert b.base is None and not np.shares_memory(b, view) and arrays.reused == 0
+    del view
+    mem = memoryview(b)
+    del b
+    c = arrays.take((3, 2), dt)
+    assert not np.shares_memory(c, np.asarray(mem)) and arrays.reused == 1  # the first one, free again
+    assert arrays.take((2, 2), dt).shape == (2, 2) and arrays.made == 3      # another shape: a new one
+    frames = scan_frames(14)
+    kept, addresses = [], set()
+    with MerlinSimulator(frames, mode="U16", nav_shape=NAV, continuous=True) as sim, \
+            connect(live_ctx, sim, frame_stack_size=5) as conn:
+        conn.wait_for_acquisition(10.0)
+        for i, batch in enumerate(conn.receiver.frames(4 * 96, np.uint16, batch=(16, 96))):
+            addresses.add(batch.__array_interface__["data"][0])
+            if i % 3 == 0:
+                kept.append((i, batch))  # held: must not be written again
+            del batch
+    expected = np.concatenate([frames] * 4).astype(np.uint16).reshape(-1, 16, *SIG)
+    assert all(np.array_equal(b, expected[i]) for i, b in kept) and len(kept) == 8
+    assert len(addresses) < 24

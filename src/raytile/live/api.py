@@ -24,6 +24,7 @@ from raytile.live.connection import DataSetConnection, LiveConnection
 from raytile.live.hooks import Hooks, ReadyForDataEnv
 from raytile.live.nav_shape import determine_nav_shape
 from raytile.live.progress import with_dropped_frames
+from raytile.live.receiver import live_frames_per_partition
 from raytile.live.registry import detector_spec
 from raytile.runtime.context import Context
 from raytile.runtime.progress import ProgressReporter
@@ -80,6 +81,10 @@ class LiveContext(Context):
         :class:`~raytile.pipeline.frame_stacks.FrameStackPipeline` (dark, gain,
         binning), applied on the workers to each stack of frames before the
         UDFs see them; the acquisition's shape and dtype are its output's.
+        ``frames_per_partition`` (default
+        :func:`~raytile.live.receiver.live_frames_per_partition`: 256 frames of
+        256x256 uint16, at least 4 partitions a scan) sets how often partial
+        results come: once a partition's frames arrived.
         """
         return make_acquisition_on(self, conn=conn, nav_shape=nav_shape, frames_per_partition=frames_per_partition,
                                    controller=controller, pending_aq=pending_aq, hooks=hooks, scans=scans,
@@ -133,6 +138,8 @@ def make_acquisition_on(ctx: Context, *, conn: LiveConnection, nav_shape: tuple[
         else:
             shape = determine_nav_shape(nimages, nav_shape, hooks.on_determine_nav_shape, pending_aq.nav_shape)
     sig_shape, dtype = conn.acquisition_geometry(pending_aq)
+    if frames_per_partition is None:  # fewer, larger partitions than a file's stream (see the function)
+        frames_per_partition = live_frames_per_partition(shape, sig_shape, dtype)
     count = None if scans == 0 else scans * math.prod(shape)
     holder: dict[str, Any] = {}
 

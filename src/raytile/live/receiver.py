@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import queue
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -40,7 +41,8 @@ import numpy as np
 
 from raytile.common.errors import AcquisitionCancelled, AcquisitionError, DataSetException
 
-__all__ = ["AcquisitionStats", "AcquisitionFrames", "Slab", "StackReceiver", "Header", "Stack", "End", "Failed", "Event", "DROP_POLICIES", "partition_batches"]
+__all__ = ["AcquisitionStats", "AcquisitionFrames", "Slab", "StackReceiver", "Header", "Stack", "End", "Failed", "Event", "DROP_POLICIES", "partition_batches", "ReusedArrays",
+           "live_frames_per_partition", "LIVE_MIN_PARTITIONS_PER_SCAN"]
 
 #: What a receiver does with frames the sender lost: ``"zero"`` puts zero frames in their place (the run
 #: goes on; :attr:`StackReceiver.frames_dropped` counts them), ``"fail"`` ends the run.
@@ -320,6 +322,7 @@ class StackReceiver:
         acquisition). ``stats`` counts the frames and the lost ones delivered. Raises AcquisitionError
         when the acquisition fails, ends short or restarts."""
         stats = stats if stats is not None else AcquisitionStats()
+        arrays = ReusedArrays()
         got = 0
         out: np.ndarray | None = None
         filled = 0
@@ -348,7 +351,7 @@ class StackReceiver:
                         size = _batch_size(got, batch, stop - start)
                         if count is not None:
                             size = min(size, count - got)
-                        out, filled = np.empty((size,) + tuple(sig), np.dtype(dtype or native)), 0
+                        out, filled = arrays.take((size,) + tuple(sig), np.dtype(dtype or native)), 0
                     take = min(stop - start, len(out) - filled)
                     self._decode_into(held, start, start + take, out[filled:filled + take])
                     assert self._slab is not None
@@ -366,6 +369,7 @@ class StackReceiver:
             if out is not None and filled:
                 yield out[:filled]
         finally:
+            arrays.clear()
             if held is not None:
                 self._release(held.slot)
 
@@ -386,6 +390,55 @@ class StackReceiver:
             self._carry = None
 
 
+class ReusedArrays:
+    """The arrays :meth:`StackReceiver.frames` decodes into, reused once nothing else holds them.
+
+    Each array goes to the run (a partition's frames), and the receiver is not told when the run is
+    done with it. A fresh array costs the decoding thread a page fault and a zeroed page per 4 KiB
+    on first touch, every time for arrays of 32 MiB and more (glibc maps them anew and unmaps them
+    on free: 256 frames of 256x256 uint16, a live scan's default partition): measured 27-48 against
+    18-22 us a frame to fill one. So the last ``keep`` arrays made are tracked, and ``take`` reuses
+    one of the shape and dtype asked whose only references are this object's: CPython counts every
+    holder (a task, a tile or any other view, a memoryview, a pickle buffer hold a reference to the
+    array or to a view of it), so an array still read anywhere is never written again. ``keep``
+    covers a stream's partitions in flight; more in use at once only means fresh arrays again.
+
+    >>> arrays = ReusedArrays()
+    >>> a = arrays.take((4, 2), np.dtype("uint16"))
+    >>> arrays.take((4, 2), np.dtype("uint16")) is a   # still held (by ``a``): another array
+    False
+    >>> del a; b = arrays.take((4, 2), np.dtype("uint16")); arrays.reused
+    1
+    """
+
+    #: References to an idle tracked array while :meth:`take` looks at it: the list, the loop
+    #: variable and ``sys.getrefcount``'s argument.
+    _IDLE_REFS = 3
+
+    def __init__(self, keep: int = 6):
+        self.keep = keep
+        self._arrays: list[np.ndarray] = []
+        #: Arrays made, and takes served by an idle one.
+        self.made = 0
+        self.reused = 0
+
+    def take(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        for a in self._arrays:
+            if a.shape == shape and a.dtype == dtype and sys.getrefcount(a) <= self._IDLE_REFS:
+                self.reused += 1
+                return a
+        a = np.empty(shape, dtype)
+        self.made += 1
+        self._arrays.append(a)
+        if len(self._arrays) > self.keep:
+            del self._arrays[0]  # the oldest is no longer tracked (its holders keep it as long as they need)
+        return a
+
+    def clear(self) -> None:
+        """Track nothing any more (what is idle is freed)."""
+        self._arrays.clear()
+
+
 def _batch_size(got: int, batch: tuple[int, int] | None, available: int) -> int:
     """Frames of the array that starts at frame ``got``: to the next partition boundary, or
     ``available`` (the rest of the stack) without ``batch``."""
@@ -396,18 +449,44 @@ def _batch_size(got: int, batch: tuple[int, int] | None, available: int) -> int:
     return min(fpp - (in_scan % fpp), scan - in_scan)
 
 
-def partition_batches(nav_shape: tuple[int, ...], sig_shape: tuple[int, ...] | None,
-                      dtype: Any) -> tuple[int, int] | None:
-    """``batch`` for :meth:`StackReceiver.frames`: the default partition size of a stream of this
-    geometry (:func:`~raytile.io.formats.stream.default_frames_per_partition`) and the scan's frames;
-    None when the signal shape is not known."""
-    if sig_shape is None:
-        return None
+#: A live acquisition's scan is cut into at least this many partitions by default (a stream of a file
+#: or a pipeline: 8). Each partition costs the run a fixed ~1 ms of CPU (the UDFs' per-partition
+#: instances and buffers, the merge, the partial result) on the cores that the receiver and, on one
+#: machine, the detector's sender need too: benchmarks/bench_live.py's 32x32 scans of 256x256 uint16
+#: frames go from 128 to 256 frames a partition, LiberTEM-live's Merlin default, which saves 4-6 us of
+#: CPU a frame in the run thread (fixed cost 5-6 -> 3-4 us, the UDFs' kernels ~25). Measured on a shared
+#: machine: cheaper in all for R12 and DECTRIS; for Merlin U16 near its limit the decoding got about as
+#: much dearer (three 32 MiB partitions in flight leave the cache), see docs/live.md "Measured"; 8
+#: here is the old partitioning. At 10,000 frames/s a partition of 256 frames takes 26 ms: partial
+#: results still come at ~40 a second.
+LIVE_MIN_PARTITIONS_PER_SCAN = 4
+
+
+def live_frames_per_partition(nav_shape: tuple[int, ...], sig_shape: tuple[int, ...], dtype: Any) -> int:
+    """The default frames per partition of a live acquisition of this geometry: about
+    ``PARTITION_BYTES`` of raw frames (256 frames of 256x256 uint16), and at least
+    :data:`LIVE_MIN_PARTITIONS_PER_SCAN` partitions per scan.
+
+    >>> live_frames_per_partition((32, 32), (256, 256), "uint16")
+    256
+    >>> live_frames_per_partition((16, 16), (256, 256), "uint16")
+    64
+    """
     from raytile.io.formats.stream import default_frames_per_partition
 
     scan = int(np.prod(nav_shape))
     frame_bytes = int(np.prod(sig_shape)) * np.dtype(dtype).itemsize
-    return default_frames_per_partition(scan, frame_bytes), scan
+    return default_frames_per_partition(scan, frame_bytes, LIVE_MIN_PARTITIONS_PER_SCAN)
+
+
+def partition_batches(nav_shape: tuple[int, ...], sig_shape: tuple[int, ...] | None,
+                      dtype: Any) -> tuple[int, int] | None:
+    """``batch`` for :meth:`StackReceiver.frames`: the default partition size of a live acquisition of
+    this geometry (:func:`live_frames_per_partition`) and the scan's frames; None when the signal shape
+    is not known."""
+    if sig_shape is None:
+        return None
+    return live_frames_per_partition(nav_shape, sig_shape, dtype), int(np.prod(nav_shape))
 
 
 class AcquisitionFrames:

@@ -55,9 +55,11 @@ PARTITION_BYTES = 32 * 1024 * 1024
 #: By default a scan is cut into at least this many partitions (when it has that many frames).
 MIN_PARTITIONS_PER_SCAN = 8
 
-def default_frames_per_partition(scan_frames: int, frame_bytes: int) -> int:
+def default_frames_per_partition(scan_frames: int, frame_bytes: int,
+                                 min_partitions: int = MIN_PARTITIONS_PER_SCAN) -> int:
     """Frames per partition for a stream: about ``PARTITION_BYTES``, and at least
-    ``MIN_PARTITIONS_PER_SCAN`` partitions per scan.
+    ``min_partitions`` partitions per scan (live acquisitions ask for fewer: see
+    :func:`raytile.live.receiver.live_frames_per_partition`).
 
     >>> default_frames_per_partition(64 * 64, 256 * 256 * 2)  # 128 KiB frames: 256 frames, 32 MiB
     256
@@ -65,7 +67,7 @@ def default_frames_per_partition(scan_frames: int, frame_bytes: int) -> int:
     8
     """
     by_bytes = max(1, PARTITION_BYTES // max(1, frame_bytes))
-    by_count = max(1, math.ceil(scan_frames / MIN_PARTITIONS_PER_SCAN))
+    by_count = max(1, math.ceil(scan_frames / max(1, min_partitions)))
     return max(1, min(by_bytes, by_count, scan_frames))
 
 
