@@ -187,7 +187,7 @@ class DectrisDataSet(DataSet):
         self._codec: int | None = None
 
     @classmethod
-    def detect_params(cls, path: str, store: ObjectStore | None = None) -> dict | None:
+    def _detect_params(cls, path: str, store: ObjectStore | None = None) -> dict | None:
         """``{"path": path}`` if ``path`` (a file, or an object of ``store``) is a DECTRIS master file (HDF5,
         /entry/data links, detector metadata)."""
         return {"path": path} if is_master(path, store) else None

@@ -340,7 +340,7 @@ class FRMS6DataSet(FileDataSet):
         self._hdr: dict[str, Any] = {}
 
     @classmethod
-    def detect_params(cls, path: str) -> dict | None:
+    def _detect_params(cls, path: str) -> dict | None:
         """``{"path", "nav_shape"}`` for a ``.hdr`` or ``.frms6`` whose ``.hdr`` has a ``[measurementInfo]``."""
         if os.path.splitext(path)[1] not in (".hdr", ".frms6"):
             return None

@@ -331,7 +331,7 @@ class H5DataSet(DataSet):
         self._raw_fileset: FileSet | None = None
 
     @classmethod
-    def detect_params(cls, path: str, store: ObjectStore | None = None) -> dict | None:
+    def _detect_params(cls, path: str, store: ObjectStore | None = None) -> dict | None:
         """``path`` and ``ds_path`` of the largest numeric dataset of 3 or more dimensions in an HDF5 file
         (or an object of ``store``); of several of the largest size, the first h5py visits (LiberTEM's
         choice)."""
@@ -352,6 +352,8 @@ class H5DataSet(DataSet):
         try:
             with h5py.File(source if source is not None else path, "r") as f:
                 f.visititems(visit)
+        except TimeoutError:  # listing the datasets took too long (a slow file system): the path only, as LiberTEM
+            return {"path": path}
         except OSError as e:
             raise DataSetException(f"{path}: an HDF5 file h5py cannot open: {e}") from None
         finally:
@@ -365,8 +367,8 @@ class H5DataSet(DataSet):
     def _do_initialize(self) -> DataSetMeta:
         check_path_file(self._path, self._store)
         if not self._ds_path:  # LiberTEM's choice: the largest dataset of 3 or more dimensions
-            found = self.detect_params(self._path, store=self._store)
-            if found is None:
+            found = self._detect_params(self._path, store=self._store)
+            if found is None or "ds_path" not in found:
                 raise DataSetException(f"{self._path}: not an HDF5 file, or no data set found in it "
                                        "(give ds_path for the dataset to read)")
             self._ds_path = found["ds_path"]
@@ -394,7 +396,8 @@ class H5DataSet(DataSet):
         return DataSetMeta(shape=Shape(tuple(nav) + tuple(sig), sig_dims=len(sig)), raw_dtype=dtype.newbyteorder("="),
                            sync_offset=self._sync_offset)
 
-    def check_valid(self) -> None:
+    def check_valid(self) -> bool:
+        """True if the dataset can be read (LiberTEM's answer); DataSetException naming the problem if not."""
         f, ds = _open(self._path, self._ds_path, self._store)
         with f:
             try:
@@ -403,6 +406,7 @@ class H5DataSet(DataSet):
                 raise DataSetException(f"{self._path}:{self._ds_path}: cannot read data: {e}") from None
         if self._raw_fileset is not None:
             self._raw_fileset.check()
+        return True
 
     def get_cache_key(self) -> Any:
         if self._store is not None:

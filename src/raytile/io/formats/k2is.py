@@ -439,7 +439,7 @@ class K2ISDataSet(FileDataSet):
         self._time_series = True
 
     @classmethod
-    def detect_params(cls, path: str) -> dict | None:
+    def _detect_params(cls, path: str) -> dict | None:
         """For a ``.gtg``/``.bin`` of 8 sector files whose first block header is K2 IS's: ``path`` and, as
         LiberTEM detects it, ``nav_shape`` (the ``.gtg``'s scan size, else the shutter-active frames, square
         where their number is a square) and ``sync_offset`` (the frames before the shutter flag)."""

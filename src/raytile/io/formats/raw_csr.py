@@ -158,7 +158,7 @@ class RawCSRDataSet(DataSet):
         self._rows_in_files = 0
 
     @classmethod
-    def detect_params(cls, path: str) -> dict | None:
+    def _detect_params(cls, path: str) -> dict | None:
         """``{"path": path}`` for a ``.toml`` file whose ``[params] filetype`` is ``raw_csr``."""
         if os.path.splitext(path)[1].lower() != ".toml" or os.path.getsize(path) > 1 << 20:
             return None

@@ -202,7 +202,7 @@ class SERDataSet(FrameFileDataSet):
         return part
 
     @classmethod
-    def detect_params(cls, path: str) -> dict[str, Any] | None:
+    def _detect_params(cls, path: str) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape"}`` of a ``.ser`` file of 2D images or 1D spectra, else None."""
         if not str(path).lower().endswith(".ser"):
             return None
