@@ -210,6 +210,9 @@ class PartitionRun:
                 worker_cache=worker_cache_for(template),
             ))
             udf.set_backend(self.backend_of[i])
+            # the partition's slice (ROI-compressed) until the first tile, as LiberTEM: get_task_data and
+            # preprocess see the partition's meta.coordinates
+            udf.meta.slice = part_slice
             with _udf_errors(udf, task, "get_result_buffers"):
                 buffers = udf.get_result_buffers()
                 for buf in buffers.values():
