@@ -58,3 +58,33 @@ def test_coordinates_in_get_task_data(lt_ctx, ctx, roi):
                       udf=_coords_udf(rt_udf.UDF)(), roi=roi)
     np.testing.assert_array_equal(got["seen"].raw_data, ref["seen"].raw_data)
     assert (np.asarray(got["seen"].raw_data) % 10 == 1).all()  # every frame among its partition's coordinates
+
+
+@pytest.mark.parametrize("tileshape", [(3, 4, 32), (5, 7, 10), (2, 32, 32)])
+@pytest.mark.parametrize("intent", [None, "partition", "tile"])
+def test_tiling_scheme_as_libertem(tileshape, intent):
+    """``make_for_shape(intent=)``, ``slices``, ``slices_array``, ``shape`` and ``adjust_for_partition``."""
+    from unittest import mock
+
+    from libertem.common import Shape as LtShape, Slice as LtSlice
+    from libertem.io.dataset.base import TilingScheme as LtTilingScheme
+
+    from raytile.common import Shape, Slice
+    from raytile.io.dataset.base import TilingScheme
+
+    ref = LtTilingScheme.make_for_shape(tileshape=LtShape(tileshape, sig_dims=2),
+                                        dataset_shape=LtShape((16, 16, 32, 32), sig_dims=2), intent=intent)
+    got = TilingScheme.make_for_shape(tileshape=Shape(tileshape, sig_dims=2),
+                                      dataset_shape=Shape((16, 16, 32, 32), sig_dims=2), intent=intent)
+    assert len(got) == len(ref) and got.depth == ref.depth and got.intent == ref.intent
+    assert tuple(got.shape) == tuple(ref.shape)
+    assert [(i, tuple(s.origin), tuple(s.shape)) for i, s in got.slices] == \
+        [(i, tuple(s.origin), tuple(s.shape)) for i, s in ref.slices]
+    assert [tuple(got[i].origin) for i in range(len(got))] == [tuple(ref[i].origin) for i in range(len(ref))]
+    np.testing.assert_array_equal(got.slices_array, ref.slices_array)
+    for frames in (4, tileshape[0]):
+        lt_part, part = mock.MagicMock(), mock.MagicMock()
+        lt_part.slice = LtSlice(origin=(0, 0, 0), shape=LtShape((frames, 32, 32), sig_dims=2))
+        part.slice = Slice(origin=(0, 0, 0), shape=Shape((frames, 32, 32), sig_dims=2))
+        lt_adj, adj = ref.adjust_for_partition(lt_part), got.adjust_for_partition(part)
+        assert (adj is got) == (lt_adj is ref) and adj.depth == lt_adj.depth and adj.intent == lt_adj.intent

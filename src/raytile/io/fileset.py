@@ -188,7 +188,7 @@ class FileSet:
 
     def get_read_ranges(self, frames: np.ndarray, scheme: TilingScheme):
         """``(tile_meta, read_ranges)`` for reading ``frames`` (global indices) by ``scheme``."""
-        runs, n_runs, slice_px = slice_runs(scheme.slices, self.sig_shape, self.split_x)
+        runs, n_runs, slice_px = slice_runs(scheme.sig_slices, self.sig_shape, self.split_x)
         rr_per_tile = max(1, int(scheme.depth * n_runs.max()))
         return get_read_ranges(
             np.ascontiguousarray(frames, dtype=np.int64), int(scheme.depth), runs, n_runs, slice_px,

@@ -152,7 +152,7 @@ class TileSlices:
 
     def __init__(self, job: ReadJob):
         self._nav_origin = job.nav_origin
-        self._slices = job.scheme.slices
+        self._slices = job.scheme.sig_slices
         self._sig_dims = len(job.scheme.sig_shape)
         self._shapes: dict[tuple[int, int], Shape] = {}
 
@@ -215,7 +215,7 @@ class IOBackend:
         """Tiles of a frames job, by numpy alone."""
         scheme = job.scheme
         dest = np.dtype(job.dest_dtype)
-        sig_index = [(slice(None),) + sl.get() for sl in scheme.slices]
+        sig_index = [(slice(None),) + sl.get() for sl in scheme.sig_slices]
         buffers: list[np.ndarray | None] = [None] * len(scheme)
         tile_slice = TileSlices(job)
         blocks = self._frame_blocks(job)
@@ -225,7 +225,7 @@ class IOBackend:
                 whole = (decoder is None and len(parts) == 1 and parts[0][1].shape[0] == count
                          and parts[0][1].dtype == dest)
                 gaps = sum(p[1].shape[0] for p in parts) < count
-                for s_idx, sl in enumerate(scheme.slices):
+                for s_idx, sl in enumerate(scheme.sig_slices):
                     if whole:
                         data = parts[0][1][sig_index[s_idx]]
                     else:
@@ -251,7 +251,7 @@ class IOBackend:
         n_slices = len(scheme)
         decode, args = job.decoder.tile_decoder()
         clear = job.decoder.do_clear()
-        slice_px = [sl.shape.size for sl in scheme.slices]
+        slice_px = [sl.shape.size for sl in scheme.sig_slices]
         buffers = [np.zeros(scheme.depth * px, dtype=job.dest_dtype) for px in slice_px]
         tile_slice = TileSlices(job)
         blocks = self._blocks(job)
@@ -259,7 +259,7 @@ class IOBackend:
             for t0, block in zip(range(0, meta.shape[0], n_slices), blocks):
                 for t in range(t0, t0 + n_slices):
                     first, count, s_idx, n_rr, fmin, fmax, blank = meta[t].tolist()
-                    sl = scheme.slices[s_idx]
+                    sl = scheme.sig_slices[s_idx]
                     out = buffers[s_idx][: count * slice_px[s_idx]]
                     if clear:
                         out[:] = 0

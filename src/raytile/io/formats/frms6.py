@@ -278,8 +278,8 @@ class FRMS6FileSet(FileSet):
 
     def get_read_ranges(self, frames: np.ndarray, scheme: TilingScheme):
         if self.native_sig:
-            rows = np.array([(sl.origin[0], sl.shape[0]) for sl in scheme.slices], dtype=np.int64)
-            if any(sl.shape[1] != self.sig_shape[1] for sl in scheme.slices):
+            rows = np.array([(sl.origin[0], sl.shape[0]) for sl in scheme.sig_slices], dtype=np.int64)
+            if any(sl.shape[1] != self.sig_shape[1] for sl in scheme.sig_slices):
                 raise DataSetException(f"{self.paths[0]}: FRMS6 tiles are whole rows; the tiling scheme {scheme} "
                                        f"was not negotiated with this data set's partitions")
         else:  # a reshaped signal: whole frames, in the flat order of the unfolded frame

@@ -272,7 +272,7 @@ class H5Partition(_ChunkTiling, Partition):
                 block = frames[b0:b0 + depth]
                 count = len(block)
                 a, z = int(block[0]), int(block[-1]) + 1
-                for s_idx, sl in enumerate(tiling_scheme.slices):
+                for s_idx, sl in enumerate(tiling_scheme.sig_slices):
                     sig_sl = sl.get()
                     key = (s_idx, z - a)
                     buf = raw.get(key)

@@ -161,7 +161,7 @@ class ZarrPartition(_ChunkTiling, Partition):
             block = frames[b0:b0 + tiling_scheme.depth]
             count = len(block)
             a, z = int(block[0]), int(block[-1]) + 1
-            for s_idx, sl in enumerate(tiling_scheme.slices):
+            for s_idx, sl in enumerate(tiling_scheme.sig_slices):
                 key = (s_idx, z - a)
                 buf = raw.get(key)
                 if buf is None:
