@@ -88,3 +88,66 @@ def test_tiling_scheme_as_libertem(tileshape, intent):
         part.slice = Slice(origin=(0, 0, 0), shape=Shape((frames, 32, 32), sig_dims=2))
         lt_adj, adj = ref.adjust_for_partition(lt_part), got.adjust_for_partition(part)
         assert (adj is got) == (lt_adj is ref) and adj.depth == lt_adj.depth and adj.intent == lt_adj.intent
+
+
+@pytest.fixture(scope="module")
+def raw_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("raw") / "data.raw"
+    DATA.tofile(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def h5_file(tmp_path_factory):
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path_factory.mktemp("h5") / "data.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("data", data=DATA)
+    return str(path)
+
+
+def test_io_backend_object_of_another_class_as_libertem(lt_ctx, inline_ctx, raw_file, h5_file):
+    """An ``io_backend`` object of a user's ``IOBackend`` subclass reads the raw partitions (one that cannot
+    read raises a RuntimeError from the run, as LiberTEM's test FakeBackend); HDF5 refuses it with a
+    ValueError, as LiberTEM's ``H5DataSet``."""
+    from libertem.io.dataset.base import IOBackend as LtIOBackend
+    from libertem.io.dataset.base.backend import IOBackendImpl as LtIOBackendImpl
+    from libertem.udf.sum import SumUDF as LtSumUDF
+
+    from raytile.io.backends import IOBackend, MMapBackend
+    from raytile.udf.sum import SumUDF
+
+    class LtBroken(LtIOBackendImpl):
+        def get_tiles(self, *args, **kwargs):
+            raise RuntimeError("nothing to see here")
+            yield
+
+    class LtFake(LtIOBackend, id_="h15c_fake"):
+        def get_impl(self):
+            return LtBroken()
+
+    class Fake(IOBackend, id_="h15c_fake"):
+        pass
+
+    class Counting(MMapBackend):
+        frames = 0
+
+        def get_frame_tiles(self, job):
+            for tile in super().get_frame_tiles(job):
+                Counting.frames += tile.tile_slice.shape[0]
+                yield tile
+
+    raw = dict(path=raw_file, dtype="float32", nav_shape=DATA.shape[:2], sig_shape=DATA.shape[2:])
+    with pytest.raises(RuntimeError):
+        lt_ctx.run_udf(dataset=lt_ctx.load("raw", io_backend=LtFake(), **raw), udf=LtSumUDF())
+    with pytest.raises(RuntimeError):
+        inline_ctx.run_udf(dataset=inline_ctx.load("raw", io_backend=Fake(), **raw), udf=SumUDF())
+    with pytest.raises(ValueError):
+        lt_ctx.load("hdf5", path=h5_file, ds_path="data", io_backend=LtFake())
+    with pytest.raises(ValueError, match="io_backend"):
+        inline_ctx.load("hdf5", path=h5_file, ds_path="data", io_backend=Fake())
+
+    ref = lt_ctx.run_udf(dataset=lt_ctx.load("raw", **raw), udf=LtSumUDF())
+    got = inline_ctx.run_udf(dataset=inline_ctx.load("raw", io_backend=Counting(), **raw), udf=SumUDF())
+    np.testing.assert_allclose(got["intensity"].data, ref["intensity"].data, rtol=1e-6)
+    assert Counting.frames == DATA.shape[0] * DATA.shape[1]  # every frame read by the given backend

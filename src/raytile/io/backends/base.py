@@ -170,7 +170,8 @@ class IOBackend:
 
     An instance may be passed as a format's ``io_backend=`` (as in LiberTEM); the format keeps its
     :attr:`name` and each partition makes its own. ``class X(IOBackend, id_="x")`` registers a
-    subclass under an id, as LiberTEM's ``IOBackend`` does.
+    subclass under an id, as LiberTEM's ``IOBackend`` does; an object of such a subclass given as
+    ``io_backend=`` reads the file formats' partitions itself (HDF5 refuses it, as LiberTEM's).
     """
 
     name = ""
@@ -204,12 +205,14 @@ class IOBackend:
 
     def _blocks(self, job: RangesJob) -> Generator[Block, None, None]:
         """The job's nav blocks in order (every ``len(scheme)`` tiles of its read ranges make one)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"IO backend {type(self).__name__} does not implement _blocks (raytile's "
+                                  f"IOBackend interface)")
 
     def _frame_blocks(self, job: FramesJob) -> Generator[FrameBlock, None, None]:
         """Frames path: ``(b0, count, parts)`` per nav block, a part being ``(k, frames)``:
         block frames ``[k, k + len(frames))`` as ``(n, *sig)`` of ``job.file_dtype``."""
-        raise NotImplementedError
+        raise NotImplementedError(f"IO backend {type(self).__name__} does not implement _frame_blocks (raytile's "
+                                  f"IOBackend interface)")
 
     def get_frame_tiles(self, job: FramesJob) -> Iterator[DataTile]:
         """Tiles of a frames job, by numpy alone."""

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from raytile.common.errors import DataSetException
+from raytile.common.errors import DataSetException, UnsupportedIOBackend
 from raytile.io.dataset import DataSet, DataSetMeta, Partition, check_array_backend
 from raytile.io.decoders import NativeDecoder
 from raytile.io.backends import BACKENDS
@@ -319,6 +319,8 @@ class H5DataSet(DataSet):
         ``min_num_partitions`` is accepted and, as in LiberTEM, not used."""
         if target_size is not None:
             kwargs["partition_bytes"] = int(target_size)
+        if not isinstance(io_backend, str):  # a user's backend object: chunks and compression need h5py's reads
+            raise UnsupportedIOBackend(f"hdf5: io_backend must be one of {sorted(BACKENDS)}, got {io_backend!r}")
         super().__init__(**kwargs)
         self._store = store_for(path, storage_options)
         self._path = path
