@@ -122,3 +122,15 @@ def test_com_analysis_agrees_with_com_udf(ctx):
     analysis = ctx.run(ctx.create_com_analysis(dataset=ds))
     np.testing.assert_allclose(udf_field, np.flip(np.moveaxis(analysis.field.raw_data, 0, -1), axis=-1),
                                rtol=1e-7, atol=1e-12)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"mask_factories": lambda: np.ones((5, 6)), "shifts": (1.2, -3.1), "use_sparse": "scipy.sparse"},
+    {"mask_factories": [lambda: np.ones((5, 5))], "backends": ("BACKEND_DOES_NOT_EXIST",)},
+], ids=["scipy-sparse-with-shifts", "unknown-backend"])
+def test_applymasks_refuses_at_construction_as_libertem(kwargs):
+    """What LiberTEM's ``ApplyMasksUDF`` refuses when constructed (a ValueError), raytile's refuses there too."""
+    with pytest.raises(ValueError):
+        lt_masks.ApplyMasksUDF(**kwargs)
+    with pytest.raises(ValueError, match="ApplyMasksUDF"):
+        masks.ApplyMasksUDF(**kwargs)
