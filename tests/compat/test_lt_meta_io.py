@@ -151,3 +151,35 @@ def test_io_backend_object_of_another_class_as_libertem(lt_ctx, inline_ctx, raw_
     got = inline_ctx.run_udf(dataset=inline_ctx.load("raw", io_backend=Counting(), **raw), udf=SumUDF())
     np.testing.assert_allclose(got["intensity"].data, ref["intensity"].data, rtol=1e-6)
     assert Counting.frames == DATA.shape[0] * DATA.shape[1]  # every frame read by the given backend
+
+
+def _echo_udf(base):
+    class Echo(base):
+        def get_result_buffers(self):
+            return {"pre": self.buffer(kind="nav", dtype="float32", extra_shape=(2,)),
+                    "frame": self.buffer(kind="nav", dtype="float32", extra_shape=(2,))}
+
+        def preprocess(self):
+            self.results.pre[:] = self.params.aux
+
+        def process_frame(self, frame):
+            self.results.frame[:] = self.params.aux
+
+    return Echo
+
+
+@pytest.mark.parametrize("roi", [None, ROI], ids=["all", "roi"])
+def test_aux_data_in_preprocess_with_roi(lt_ctx, ctx, roi):
+    """An aux-data parameter in ``preprocess`` holds the ROI's positions, as the nav buffers there."""
+    aux = np.random.default_rng(9).random(DATA.shape[:2] + (2,)).astype(np.float32)
+    lt_udf_cls, udf_cls = _echo_udf(lt_udf.UDF), _echo_udf(rt_udf.UDF)
+    ref = lt_ctx.run_udf(dataset=LtMemoryDataSet(data=DATA, num_partitions=3),
+                         udf=lt_udf_cls(aux=lt_udf_cls.aux_data(data=aux, kind="nav", extra_shape=(2,),
+                                                                 dtype="float32")), roi=roi)
+    got = ctx.run_udf(dataset=MemoryDataSet(data=DATA, num_partitions=3),
+                      udf=udf_cls(aux=udf_cls.aux_data(data=aux, kind="nav", extra_shape=(2,), dtype="float32")),
+                      roi=roi)
+    for key in ("pre", "frame"):
+        np.testing.assert_array_equal(got[key].raw_data, ref[key].raw_data)
+    sel = np.ones(DATA.shape[:2], bool) if roi is None else roi
+    np.testing.assert_array_equal(got["pre"].raw_data, aux[sel])
