@@ -115,8 +115,9 @@ FORMAT_MAKERS = {"empad": _empad, "mrc": _mrc, "blo": _blo, "dm": _dm4, "seq": _
 NAV_REQUIRED = {"seq"}
 
 
-def _check(ctx, ds, frames, roi=None, tilings=((None, None), (3, 100))):
-    """Sum (exact for integers), SumSig and every tile against numpy, for several tilings."""
+def _check(ctx, ds, frames, roi=None, tilings=((None, None), (3, 100)), no_tile=None):
+    """Sum (exact for integers), SumSig and every tile against numpy, for several tilings. ``no_tile``:
+    (flat, ROI-less) positions without a frame of the data (a sync_offset's), which get no tile."""
     n_sig = len(ds.shape.sig)
     flat = frames.reshape((-1,) + frames.shape[-n_sig:]).astype(np.float64)
     sel = flat if roi is None else flat[roi.reshape(-1)]
@@ -132,7 +133,10 @@ def _check(ctx, ds, frames, roi=None, tilings=((None, None), (3, 100))):
             got = np.full_like(sel, np.nan)
             for sl, tile in RecordTiles.seen:
                 got[sl.get()] = tile
-            np.testing.assert_array_equal(got, sel)
+            want = sel.copy()
+            if no_tile is not None:
+                want[no_tile if roi is None else no_tile[roi.reshape(-1)]] = np.nan
+            np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -157,12 +161,15 @@ def test_sync_offset_and_reshape(inline_ctx, tmp_path, rng, fmt):
     for offset in (2, -3):
         ds = inline_ctx.load(w.name, **base, nav_shape=(2, 6), sync_offset=offset, num_partitions=2)
         want = np.zeros_like(flat)
+        no_tile = np.ones(len(flat), bool)
         if offset > 0:
             want[:-offset] = flat[offset:]
+            no_tile[:-offset] = False
         else:
             want[-offset:] = flat[:offset]
+            no_tile[-offset:] = False
         assert ds.shape.to_tuple() == (2, 6) + sig
-        _check(inline_ctx, ds, want.reshape((2, 6) + sig), tilings=((None, None),))
+        _check(inline_ctx, ds, want.reshape((2, 6) + sig), tilings=((None, None),), no_tile=no_tile)
     # a sig_shape of as many pixels, a nav_shape shorter than the file (a warning)
     new_sig = (sig[0] * sig[1],)
     with pytest.warns(UserWarning, match="reads only the first"):
@@ -548,7 +555,8 @@ def test_tvips_nav_shape_beyond_the_files_raises(inline_ctx, tmp_path, rng):
     with pytest.raises(DataSetException, match=r"holds? 26 frames.*nav_shape \(27,\) needs 27"):
         inline_ctx.load("tvips", path=paths[0], nav_shape=(27,), sync_offset=0)
     padded = inline_ctx.load("tvips", path=paths[0], nav_shape=(25,), sync_offset=3)  # asked for: blank frames
-    _check(inline_ctx, padded, np.concatenate([frames[3:], np.zeros((2, 5, 4), np.uint16)]), tilings=((None, None),))
+    _check(inline_ctx, padded, np.concatenate([frames[3:], np.zeros((2, 5, 4), np.uint16)]), tilings=((None, None),),
+           no_tile=np.arange(25) >= 23)  # the blank positions get no tile, as in LiberTEM
 
 
 @pytest.mark.parametrize("fmt", sorted(set(MAKERS) - {"dm_stack"}))

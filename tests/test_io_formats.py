@@ -50,8 +50,10 @@ def assemble(seen, n, sig, dtype=np.float64):
     return out
 
 
-def check_read(ctx, ds, frames, roi=None, corrections=None, tilings=((None, None), (3, 200), (4, None))):
-    """Sum, SumSig and the recorded tiles agree with numpy for several tilings."""
+def check_read(ctx, ds, frames, roi=None, corrections=None, tilings=((None, None), (3, 200), (4, None)),
+               no_tile=None):
+    """Sum, SumSig and the recorded tiles agree with numpy for several tilings. ``no_tile``: (flat,
+    ROI-less) positions without a frame of the data (a sync_offset's), which get no tile."""
     flat = frames.reshape((-1,) + frames.shape[len(ds.shape.nav):])
     ref = flat if corrections is None else reference_correct(flat, corrections)
     sel = ref if roi is None else ref[roi.reshape(-1)]
@@ -64,8 +66,12 @@ def check_read(ctx, ds, frames, roi=None, corrections=None, tilings=((None, None
         want = ref.reshape(len(ref), -1).sum(axis=1, dtype=np.float64)
         mask = slice(None) if roi is None else roi.reshape(-1)
         np.testing.assert_allclose(sumsig[mask], want[mask], rtol=1e-5)
-        got = assemble(RecordTiles.seen, len(sel), ref.shape[1:])
-        np.testing.assert_allclose(got, sel, rtol=1e-5)
+        got, want = assemble(RecordTiles.seen, len(sel), ref.shape[1:]), sel
+        if no_tile is not None:
+            nt = no_tile if roi is None else no_tile[roi.reshape(-1)]
+            assert np.isnan(got[nt]).all()  # no tile there
+            got, want = got[~nt], sel[~nt]
+        np.testing.assert_allclose(got, want, rtol=1e-5)
         if total is not None:
             assert any(sl.shape[1:] != ref.shape[1:] for sl, _ in RecordTiles.seen), "expected sig-sliced tiles"
 
@@ -122,9 +128,11 @@ def test_raw_many_files_straight_and_sync_offset(inline_ctx, tmp_path, frames, b
     check_read(inline_ctx, ds, frames, tilings=((4, None), (3, 200)))
     shifted = np.zeros_like(flat)
     shifted[2:] = flat[:-2]
+    no_tile = np.zeros(len(flat), bool)
+    no_tile[:2] = True  # moved before the first frame: no tile, as in LiberTEM
     ds = inline_ctx.load("raw", path=str(tmp_path / "f*.raw"), nav_shape=NAV, sig_shape=SIG, dtype="uint16",
                          sync_offset=-2, num_partitions=2, io_backend=backend)
-    check_read(inline_ctx, ds, shifted.reshape(frames.shape), tilings=((4, None),))
+    check_read(inline_ctx, ds, shifted.reshape(frames.shape), tilings=((4, None),), no_tile=no_tile)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

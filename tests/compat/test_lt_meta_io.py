@@ -183,3 +183,62 @@ def test_aux_data_in_preprocess_with_roi(lt_ctx, ctx, roi):
         np.testing.assert_array_equal(got[key].raw_data, ref[key].raw_data)
     sel = np.ones(DATA.shape[:2], bool) if roi is None else roi
     np.testing.assert_array_equal(got["pre"].raw_data, aux[sel])
+
+
+@pytest.mark.parametrize("fmt", ["memory", "raw", "npy"])
+@pytest.mark.parametrize("sync_offset", [9, -9])
+@pytest.mark.parametrize("roi", [None, ROI], ids=["all", "roi"])
+def test_sync_offset_positions_without_a_frame_get_no_tile(lt_ctx, ctx, tmp_path, fmt, sync_offset, roi):
+    """With a ``sync_offset``, positions moved past either end of the data get no tile (LiberTEM's
+    ``test_coords`` sync-offset cases): ``StdDevUDF`` counts and averages only the frames the data holds,
+    and the tiles' ``meta.coordinates`` are those positions."""
+    from libertem.udf.stddev import StdDevUDF as LtStdDevUDF
+
+    from raytile.udf.stddev import StdDevUDF
+
+    nav = DATA.shape[:2]
+    kwargs: dict = {"sync_offset": sync_offset}
+    if fmt == "memory":
+        lt_ds = lt_ctx.load("memory", data=DATA, num_partitions=3, **kwargs)
+        ds = ctx.load("memory", data=DATA, num_partitions=3, **kwargs)
+    else:
+        path = str(tmp_path / f"data.{fmt}")
+        if fmt == "raw":
+            DATA.tofile(path)
+            kwargs.update(dtype="float32", nav_shape=nav, sig_shape=DATA.shape[2:])
+        else:
+            np.save(path, DATA)
+        lt_ds = lt_ctx.load(fmt, path=path, **kwargs)
+        ds = ctx.load(fmt, path=path, **kwargs)
+    got = ctx.run_udf(dataset=ds, udf=[StdDevUDF(), _coords_seen(rt_udf.UDF)()], roi=roi)
+    # numpy: the positions (in the ROI) whose frame position + sync_offset is in the data
+    frames = DATA.reshape((-1,) + DATA.shape[2:])
+    pos = np.flatnonzero(np.ones(nav, bool) if roi is None else roi)
+    pos = pos[(pos + sync_offset >= 0) & (pos + sync_offset < len(frames))]
+    assert np.asarray(got[0]["num_frames"].data).item() == len(pos)
+    np.testing.assert_allclose(got[0]["mean"].data, frames[pos + sync_offset].mean(axis=0), rtol=1e-5)
+    seen = np.zeros(np.prod(nav), np.int64)
+    seen[pos] = pos + 1
+    np.testing.assert_array_equal(np.nan_to_num(got[1]["seen"].data).reshape(-1)[pos], seen[pos])
+    if fmt == "memory" and roi is not None:
+        return  # LiberTEM's MemoryDataSet reads other frames with an ROI and a sync_offset (or fails)
+    ref = lt_ctx.run_udf(dataset=lt_ds, udf=[LtStdDevUDF(), _coords_seen(lt_udf.UDF)()], roi=roi)
+    assert np.asarray(got[0]["num_frames"].data).item() == np.asarray(ref[0]["num_frames"].data).item()
+    for key in ("mean", "var", "std"):
+        np.testing.assert_allclose(got[0][key].data, ref[0][key].data, rtol=1e-5)
+    np.testing.assert_array_equal(got[1]["seen"].raw_data, ref[1]["seen"].raw_data)
+
+
+def _coords_seen(base):
+    """Marks each position a tile's ``meta.coordinates`` names with 1 + its flat index."""
+
+    class CoordsSeen(base):
+        def get_result_buffers(self):
+            return {"seen": self.buffer(kind="nav", dtype=np.int64)}
+
+        def process_tile(self, tile):
+            flat = np.ravel_multi_index(tuple(self.meta.coordinates.T), self.meta.dataset_shape.nav)
+            assert len(flat) == tile.shape[0]
+            self.results.seen[:] = flat + 1
+
+    return CoordsSeen

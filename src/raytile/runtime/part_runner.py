@@ -19,6 +19,7 @@ from raytile.common.buffers import to_numpy
 from raytile.common.device_class import DeviceClass
 from raytile.common.errors import BackendError, UDFException
 from raytile.common.tiling import DataTile
+from raytile.io.dataset.meta import DataSetMeta
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.runtime.execution_plan import ExecutionPlan
@@ -148,6 +149,28 @@ def run_partition(
     return result
 
 
+def _cut_tiles(tiles: Iterator[DataTile], lo: int, hi: int) -> Iterator[DataTile]:
+    """``tiles`` cut to the (ROI-compressed) nav positions ``[lo, hi)``; tiles outside are dropped."""
+    for tile in tiles:
+        start = tile.tile_slice.origin[0]
+        count = tile.tile_slice.shape[0]
+        a, b = max(start, lo), min(start + count, hi)
+        if a >= b:
+            continue
+        if a == start and b == start + count:
+            yield tile
+            continue
+        data = tile.data
+        try:
+            part = data[a - start:b - start]
+        except TypeError:  # a scipy.sparse coo_matrix cannot be sliced
+            part = data.tocsr()[a - start:b - start]
+        shape = tile.tile_slice.shape
+        yield DataTile(part, Slice((a,) + tuple(tile.tile_slice.origin[1:]),
+                                   Shape((b - a,) + tuple(shape.to_tuple()[1:]), sig_dims=shape.sig.dims)),
+                       tile.scheme_idx)
+
+
 class PartitionRun:
     """One task's UDFs over one partition, in three phases::
 
@@ -182,10 +205,14 @@ class PartitionRun:
     def run(self, on_tile: TileProgress | None = None) -> PartitionResult:
         self.init_udfs()
         last_scheme_idx = len(self.params.tiling_scheme) - 1
+        reported = 0
         for tile in self.tiles():
             self.run_tile(tile)
             if on_tile is not None and tile.scheme_idx == last_scheme_idx:
                 on_tile(tile.tile_slice.shape[0])
+                reported += tile.tile_slice.shape[0]
+        if on_tile is not None and 0 < reported < self.num_frames:
+            on_tile(self.num_frames - reported)  # positions without a frame of the data (skipped): done too
         return self.wrap_up()
 
     # -- phase 1 ------------------------------------------------------------------
@@ -238,8 +265,23 @@ class PartitionRun:
                     self.graphs[i] = TileGraphs(udf, self.gpu.stream)
 
     def tiles(self) -> Iterator[DataTile]:
-        return self.task.partition.get_tiles(self.params.tiling_scheme, roi=self.params.roi,
-                                             dest_dtype=self.params.input_dtype, array_backend=self.plan.ds_backend)
+        """The partition's tiles, cut to the frames the data holds (positions a ``sync_offset`` moves
+        past either end of the data get no tile, as in LiberTEM)."""
+        tiles = self.task.partition.get_tiles(self.params.tiling_scheme, roi=self.params.roi,
+                                              dest_dtype=self.params.input_dtype, array_backend=self.plan.ds_backend)
+        partition = self.task.partition
+        meta = getattr(partition, "meta", None)
+        if not isinstance(meta, DataSetMeta) or (meta.sync_offset == 0 and (meta.image_count or 0) >= partition.stop):
+            return tiles  # every position holds a frame
+        flat = np.arange(partition.start, partition.stop)
+        if self.params.roi is not None:
+            flat = flat[np.asarray(self.params.roi).reshape(-1)[partition.start:partition.stop]]
+        held = meta.frames_with_data(flat)
+        if held is None:
+            return tiles
+        where = np.flatnonzero(held)  # contiguous: the frames held are one run of nav positions
+        lo, hi = (int(where[0]), int(where[-1]) + 1) if len(where) else (0, 0)
+        return _cut_tiles(tiles, self.nav_origin + lo, self.nav_origin + hi)
 
     # -- phase 2 ------------------------------------------------------------------
     def run_tile(self, tile: DataTile) -> None:

@@ -168,7 +168,8 @@ class MemoryDataSet(ArrayDataSet):
             raise DataSetException(f"memory: tileshape {self._tileshape} must be (depth, *sig) for sig {sig}")
         frames = data.reshape((data.size // frame_size, *sig))
         self._frames = _nav_frames(frames, shape.nav.size, self._sync_offset)
-        return DataSetMeta(shape=shape, raw_dtype=np.dtype(data.dtype), sync_offset=self._sync_offset)
+        return DataSetMeta(shape=shape, raw_dtype=np.dtype(data.dtype), sync_offset=self._sync_offset,
+                           image_count=frames.shape[0])
 
     @property
     def data(self):
