@@ -346,5 +346,5 @@ def test_not_a_udf_or_dataset(inline_ctx, files):
 def test_unknown_backend(inline_ctx, files):
     data, _, _ = files
     ds = inline_ctx.load("memory", data=data)
-    with pytest.raises(UDFException, match=r"LogsumUDF supports backends.*none of which is allowed.*sparse\.COO"):
-        inline_ctx.run_udf(dataset=ds, udf=rt.LogsumUDF(), backends=["sparse.COO"])
+    with pytest.raises(UDFException, match=r"LogsumUDF supports backends.*none of which is allowed.*scipy\.sparse\.csr_matrix"):
+        inline_ctx.run_udf(dataset=ds, udf=rt.LogsumUDF(), backends=["scipy.sparse.csr_matrix"])

@@ -222,12 +222,12 @@ def test_hdf5_format_opens_compressed_data(tmp_path, rng):
 def test_detect_params(series, tmp_path):
     _, _, masters = series
     master = masters["bslz4"]
-    assert DectrisDataSet.detect_params(master) == {"path": master}
+    assert DectrisDataSet.detect_params(master)["parameters"] == {"path": master}
     data_file = master.replace("_master.h5", "_data_000001.h5")
-    assert DectrisDataSet.detect_params(data_file) is None
+    assert DectrisDataSet.detect_params(data_file) is False
     other = tmp_path / "x.raw"
     other.write_bytes(b"\0" * 64)
-    assert DectrisDataSet.detect_params(str(other)) is None
+    assert DectrisDataSet.detect_params(str(other)) is False
 
 
 def test_pixel_mask_offered(inline_ctx, series):

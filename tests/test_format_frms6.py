@@ -129,11 +129,11 @@ def test_same_as_libertem(inline_ctx, dataset):
 
 def test_detect_params(dataset, tmp_path):
     hdr, _, _, d = dataset
-    assert FRMS6DataSet.detect_params(hdr) == {"path": hdr, "nav_shape": SCAN}
+    assert FRMS6DataSet.detect_params(hdr)["parameters"] == {"path": hdr, "nav_shape": SCAN}
     merlin = tmp_path / "scan.hdr"
     merlin.write_text("HDR,\nFrames in Acquisition (Number):\t16\n")
-    assert FRMS6DataSet.detect_params(str(merlin)) is None
-    assert FRMS6DataSet.detect_params(str(tmp_path / "x.raw")) is None
+    assert FRMS6DataSet.detect_params(str(merlin)) is False
+    assert FRMS6DataSet.detect_params(str(tmp_path / "x.raw")) is False
 
 
 @pytest.fixture

@@ -124,9 +124,9 @@ def test_flat_sig_shape(inline_ctx, series):
 
 def test_detect_scan(scan, tmp_path):
     path, _ = scan
-    assert K2ISDataSet.detect_params(path) == {"path": path, "nav_shape": (2, 3), "sync_offset": 2}
+    assert K2ISDataSet.detect_params(path)["parameters"] == {"path": path, "nav_shape": (2, 3), "sync_offset": 2}
     square = write_k2is(tmp_path, _frames(4, 5))
-    assert K2ISDataSet.detect_params(square)["nav_shape"] == (2, 2)  # as LiberTEM's make_2D_square
+    assert K2ISDataSet.detect_params(square)["parameters"]["nav_shape"] == (2, 2)  # as LiberTEM's make_2D_square
 
 
 def test_scan_from_gtg(inline_ctx, scan):
@@ -168,11 +168,11 @@ def test_same_frames_as_libertem(inline_ctx, series, sync_offset):
 
 def test_detect_params(series, tmp_path):
     path, _ = series
-    assert K2ISDataSet.detect_params(path) == {"path": path, "nav_shape": (6,), "sync_offset": 0}
+    assert K2ISDataSet.detect_params(path)["parameters"] == {"path": path, "nav_shape": (6,), "sync_offset": 0}
     other = tmp_path / "x_1.bin"
     other.write_bytes(b"\0" * 100)
-    assert K2ISDataSet.detect_params(str(other)) is None
-    assert K2ISDataSet.detect_params(str(tmp_path / "scan.mib")) is None
+    assert K2ISDataSet.detect_params(str(other)) is False
+    assert K2ISDataSet.detect_params(str(tmp_path / "scan.mib")) is False
 
 
 @pytest.fixture

@@ -323,13 +323,15 @@ def test_detect_params(tmp_path, rng):
                if (tmp_path / key).mkdir() is None}
     for key, w in written.items():
         cls = get_format(w.name)
-        params = cls.detect_params(w.path)
-        assert params is not None and params["path"] == w.path, key
+        found = cls.detect_params(w.path)
+        assert found, key
+        params = found["parameters"]
+        assert params["path"] == w.path, key
         nav = {"dm3": (16,), "dm_stack": (1,), "tvips": (16,)}.get(key, (4, 4))
         assert tuple(params["nav_shape"]) == nav and tuple(params["sig_shape"]) == w.frames.shape[2:], key
         for other, ow in written.items():
             if ow.name != w.name:
-                assert cls.detect_params(ow.path) is None, (key, other)
+                assert cls.detect_params(ow.path) is False, (key, other)
 
 
 def test_empad_series_search_scan_and_raw_path(inline_ctx, tmp_path, rng):
@@ -516,7 +518,7 @@ def test_tvips_scan_detection_and_series_files(inline_ctx, tmp_path, rng):
     ds = inline_ctx.load("tvips", path=paths[2], num_partitions=2)
     assert ds.shape.to_tuple() == (4, 5, 5, 4) and ds.meta.sync_offset == lead
     _check(inline_ctx, ds, frames[lead:lead + 20].reshape(4, 5, 5, 4), tilings=((None, None), (3, 7)))
-    assert get_format("tvips").detect_params(paths[1]) == {"path": paths[1], "nav_shape": (4, 5),
+    assert get_format("tvips").detect_params(paths[1])["parameters"] == {"path": paths[1], "nav_shape": (4, 5),
                                                            "sig_shape": (5, 4), "sync_offset": lead}
     lt_api = pytest.importorskip("libertem.api")
     from libertem.udf.sum import SumUDF as LTSumUDF

@@ -59,9 +59,9 @@ def test_frames_outside_files_are_blank():
 
 def test_slice_runs_merge_and_split():
     s = scheme((1, 2, 4), (1, 4, 4))
-    runs, n_runs, px = slice_runs(s.slices, (4, 4))
+    runs, n_runs, px = slice_runs(s.sig_slices, (4, 4))
     assert n_runs.tolist() == [1, 1] and runs[1, 0].tolist() == [8, 16, 0]
-    runs, n_runs, px = slice_runs(s.slices, (4, 4), split_x=2)
+    runs, n_runs, px = slice_runs(s.sig_slices, (4, 4), split_x=2)
     assert n_runs.tolist() == [4, 4]
     assert runs[0].tolist() == [[0, 2, 0], [2, 4, 2], [4, 6, 4], [6, 8, 6]]
 

@@ -283,7 +283,7 @@ def test_jeol_map_is_not_taken_for_mrc(hyperspy_io):
     from raytile.io.formats.mrc import MRCDataSet
 
     path = hyperspy_io / "JEOL_files/Sample/00_View000/View000_0000001.map"
-    assert MRCDataSet.detect_params(str(path)) is None
+    assert MRCDataSet.detect_params(str(path)) is False
 
 
 # -- on Ray: one file of each format ------------------------------------------------------------

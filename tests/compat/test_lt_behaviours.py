@@ -327,6 +327,8 @@ def test_auto_udf_monitor(lt_ctx, ctx):
 
 
 def test_detect_params_takes_libertems_executor_argument(files_8x8x8x8, h5file):
+    """``detect_params(path, executor)`` answers as LiberTEM's: ``{"parameters": ..., "info": ...}``, and
+    False for a file that is not the format's."""
     from libertem.executor.inline import InlineJobExecutor
     from libertem.io.dataset.hdf5 import H5DataSet as LtH5DataSet
     from libertem.io.dataset.npy import NPYDataSet as LtNPYDataSet
@@ -335,12 +337,37 @@ def test_detect_params_takes_libertems_executor_argument(files_8x8x8x8, h5file):
     from raytile.io.formats.npy import NPYDataSet
 
     executor = InlineJobExecutor()
-    for lt_cls, cls, path, keys in ((LtNPYDataSet, NPYDataSet, files_8x8x8x8["npy"], ["path"]),
+    for lt_cls, cls, path, keys in ((LtNPYDataSet, NPYDataSet, files_8x8x8x8["npy"], ["path", "nav_shape", "sig_shape"]),
                                     (LtH5DataSet, H5DataSet, h5file, ["path", "ds_path"])):
-        ref = lt_cls.detect_params(path, executor)["parameters"]
+        ref = lt_cls.detect_params(path, executor)
         got = cls.detect_params(path, executor)
         assert got == cls.detect_params(path)
-        assert {k: str(got[k]).lstrip("/") for k in keys} == {k: str(ref[k]).lstrip("/") for k in keys}
+        assert set(got) == set(ref) == {"parameters", "info"}
+        assert ({k: str(got["parameters"][k]).lstrip("/") for k in keys}
+                == {k: str(ref["parameters"][k]).lstrip("/") for k in keys})
+    assert NPYDataSet.detect_params(files_8x8x8x8["npy"])["info"] == \
+        LtNPYDataSet.detect_params(files_8x8x8x8["npy"], executor)["info"]
+    for lt_cls, cls, other in ((LtNPYDataSet, NPYDataSet, h5file), (LtH5DataSet, H5DataSet, files_8x8x8x8["npy"])):
+        assert cls.detect_params(other, executor) is lt_cls.detect_params(other, executor) is False
+
+
+def test_hdf5_check_valid_and_detect_timeout_as_libertem(ctx, h5file):
+    """``H5DataSet.check_valid()`` is True, and a dataset listing that times out gives the path only."""
+    from unittest import mock
+
+    from libertem.executor.inline import InlineJobExecutor
+    from libertem.io.dataset.hdf5 import H5DataSet as LtH5DataSet
+
+    from raytile.io.formats.hdf5 import H5DataSet
+
+    executor = InlineJobExecutor()
+    lt_ds = LtH5DataSet(path=h5file, ds_path="entry/gzip").initialize(executor)
+    ds = ctx.load("hdf5", path=h5file, ds_path="entry/gzip")
+    assert ds.check_valid() is lt_ds.check_valid() is True
+    with mock.patch("h5py.File.visititems", side_effect=TimeoutError("too slow")):
+        ref = LtH5DataSet.detect_params(h5file, executor=executor)["parameters"]
+        got = H5DataSet.detect_params(h5file, executor=executor)["parameters"]
+    assert got == ref == {"path": h5file}
 
 
 # --- exception types -------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 __all__ = [
     "RaytileError", "DataSetException", "UDFException", "udf_exception_class", "UnsafeCastError", "UDFRunCancelled", "BackendError",
     "ExecutorError", "CoordinatorDied", "ConfigValidationError", "MissingParameterError", "RepairValueError", "CorrectError", "StageFailed", "PipelineStateError", "StreamRebound", "StageActorDied",
-    "DataSetWarning", "DataSetShapeError", "InvalidMaskError",
+    "DataSetWarning", "DataSetShapeError", "InvalidMaskError", "UnsupportedIOBackend",
     "AcquisitionError",
     "RunEnded",
 ]
@@ -137,6 +137,13 @@ class MissingParameterError(ConfigValidationError, TypeError):
 class CorrectError(RaytileError):
     """``detector.correct`` cannot work on the buffer given: it is not C-contiguous (LiberTEM's
     ``libertem.io.corrections.detector.CorrectError``)."""
+
+
+class UnsupportedIOBackend(ConfigValidationError, ValueError):
+    """A format that reads with raytile's own IO backends only was given another ``io_backend`` object.
+
+    Also a ``ValueError``, as LiberTEM's ``H5DataSet`` raises for an ``io_backend`` it cannot use.
+    """
 
 
 class RepairValueError(ConfigValidationError, ValueError):

@@ -188,7 +188,7 @@ class FileSet:
 
     def get_read_ranges(self, frames: np.ndarray, scheme: TilingScheme):
         """``(tile_meta, read_ranges)`` for reading ``frames`` (global indices) by ``scheme``."""
-        runs, n_runs, slice_px = slice_runs(scheme.slices, self.sig_shape, self.split_x)
+        runs, n_runs, slice_px = slice_runs(scheme.sig_slices, self.sig_shape, self.split_x)
         rr_per_tile = max(1, int(scheme.depth * n_runs.max()))
         return get_read_ranges(
             np.ascontiguousarray(frames, dtype=np.int64), int(scheme.depth), runs, n_runs, slice_px,
@@ -213,7 +213,7 @@ class FilePartition(Partition):
     """Frames of a :class:`FileSet`, read through an IO backend and a :class:`Decoder`."""
 
     def __init__(self, meta: DataSetMeta, partition_slice: Slice, idx: int, fileset: FileSet,
-                 decoder: Decoder, io_backend: str = "mmap", native_dtype: Any = None):
+                 decoder: Decoder, io_backend: "str | IOBackend" = "mmap", native_dtype: Any = None):
         super().__init__(meta, partition_slice, idx)
         self.fileset = fileset
         self.decoder = decoder
@@ -286,7 +286,7 @@ class FileDataSet(DataSet):
     partition_class = FilePartition
     params_schema = {"io_backend": {"type": "io_backend", "choices": sorted(BACKENDS)}}
 
-    def __init__(self, io_backend: str | None = None, storage_options: Any = None, **kwargs):
+    def __init__(self, io_backend: "str | IOBackend | None" = None, storage_options: Any = None, **kwargs):
         super().__init__(**kwargs)
         self._io_backend_requested = io_backend
         self._storage_options = storage_options
@@ -311,7 +311,7 @@ class FileDataSet(DataSet):
         return store
 
     @property
-    def io_backend(self) -> str:
+    def io_backend(self) -> "str | IOBackend":
         if self.fileset.store is not None:
             return "remote"
         nbytes = sum(self.fileset.file_bytes(f) for f in self.fileset.files)

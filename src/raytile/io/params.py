@@ -155,12 +155,15 @@ def check_choice(value: Any, spec: ParamSpec) -> str:
     return value
 
 
-def check_io_backend(value: Any, spec: ParamSpec) -> str:
+def check_io_backend(value: Any, spec: ParamSpec) -> Any:
     """An IO backend's name (one of ``spec["choices"]``), given by name or as a backend object
-    (``io_backend=MMapBackend()``, as LiberTEM takes it)."""
-    from raytile.io.backends import IOBackend, backend_name
+    (``io_backend=MMapBackend()``, as LiberTEM takes it). An object of another :class:`IOBackend`
+    subclass (a user's backend, as LiberTEM takes any) is kept as it is: the partitions read with it."""
+    from raytile.io.backends import IOBackend, backend_name, is_own_backend
 
     if isinstance(value, IOBackend):
+        if not is_own_backend(value):
+            return value
         value = backend_name(value)
     return check_choice(value, spec)
 

@@ -178,14 +178,19 @@ class PartitionRun:
         self.process: list[Callable[[Any], None]] = []  # each UDF's bound process_tile/frame/partition
         self.graphs: dict[int, Any] = {}
         self.nav_names: list[set[str]] = []
+        self.frames_left_out = False  # whether tiles() cut positions without a frame of the data
 
     def run(self, on_tile: TileProgress | None = None) -> PartitionResult:
         self.init_udfs()
         last_scheme_idx = len(self.params.tiling_scheme) - 1
+        reported = 0
         for tile in self.tiles():
             self.run_tile(tile)
             if on_tile is not None and tile.scheme_idx == last_scheme_idx:
                 on_tile(tile.tile_slice.shape[0])
+                reported += tile.tile_slice.shape[0]
+        if on_tile is not None and self.frames_left_out and reported < self.num_frames:
+            on_tile(self.num_frames - reported)  # positions without a frame of the data (left out): done too
         return self.wrap_up()
 
     # -- phase 1 ------------------------------------------------------------------
@@ -210,6 +215,9 @@ class PartitionRun:
                 worker_cache=worker_cache_for(template),
             ))
             udf.set_backend(self.backend_of[i])
+            # the partition's slice (ROI-compressed) until the first tile, as LiberTEM: get_task_data and
+            # preprocess see the partition's meta.coordinates
+            udf.meta.slice = part_slice
             with _udf_errors(udf, task, "get_result_buffers"):
                 buffers = udf.get_result_buffers()
                 for buf in buffers.values():
@@ -243,6 +251,7 @@ class PartitionRun:
         lo, hi = partition.frames_with_data(roi)
         if (lo, hi) == (0, self.num_frames):
             return tiles
+        self.frames_left_out = True
         return _within(tiles, self.nav_origin + lo, self.nav_origin + hi)
 
     # -- phase 2 ------------------------------------------------------------------
@@ -328,7 +337,11 @@ def _within(tiles: Iterator[DataTile], start: int, stop: int) -> Iterator[DataTi
             continue
         shape = (b - a,) + tuple(tile.tile_slice.shape)[1:]
         cut = Slice((a,) + tuple(tile.tile_slice.origin[1:]), Shape(shape, sig_dims=tile.tile_slice.shape.sig_dims))
-        yield DataTile(tile.data[a - origin:b - origin], cut, tile.scheme_idx)
+        try:
+            data = tile.data[a - origin:b - origin]
+        except TypeError:  # a scipy.sparse coo_matrix cannot be sliced
+            data = tile.data.tocsr()[a - origin:b - origin]
+        yield DataTile(data, cut, tile.scheme_idx)
 
 
 @contextmanager

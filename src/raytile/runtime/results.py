@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from raytile.common.buffer_wrappers import BufferKind, check_mask_shape
+from raytile.common.buffer_wrappers import AuxBufferWrapper, BufferKind, check_mask_shape
 from raytile.common.buffers import get_bbox_slice
 from raytile.common.errors import UDFException, udf_exception_class
 from raytile.common.shape import Shape
@@ -164,7 +164,7 @@ class ResultAccumulator:
                 if buf.use != "result_only":  # results and private buffers are merged here
                     buf.allocate(n, sig)
             udf.results = UDFData(buffers)
-            _preprocess_on_main_node(udf)
+            _preprocess_on_main_node(udf, self._roi)
             self.udfs.append(udf)
             self._merge_all_parts.append({})
         self._damage = np.zeros(n, dtype=bool)
@@ -303,15 +303,25 @@ class ResultAccumulator:
         return ResultBuffer(kind, arr, arr, valid, extra_shape=decl.extra_shape if decl is not None else arr.shape)
 
 
-def _preprocess_on_main_node(udf: UDF) -> None:
+def _preprocess_on_main_node(udf: UDF, roi: np.ndarray | None) -> None:
     """Run ``preprocess`` once on the main node, with views over the whole data set's buffers, before
-    any task (as LiberTEM does: a UDF may, e.g., create an output file there that partitions write to)."""
+    any task (as LiberTEM does: a UDF may, e.g., create an output file there that partitions write to).
+
+    With an ``roi`` the nav buffers hold the ROI's positions only, and so do the aux-data parameters
+    there (as in LiberTEM, and as each partition's), so that ``self.results.x[:] = self.params.aux``
+    fits."""
     if udf.preprocess is None:
         return
+    params = udf.params
+    aux = {k: v for k, v in udf._kwargs.items() if isinstance(v, AuxBufferWrapper)}
+    if roi is not None and aux:
+        flat = np.asarray(roi, dtype=bool).reshape(-1)
+        udf.params = UDFData({**udf._kwargs, **{k: v.for_partition(0, flat.size, flat) for k, v in aux.items()}})
     udf.results.set_views({k: b.data for k, b in udf.results.buffers() if b.data is not None})
     try:
         with calling_udf(udf, "preprocess", "(on the main node, before any task)"):
             udf.preprocess()
     finally:
         udf.results.clear_views()
+        udf.params = params
 

@@ -16,14 +16,18 @@ import numpy as np
 from raytile.common.csr import pydata_to_csr
 from raytile.udf.base import (
     BACKEND_CUPY, BACKEND_CUPY_SCIPY_CSC, BACKEND_CUPY_SCIPY_CSR, BACKEND_NUMPY, BACKEND_SCIPY_CSC,
-    BACKEND_SCIPY_CSR, BACKEND_SPARSE_COO, BACKEND_SPARSE_GCXS,
+    BACKEND_SCIPY_CSR, BACKEND_SPARSE_COO, BACKEND_SPARSE_GCXS, UDF,
 )
 
-#: Backends of the built-ins written with these helpers, in order of preference.
+#: Backends of the built-ins written with these helpers, in order of preference: LiberTEM's
+#: ``ApplyMasksUDF`` list on the CPU (the scipy.sparse matrices, ``coo_matrix`` included).
 TILE_BACKENDS = (BACKEND_NUMPY, BACKEND_SPARSE_COO, BACKEND_SPARSE_GCXS, BACKEND_SCIPY_CSR,
-                 BACKEND_SCIPY_CSC, BACKEND_CUPY)
+                 BACKEND_SCIPY_CSC, UDF.BACKEND_SCIPY_COO, BACKEND_CUPY)
+#: The scipy.sparse sparse arrays (``coo_array``, ``csr_array``, ``csc_array``), which LiberTEM's
+#: ``BACKEND_ALL`` (its ``SumUDF``, ``SumSigUDF`` and ``CoMUDF``) lists besides the matrices.
+SCIPY_ARRAY_BACKENDS = (UDF.BACKEND_SCIPY_CSR_ARRAY, UDF.BACKEND_SCIPY_CSC_ARRAY, UDF.BACKEND_SCIPY_COO_ARRAY)
 #: Plain sums work on the cupyx sparse matrices too.
-SUM_BACKENDS = TILE_BACKENDS + (BACKEND_CUPY_SCIPY_CSR, BACKEND_CUPY_SCIPY_CSC)
+SUM_BACKENDS = TILE_BACKENDS + SCIPY_ARRAY_BACKENDS + (BACKEND_CUPY_SCIPY_CSR, BACKEND_CUPY_SCIPY_CSC)
 
 
 def is_scipy_like(tile: Any) -> bool:

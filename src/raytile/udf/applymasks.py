@@ -9,7 +9,7 @@ import sparse
 from sparseconverter import CUPY_BACKENDS
 
 from raytile.common.container import MaskContainer
-from raytile.common.errors import UDFException
+from raytile.common.errors import UDFException, udf_exception_class
 from raytile.common.math import prod
 from raytile.common.sparse import is_sparse, to_dense, to_sparse
 from raytile.udf._tiles import TILE_BACKENDS
@@ -131,9 +131,16 @@ class ApplyMasksUDF(UDF):
     def __init__(self, mask_factories: Union[MaskFactory, Sequence[MaskFactory]], use_torch: bool = True,
                  use_sparse: bool | str | None = None, mask_count: int | None = None, mask_dtype: Any = None,
                  preferred_dtype: Any = None, backends: Sequence[str] | None = None, shifts: Any = None):
+        if shifts is not None and isinstance(use_sparse, str) and use_sparse.startswith("scipy.sparse"):
+            # shifted masks are cut in their signal dims, which a 2D scipy.sparse stack does not have
+            raise udf_exception_class(ValueError)(
+                f"{type(self).__name__}: use_sparse={use_sparse!r} cannot be used with shifts; use "
+                f"'sparse.pydata' (LiberTEM's ValueError)")
         super().__init__(mask_factories=mask_factories, use_torch=use_torch, use_sparse=use_sparse,
                          mask_count=mask_count, mask_dtype=mask_dtype, preferred_dtype=preferred_dtype,
                          backends=None if backends is None else tuple(backends), shifts=shifts)
+        if backends is not None:
+            self.get_backends()  # none of them supported: LiberTEM's ValueError, at construction
 
     @property
     def masks(self) -> MaskContainer:
@@ -175,8 +182,9 @@ class ApplyMasksUDF(UDF):
             return supported
         chosen = tuple(b for b in wanted if b in supported)
         if not chosen:
-            raise UDFException(f"{type(self).__name__}: none of backends={wanted} is supported; it supports "
-                               f"{supported}" + (" with shifts" if self.params.shifts is not None else ""))
+            raise udf_exception_class(ValueError)(
+                f"{type(self).__name__}: none of backends={wanted} is supported; it supports "
+                f"{supported}" + (" with shifts" if self.params.shifts is not None else ""))
         return chosen
 
     def get_preferred_input_dtype(self) -> Any:

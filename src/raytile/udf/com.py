@@ -20,7 +20,7 @@ from sparseconverter import CUPY_BACKENDS
 
 from raytile.common.container import MaskContainer
 from raytile.common.errors import UDFException, udf_exception_class
-from raytile.udf._tiles import TILE_BACKENDS
+from raytile.udf._tiles import SCIPY_ARRAY_BACKENDS, TILE_BACKENDS
 from raytile.udf.base import BACKEND_CUPY, BACKEND_NUMPY, UDF, UDFData
 # LiberTEM's ``libertem.udf.com`` offers the maths under these names too
 from raytile.udf.com_math import (
@@ -181,7 +181,7 @@ class CoMUDF(UDF):
                          regression=p.regression)
 
     def get_backends(self) -> tuple[str, ...]:
-        return TILE_BACKENDS
+        return TILE_BACKENDS + SCIPY_ARRAY_BACKENDS
 
     def get_preferred_input_dtype(self) -> Any:
         # the data as it is: dense numpy tiles are weighed in float64 as they are read (no float copy),

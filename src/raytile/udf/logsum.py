@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from raytile.common.udf import WHOLE_FRAMES
+from raytile.udf._tiles import flat2d, is_pydata_sparse
 from raytile.udf.base import UDF
 from raytile.udf.integer_tiles import PRODUCT_FRAMES, is_integer_tile, multiply_frames_into, split_exponents_into
 
-__all__ = ["LogsumUDF"]
+__all__ = ["LogsumUDF", "run_logsum"]
 
 #: Frames a product takes before its powers of two are split off: a multiple of four below PRODUCT_FRAMES,
 #: so that the kernel's calls (tiles split at this boundary) take whole groups of four frames.
@@ -50,7 +51,8 @@ class LogsumUDF(UDF):
         super().__init__()  # no parameters: an unknown keyword is a TypeError, as in LiberTEM
 
     def get_backends(self) -> tuple[str, ...]:
-        return (self.BACKEND_NUMPY, self.BACKEND_CUPY)
+        # LiberTEM's: every backend but the 2D sparse matrices (scipy.sparse, cupyx)
+        return (self.BACKEND_NUMPY, self.BACKEND_CUPY, self.BACKEND_SPARSE_COO, self.BACKEND_SPARSE_GCXS)
 
     def get_preferred_input_dtype(self) -> np.dtype:
         # the data as it is: 8- and 16-bit frames are multiplied into a float64 product per pixel, one
@@ -73,6 +75,9 @@ class LogsumUDF(UDF):
     def process_tile(self, tile) -> None:
         xp = self.xp
         out = self.results.logsum
+        if is_pydata_sparse(tile):
+            self._add_sparse(tile)
+            return
         flat = tile.reshape((tile.shape[0], -1))
         if is_integer_tile(flat, out.dtype) and out.flags.c_contiguous:
             # log(a) + log(b) = log(a * b): the frames' terms multiplied, one log per pixel and partition
@@ -98,6 +103,27 @@ class LogsumUDF(UDF):
         terms = xp.log(values - values.min(axis=1, keepdims=True) + 1)
         out += terms.sum(axis=0).reshape(out.shape)
 
+    def _add_sparse(self, tile) -> None:
+        """A ``sparse.COO``/``GCXS`` tile's terms, added without making it dense.
+
+        A frame's unstored pixels are zeros, each adding ``log(1 - min)``; the stored ones add
+        ``log(v - min + 1)``. So every pixel gets the sum of the frames' ``log(1 - min)``, and each
+        stored entry the difference between its term and that one (in float64).
+        """
+        out = self.results.logsum
+        csr = flat2d(tile).tocsr()
+        frames, pixels = csr.shape
+        stored = np.diff(csr.indptr)
+        rows = np.repeat(np.arange(frames), stored)
+        values = np.asarray(csr.data, dtype=np.float64)
+        minima = np.where(stored < pixels, 0.0, np.inf)  # an unstored pixel is a zero
+        np.minimum.at(minima, rows, values)
+        zero_terms = np.log1p(-minima)  # log(0 - min + 1)
+        terms = np.bincount(csr.indices, weights=np.log1p(values - minima[rows]) - zero_terms[rows],
+                            minlength=pixels)
+        terms += zero_terms.sum()
+        out += terms.reshape(out.shape).astype(out.dtype, copy=False)
+
     def _add_products(self) -> None:
         products = self.task_data.products
         if products.held and products.values is not None and products.exponents is not None:
@@ -114,3 +140,12 @@ class LogsumUDF(UDF):
 
     def merge(self, dest, src) -> None:
         dest.logsum[:] += src.logsum
+
+
+def run_logsum(ctx, dataset, roi=None):
+    """Run :class:`LogsumUDF` on ``dataset`` (LiberTEM's ``run_logsum``): the result of ``ctx.run_udf``.
+
+    The sum of log-scaled frames shows regions that are a little brighter in many frames beside
+    ones that are very bright in a few, which the log of the sum hides.
+    """
+    return ctx.run_udf(dataset=dataset, udf=LogsumUDF(), roi=roi)

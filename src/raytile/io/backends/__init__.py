@@ -43,7 +43,16 @@ def backend_name(requested: "str | IOBackend") -> str:
     return str(requested).lower()
 
 
+def is_own_backend(backend: IOBackend) -> bool:
+    """Whether ``backend`` is one of raytile's own (``mmap``, ``buffered``, ``direct``), not a user's subclass."""
+    return type(backend) in BACKENDS.values()
+
+
 def get_backend(name: "str | IOBackend") -> IOBackend:
+    """The backend that reads a partition: a fresh one of ``name``'s class; a user's backend object
+    (another :class:`IOBackend` subclass, implementing its ``_blocks``/``_frame_blocks``) as it is."""
+    if isinstance(name, IOBackend) and not is_own_backend(name):
+        return name
     cls = BACKENDS.get(backend_name(name))
     if cls is None:
         raise DataSetException(f"unknown io_backend {name!r}; choose one of {sorted(BACKENDS)}")
@@ -57,8 +66,11 @@ def physical_memory() -> int | None:
         return None
 
 
-def choose_backend(nbytes: int, requested: "str | IOBackend | None" = None) -> str:
-    """The backend name for a data set of ``nbytes`` (``requested``, a name or backend object, wins if given)."""
+def choose_backend(nbytes: int, requested: "str | IOBackend | None" = None) -> "str | IOBackend":
+    """The backend name for a data set of ``nbytes`` (``requested``, a name or backend object, wins if given;
+    a user's backend object is kept as it is)."""
+    if isinstance(requested, IOBackend) and not is_own_backend(requested):
+        return requested
     if requested is not None:
         name = backend_name(requested)
         if name not in BACKENDS:
@@ -71,4 +83,4 @@ def choose_backend(nbytes: int, requested: "str | IOBackend | None" = None) -> s
 
 
 __all__ = ["FrameFile", "FramesJob", "IOBackend", "RangesJob", "ReadJob", "MMapBackend", "BufferedBackend", "DirectBackend", "BACKENDS",
-           "get_backend", "choose_backend", "backend_name"]
+           "get_backend", "choose_backend", "backend_name", "is_own_backend"]

@@ -152,7 +152,7 @@ class TileSlices:
 
     def __init__(self, job: ReadJob):
         self._nav_origin = job.nav_origin
-        self._slices = job.scheme.slices
+        self._slices = job.scheme.sig_slices
         self._sig_dims = len(job.scheme.sig_shape)
         self._shapes: dict[tuple[int, int], Shape] = {}
 
@@ -170,7 +170,8 @@ class IOBackend:
 
     An instance may be passed as a format's ``io_backend=`` (as in LiberTEM); the format keeps its
     :attr:`name` and each partition makes its own. ``class X(IOBackend, id_="x")`` registers a
-    subclass under an id, as LiberTEM's ``IOBackend`` does.
+    subclass under an id, as LiberTEM's ``IOBackend`` does; an object of such a subclass given as
+    ``io_backend=`` reads the file formats' partitions itself (HDF5 refuses it, as LiberTEM's).
     """
 
     name = ""
@@ -204,18 +205,20 @@ class IOBackend:
 
     def _blocks(self, job: RangesJob) -> Generator[Block, None, None]:
         """The job's nav blocks in order (every ``len(scheme)`` tiles of its read ranges make one)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"IO backend {type(self).__name__} does not implement _blocks (raytile's "
+                                  f"IOBackend interface)")
 
     def _frame_blocks(self, job: FramesJob) -> Generator[FrameBlock, None, None]:
         """Frames path: ``(b0, count, parts)`` per nav block, a part being ``(k, frames)``:
         block frames ``[k, k + len(frames))`` as ``(n, *sig)`` of ``job.file_dtype``."""
-        raise NotImplementedError
+        raise NotImplementedError(f"IO backend {type(self).__name__} does not implement _frame_blocks (raytile's "
+                                  f"IOBackend interface)")
 
     def get_frame_tiles(self, job: FramesJob) -> Iterator[DataTile]:
         """Tiles of a frames job, by numpy alone."""
         scheme = job.scheme
         dest = np.dtype(job.dest_dtype)
-        sig_index = [(slice(None),) + sl.get() for sl in scheme.slices]
+        sig_index = [(slice(None),) + sl.get() for sl in scheme.sig_slices]
         buffers: list[np.ndarray | None] = [None] * len(scheme)
         tile_slice = TileSlices(job)
         blocks = self._frame_blocks(job)
@@ -225,7 +228,7 @@ class IOBackend:
                 whole = (decoder is None and len(parts) == 1 and parts[0][1].shape[0] == count
                          and parts[0][1].dtype == dest)
                 gaps = sum(p[1].shape[0] for p in parts) < count
-                for s_idx, sl in enumerate(scheme.slices):
+                for s_idx, sl in enumerate(scheme.sig_slices):
                     if whole:
                         data = parts[0][1][sig_index[s_idx]]
                     else:
@@ -251,7 +254,7 @@ class IOBackend:
         n_slices = len(scheme)
         decode, args = job.decoder.tile_decoder()
         clear = job.decoder.do_clear()
-        slice_px = [sl.shape.size for sl in scheme.slices]
+        slice_px = [sl.shape.size for sl in scheme.sig_slices]
         buffers = [np.zeros(scheme.depth * px, dtype=job.dest_dtype) for px in slice_px]
         tile_slice = TileSlices(job)
         blocks = self._blocks(job)
@@ -259,7 +262,7 @@ class IOBackend:
             for t0, block in zip(range(0, meta.shape[0], n_slices), blocks):
                 for t in range(t0, t0 + n_slices):
                     first, count, s_idx, n_rr, fmin, fmax, blank = meta[t].tolist()
-                    sl = scheme.slices[s_idx]
+                    sl = scheme.sig_slices[s_idx]
                     out = buffers[s_idx][: count * slice_px[s_idx]]
                     if clear:
                         out[:] = 0

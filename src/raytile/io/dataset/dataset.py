@@ -4,11 +4,10 @@ worker for files), its parameter schema, and the format registry's entry points
 
 from __future__ import annotations
 
-import functools
 import inspect
 import warnings
 from abc import ABCMeta, abstractmethod
-from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 import numpy as np
 
@@ -65,16 +64,6 @@ def dataset_from_json(params: dict[str, Any]) -> "DataSet":
     except DataSetException as e:
         raise ConfigValidationError(str(e)) from None
     return cls(**{k: v for k, v in params.items() if k not in ("type", "format")})
-
-
-def _taking_executor(detect: Callable[..., Any]) -> Callable[..., Any]:
-    """A format's ``detect_params(cls, path)`` that also takes LiberTEM's ``executor`` argument."""
-    @functools.wraps(detect)
-    def detect_params(cls: Any, path: str, executor: Any = None, **kwargs: Any) -> Any:
-        return detect(cls, path, **kwargs)
-
-    setattr(detect_params, "takes_executor", True)
-    return detect_params
 
 
 class DataSetType(ABCMeta):
@@ -211,27 +200,42 @@ class DataSet(metaclass=DataSetType):
             kwargs[name] = value
         return validate_params(owner, cls.get_params_schema(), kwargs)
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        own = cls.__dict__.get("detect_params")
-        if isinstance(own, classmethod) and not getattr(own.__func__, "takes_executor", False):
-            setattr(cls, "detect_params", classmethod(_taking_executor(own.__func__)))
-
     @classmethod
-    def detect_params(cls, path: str) -> dict[str, Any] | None:
-        """The constructor parameters this format finds in the file at ``path``, or None if not its file.
+    def detect_params(cls, path: str, executor: Any = None) -> dict[str, Any] | Literal[False]:
+        """LiberTEM's answer to "is ``path`` this format's file?": ``{"parameters": {...}, "info": {...}}``
+        or False.
 
-        LiberTEM's ``executor`` argument (``detect_params(path, executor)``) is accepted too and not
-        used (the header is read where this is called): ``__init_subclass__`` wraps every override.
-
-        Used by ``ctx.load("auto", path=...)`` (:mod:`raytile.io.formats.auto`):
-        formats look at the extension, magic bytes and header only (no full
-        read) and return at least ``{"path": ...}``. A file that is clearly
-        this format's but broken may raise DataSetException naming the
-        problem. The base class places no file.
+        ``parameters`` are the constructor parameters :meth:`_detect_params` finds; ``info`` holds
+        ``image_count`` and ``native_sig_shape`` where the parameters give the shapes. A file this
+        format refuses (also one that is broken) gives False, as in LiberTEM; ``ctx.load("auto", ...)``
+        asks :meth:`_detect_params` to keep the reason. ``executor`` (LiberTEM's argument) is accepted
+        and not used: the header is read where this is called.
 
         >>> NPYDataSet.detect_params("scan.npy")  # doctest: +SKIP
-        {'path': 'scan.npy'}
+        {'parameters': {'path': 'scan.npy', 'nav_shape': (16, 16), 'sig_shape': (128, 128)},
+         'info': {'image_count': 256, 'native_sig_shape': (128, 128)}}
+        """
+        try:
+            params = cls._detect_params(path)
+        except (DataSetException, OSError, ValueError, TypeError):
+            return False
+        if params is None:
+            return False
+        info: dict[str, Any] = {}
+        if params.get("nav_shape") is not None:
+            info["image_count"] = int(np.prod(params["nav_shape"]))
+        if params.get("sig_shape") is not None:
+            info["native_sig_shape"] = tuple(params["sig_shape"])
+        return {"parameters": dict(params), "info": info}
+
+    @classmethod
+    def _detect_params(cls, path: str) -> dict[str, Any] | None:
+        """The constructor parameters this format finds in the file at ``path``, or None if not its file.
+
+        Used by ``ctx.load("auto", path=...)`` (:mod:`raytile.io.formats.auto`) and
+        :meth:`detect_params`: formats look at the extension, magic bytes and header only (no full
+        read) and return at least ``{"path": ...}``. A file that is clearly this format's but broken
+        may raise DataSetException naming the problem. The base class places no file.
         """
         return None
 
@@ -249,8 +253,9 @@ class DataSet(metaclass=DataSetType):
     def _do_initialize(self) -> DataSetMeta:
         """Read headers and return the data set's meta (may run on a worker)."""
 
-    def check_valid(self) -> None:
-        """Raise DataSetException if the data set cannot be read as declared."""
+    def check_valid(self) -> bool | None:
+        """Raise DataSetException if the data set cannot be read as declared (formats at LiberTEM's paths
+        whose LiberTEM ``check_valid`` answers True return True)."""
 
     def get_cache_key(self) -> Any:
         """A key that differs between data sets returning different data."""
@@ -347,6 +352,3 @@ def get_dataset_cls(filetype: "str | type[DataSet]") -> type[DataSet]:
 
     return get_format(filetype)
 
-
-# the base's own detect_params takes LiberTEM's executor argument too (__init_subclass__ wraps subclasses')
-setattr(DataSet, "detect_params", classmethod(_taking_executor(DataSet.__dict__["detect_params"].__func__)))

@@ -38,7 +38,7 @@ def iter_array_tiles(
             idx = frame_idx[block_start:block_stop]
             contiguous = idx[-1] - idx[0] + 1 == len(idx)
             nav_sl = slice(idx[0], idx[-1] + 1) if contiguous else idx
-        for scheme_idx, sig_slice in enumerate(scheme.slices):
+        for scheme_idx, sig_slice in enumerate(scheme.sig_slices):
             tile_slice = Slice(
                 (nav_origin + block_start,) + sig_slice.origin,
                 Shape((count,) + sig_slice.shape.to_tuple(), sig_dims=sig_dims),

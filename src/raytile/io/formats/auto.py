@@ -1,6 +1,6 @@
 """The ``auto`` format: ``ctx.load("auto", path=...)`` finds the format of a file and opens it.
 
-Every registered format's :meth:`~raytile.io.dataset.DataSet.detect_params`
+Every registered format's :meth:`~raytile.io.dataset.DataSet._detect_params`
 looks at the file (extension, magic bytes, header) and returns the
 constructor parameters it found there, or None. The first format that
 places the file wins; generic containers (:data:`GENERIC_FORMATS`, e.g. any
@@ -17,7 +17,7 @@ Headerless raw files cannot be detected: load them with ``"raw"``.
 
 A URL (``s3://bucket/scan.hdr``, with ``storage_options``; see docs/cloud.md)
 is detected the same way by the formats that read object stores (their
-``detect_params`` take a ``store``): headers are read by ranged requests,
+``_detect_params`` take a ``store``): headers are read by ranged requests,
 and the detected format gets the ``storage_options`` too.
 """
 
@@ -40,9 +40,9 @@ GENERIC_FORMATS = ("hdf5",)
 
 
 def _reads_stores(cls: type[DataSet]) -> bool:
-    """Whether a format's ``detect_params`` places objects of a store (takes ``store``)."""
+    """Whether a format's ``_detect_params`` places objects of a store (takes ``store``)."""
     try:
-        return "store" in inspect.signature(cls.detect_params).parameters
+        return "store" in inspect.signature(cls._detect_params).parameters
     except (TypeError, ValueError):
         return False
 
@@ -60,7 +60,7 @@ def detecting_formats(urls: bool = False) -> list[str]:
             cls = get_format(name)
         except ImportError:  # an optional dependency is missing: that format places nothing
             continue
-        if not any("detect_params" in vars(k) for k in cls.__mro__ if k is not DataSet):  # the base's: places nothing
+        if not any("_detect_params" in vars(k) for k in cls.__mro__ if k is not DataSet):  # the base's: places nothing
             continue
         if not urls or _reads_stores(cls):
             names.append(name)
@@ -84,7 +84,7 @@ def detect_format(path: str, storage_options: Mapping[str, Any] | None = None) -
     for name in tried:
         try:
             cls = get_format(name)
-            detect: Any = cls.detect_params  # formats that read stores take store= (see _reads_stores)
+            detect: Any = cls._detect_params  # formats that read stores take store= (see _reads_stores)
             params = detect(path, store=store) if store is not None else detect(path)
         except DataSetException as e:
             refusals.append(f"{name}: {e}")

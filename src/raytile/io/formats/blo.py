@@ -93,7 +93,7 @@ class BloDataSet(FrameFileDataSet):
         return (super().get_cache_key(), self._endianess)
 
     @classmethod
-    def detect_params(cls, path: str, store: ObjectStore | None = None) -> dict[str, Any] | None:
+    def _detect_params(cls, path: str, store: ObjectStore | None = None) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape", "endianess"}`` of a ``.blo`` file with a valid header, else None."""
         if not cls.has_file_extension(path):
             return None

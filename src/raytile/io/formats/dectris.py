@@ -120,7 +120,7 @@ class DectrisPartition(Partition):
         reader = frame_reader(self)
         raw: dict[int, np.ndarray] = {}
         conv: dict[tuple, np.ndarray] = {}
-        whole = len(tiling_scheme.slices) == 1 and tiling_scheme.slices[0].shape.to_tuple() == sig
+        whole = len(tiling_scheme.sig_slices) == 1 and tiling_scheme.sig_slices[0].shape.to_tuple() == sig
         try:
             for r0 in range(0, len(images), per_read):
                 block = images[r0:r0 + per_read]
@@ -132,7 +132,7 @@ class DectrisPartition(Partition):
                 for t0 in range(0, len(block), depth):
                     tile = buf[t0:t0 + depth]
                     count = tile.shape[0]
-                    for s_idx, sl in enumerate(tiling_scheme.slices):
+                    for s_idx, sl in enumerate(tiling_scheme.sig_slices):
                         data = tile if whole else tile[(slice(None),) + sl.get()]
                         if data.dtype != dest_dtype or not whole:
                             key = (s_idx, count)
@@ -188,7 +188,7 @@ class DectrisDataSet(DataSet):
         self._codec: int | None = None
 
     @classmethod
-    def detect_params(cls, path: str, store: ObjectStore | None = None) -> dict | None:
+    def _detect_params(cls, path: str, store: ObjectStore | None = None) -> dict | None:
         """``{"path": path}`` if ``path`` (a file, or an object of ``store``) is a DECTRIS master file (HDF5,
         /entry/data links, detector metadata)."""
         return {"path": path} if is_master(path, store) else None

@@ -243,7 +243,7 @@ class DMDataSet(FrameFileDataSet):
         return (super().get_cache_key(), self._dataset_index, self._force_c_order)
 
     @classmethod
-    def detect_params(cls, path: str) -> dict[str, Any] | None:
+    def _detect_params(cls, path: str) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape"}`` of a ``.dm3``/``.dm4`` file holding 2D frames, else None."""
         if not cls.has_file_extension(path):
             return None

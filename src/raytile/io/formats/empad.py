@@ -180,7 +180,7 @@ class EMPADDataSet(FrameFileDataSet):
                            info={"raw file": raw_path})
 
     @classmethod
-    def detect_params(cls, path: str, store: ObjectStore | None = None) -> dict[str, Any] | None:
+    def _detect_params(cls, path: str, store: ObjectStore | None = None) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape"}`` for an EMPAD ``.xml`` whose raw file fits its scan; None
         for other files; DataSetException (the reason) for an EMPAD ``.xml`` whose raw file is missing or
         does not fit."""

@@ -174,7 +174,7 @@ class FrameFileDataSet(FileDataSet):
 
     @classmethod
     def _probe(cls, path: str, extensions: tuple[str, ...]) -> tuple["FrameFileDataSet", FrameLayout] | None:
-        """For ``detect_params``: the data set of ``path`` and its layout, or None when ``path`` does not
+        """For ``_detect_params``: the data set of ``path`` and its layout, or None when ``path`` does not
         end with one of ``extensions`` (lower case) or its header is not this format's."""
         if not str(path).lower().endswith(extensions):
             return None

@@ -300,8 +300,8 @@ class FRMS6FileSet(FileSet):
 
     def get_read_ranges(self, frames: np.ndarray, scheme: TilingScheme):
         if self.native_sig:
-            rows = np.array([(sl.origin[0], sl.shape[0]) for sl in scheme.slices], dtype=np.int64)
-            if any(sl.shape[1] != self.sig_shape[1] for sl in scheme.slices):
+            rows = np.array([(sl.origin[0], sl.shape[0]) for sl in scheme.sig_slices], dtype=np.int64)
+            if any(sl.shape[1] != self.sig_shape[1] for sl in scheme.sig_slices):
                 raise DataSetException(f"{self.paths[0]}: FRMS6 tiles are whole rows; the tiling scheme {scheme} "
                                        f"was not negotiated with this data set's partitions")
         else:  # a reshaped signal: whole frames, in the flat order of the unfolded frame
@@ -363,7 +363,7 @@ class FRMS6DataSet(FileDataSet):
         self._hdr: dict[str, Any] = {}
 
     @classmethod
-    def detect_params(cls, path: str) -> dict | None:
+    def _detect_params(cls, path: str) -> dict | None:
         """``{"path", "nav_shape"}`` for a ``.hdr`` or ``.frms6`` whose ``.hdr`` has a ``[measurementInfo]``."""
         if not cls.has_file_extension(path):
             return None

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from raytile.common.errors import DataSetException
+from raytile.common.errors import DataSetException, UnsupportedIOBackend
 from raytile.io.dataset import DataSet, DataSetMeta, Partition, check_array_backend
 from raytile.io.decoders import NativeDecoder
 from raytile.io.backends import BACKENDS
@@ -272,7 +272,7 @@ class H5Partition(_ChunkTiling, Partition):
                 block = frames[b0:b0 + depth]
                 count = len(block)
                 a, z = int(block[0]), int(block[-1]) + 1
-                for s_idx, sl in enumerate(tiling_scheme.slices):
+                for s_idx, sl in enumerate(tiling_scheme.sig_slices):
                     sig_sl = sl.get()
                     key = (s_idx, z - a)
                     buf = raw.get(key)
@@ -320,6 +320,8 @@ class H5DataSet(DataSet):
         ``min_num_partitions`` is accepted and, as in LiberTEM, not used."""
         if target_size is not None:
             kwargs["partition_bytes"] = int(target_size)
+        if not isinstance(io_backend, str):  # a user's backend object: chunks and compression need h5py's reads
+            raise UnsupportedIOBackend(f"hdf5: io_backend must be one of {sorted(BACKENDS)}, got {io_backend!r}")
         super().__init__(**kwargs)
         self._store = store_for(path, storage_options)
         self._path = path
@@ -332,7 +334,7 @@ class H5DataSet(DataSet):
         self._raw_fileset: FileSet | None = None
 
     @classmethod
-    def detect_params(cls, path: str, store: ObjectStore | None = None) -> dict | None:
+    def _detect_params(cls, path: str, store: ObjectStore | None = None) -> dict | None:
         """``path`` and ``ds_path`` of the largest numeric dataset of 3 or more dimensions in an HDF5 file
         (or an object of ``store``); of several of the largest size, the first h5py visits (LiberTEM's
         choice)."""
@@ -353,6 +355,8 @@ class H5DataSet(DataSet):
         try:
             with h5py.File(source if source is not None else path, "r") as f:
                 f.visititems(visit)
+        except TimeoutError:  # listing the datasets took too long (a slow file system): the path only, as LiberTEM
+            return {"path": path}
         except OSError as e:
             raise DataSetException(f"{path}: an HDF5 file h5py cannot open: {e}") from None
         finally:
@@ -377,8 +381,8 @@ class H5DataSet(DataSet):
     def _do_initialize(self) -> DataSetMeta:
         check_path_file(self._path, self._store)
         if not self._ds_path:  # LiberTEM's choice: the largest dataset of 3 or more dimensions
-            found = self.detect_params(self._path, store=self._store)
-            if found is None:
+            found = self._detect_params(self._path, store=self._store)
+            if found is None or "ds_path" not in found:
                 raise DataSetException(f"{self._path}: not an HDF5 file, or no data set found in it "
                                        "(give ds_path for the dataset to read)")
             self._ds_path = found["ds_path"]
@@ -406,7 +410,8 @@ class H5DataSet(DataSet):
         return DataSetMeta(shape=Shape(tuple(nav) + tuple(sig), sig_dims=len(sig)), raw_dtype=dtype.newbyteorder("="),
                            sync_offset=self._sync_offset, image_count=math.prod(file_nav))
 
-    def check_valid(self) -> None:
+    def check_valid(self) -> bool:
+        """True if the dataset can be read (LiberTEM's answer); DataSetException naming the problem if not."""
         f, ds = _open(self._path, self._ds_path, self._store)
         with f:
             try:
@@ -415,6 +420,7 @@ class H5DataSet(DataSet):
                 raise DataSetException(f"{self._path}:{self._ds_path}: cannot read data: {e}") from None
         if self._raw_fileset is not None:
             self._raw_fileset.check()
+        return True
 
     def get_cache_key(self) -> Any:
         if self._store is not None:

@@ -388,7 +388,7 @@ class K2ISFileSet(FileSet):
 
     def get_read_ranges(self, frames: np.ndarray, scheme: TilingScheme):
         if self.native_sig:
-            rects = np.array([sl.origin + sl.shape.to_tuple() for sl in scheme.slices], dtype=np.int64)
+            rects = np.array([sl.origin + sl.shape.to_tuple() for sl in scheme.sig_slices], dtype=np.int64)
             if (rects[:, [0, 2]] % BLOCK_ROWS).any() or (rects[:, [1, 3]] % BLOCK_COLS).any():
                 raise DataSetException(f"{self.paths[0]}: K2 IS tiles are whole 930 x 16 blocks; the tiling "
                                        f"scheme {scheme} was not negotiated with this data set's partitions")
@@ -451,7 +451,7 @@ class K2ISDataSet(FileDataSet):
         self._time_series = True
 
     @classmethod
-    def detect_params(cls, path: str) -> dict | None:
+    def _detect_params(cls, path: str) -> dict | None:
         """For a ``.gtg``/``.bin`` of 8 sector files whose first block header is K2 IS's: ``path`` and, as
         LiberTEM detects it, ``nav_shape`` (the ``.gtg``'s scan size, else the shutter-active frames, square
         where their number is a square) and ``sync_offset`` (the frames before the shutter flag)."""

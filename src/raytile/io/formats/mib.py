@@ -277,7 +277,7 @@ class MIBDataSet(FileDataSet):
         return self._header
 
     @classmethod
-    def detect_params(cls, path: str, store: ObjectStore | None = None) -> dict | None:
+    def _detect_params(cls, path: str, store: ObjectStore | None = None) -> dict | None:
         """``path``, ``nav_shape`` and ``sig_shape`` of a ``.hdr`` or ``.mib`` acquisition (None otherwise).
 
         A ``.mib`` without ``.hdr`` gets a square nav shape where the frame

@@ -96,7 +96,7 @@ class MRCDataSet(FrameFileDataSet):
                            info={"MRC mode": str(h["mode"]), "data offset": str(h["data_offset"])})
 
     @classmethod
-    def detect_params(cls, path: str, store: ObjectStore | None = None) -> dict[str, Any] | None:
+    def _detect_params(cls, path: str, store: ObjectStore | None = None) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape"}`` of a ``.mrc``/``.mrcs`` file with a valid header, or of a
         ``.map`` file with one and the "MAP " mark; else None.
 

@@ -59,9 +59,10 @@ class NPYDataSet(FileDataSet):
         self._store = self.store_of(path)
 
     @classmethod
-    def detect_params(cls, path: str, store: ObjectStore | None = None) -> dict | None:
+    def _detect_params(cls, path: str, store: ObjectStore | None = None) -> dict | None:
         """``{"path": path}`` for a file (or an object of ``store``) starting with the .npy magic
-        ``\\x93NUMPY``."""
+        ``\\x93NUMPY``, with LiberTEM's ``nav_shape`` and ``sig_shape`` (the last two axes) for 3 or more
+        dimensions."""
         try:
             with open_path(path, store) as f:
                 magic = f.read(6)
@@ -69,8 +70,10 @@ class NPYDataSet(FileDataSet):
             return None
         if magic != b"\x93NUMPY":
             return None
-        read_npy_header(path, store)  # a broken header: DataSetException naming it
-        return {"path": path}
+        shape = read_npy_header(path, store)[0]  # a broken header: DataSetException naming it
+        if len(shape) < 3:
+            return {"path": path}
+        return {"path": path, "nav_shape": tuple(shape[:-2]), "sig_shape": tuple(shape[-2:])}
 
     def _do_initialize(self) -> DataSetMeta:
         check_file(self._path, self._store)

@@ -159,7 +159,7 @@ class RawCSRDataSet(DataSet):
         self._rows_in_files = 0
 
     @classmethod
-    def detect_params(cls, path: str) -> dict | None:
+    def _detect_params(cls, path: str) -> dict | None:
         """``{"path": path}`` for a ``.toml`` file whose ``[params] filetype`` is ``raw_csr``."""
         if not cls.has_file_extension(path) or os.path.getsize(path) > 1 << 20:
             return None

@@ -223,7 +223,7 @@ class SEQDataSet(FrameFileDataSet):
         return self._own_corrections if self._own_corrections is not None else CorrectionSet()
 
     @classmethod
-    def detect_params(cls, path: str) -> dict[str, Any] | None:
+    def _detect_params(cls, path: str) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape"}`` of a ``.seq`` file (nav square if the frame count is)."""
         if not cls.has_file_extension(path):
             return None

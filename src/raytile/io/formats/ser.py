@@ -145,7 +145,7 @@ class SERPartition(FilePartition):
             n = tile.data.shape[0]
             frames = tile.data.reshape((n,) + self.native_sig)[:, ::-1].reshape((n,) + sig)
             nav0 = tile.tile_slice.origin[0]
-            for idx, sl in enumerate(tiling_scheme.slices):
+            for idx, sl in enumerate(tiling_scheme.sig_slices):
                 yield DataTile(frames[(slice(None),) + sl.get()],
                                Slice((nav0,) + tuple(sl.origin), Shape((n,) + sl.shape.to_tuple(), sig_dims=sig_dims)),
                                idx)
@@ -203,7 +203,7 @@ class SERDataSet(FrameFileDataSet):
         return part
 
     @classmethod
-    def detect_params(cls, path: str) -> dict[str, Any] | None:
+    def _detect_params(cls, path: str) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape"}`` of a ``.ser`` file of 2D images or 1D spectra, else None."""
         if not cls.has_file_extension(path):
             return None

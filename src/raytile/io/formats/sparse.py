@@ -108,7 +108,7 @@ class SparsePartition(Partition):
             block_stop = min(block_start + depth, n)
             block = rows[block_start:block_stop]
             count = block_stop - block_start
-            for scheme_idx, sig_slice in enumerate(tiling_scheme.slices):
+            for scheme_idx, sig_slice in enumerate(tiling_scheme.sig_slices):
                 if pixel_index is None:
                     data = block
                 else:

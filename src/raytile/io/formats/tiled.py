@@ -119,7 +119,7 @@ class TiledDataSet(FileDataSet):
         self._nav_shape = nav_shape
 
     @classmethod
-    def detect_params(cls, path: str) -> dict | None:
+    def _detect_params(cls, path: str) -> dict | None:
         """``{"path": path}`` for a file starting with the tiled magic (its header is checked)."""
         try:
             with open(path, "rb") as f:

@@ -200,7 +200,7 @@ class TVIPSDataSet(FrameFileDataSet):
         return meta
 
     @classmethod
-    def detect_params(cls, path: str) -> dict[str, Any] | None:
+    def _detect_params(cls, path: str) -> dict[str, Any] | None:
         """``{"path", "nav_shape", "sig_shape", "sync_offset"}`` of a TVIPS series, else None."""
         probe = cls._probe(path, tuple("." + e for e in cls.file_extensions))
         if probe is None:

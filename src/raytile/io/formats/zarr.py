@@ -161,7 +161,7 @@ class ZarrPartition(_ChunkTiling, Partition):
             block = frames[b0:b0 + tiling_scheme.depth]
             count = len(block)
             a, z = int(block[0]), int(block[-1]) + 1
-            for s_idx, sl in enumerate(tiling_scheme.slices):
+            for s_idx, sl in enumerate(tiling_scheme.sig_slices):
                 key = (s_idx, z - a)
                 buf = raw.get(key)
                 if buf is None:
@@ -204,7 +204,7 @@ class ZarrDataSet(DataSet):
         self._store = store_for(path, storage_options)
 
     @classmethod
-    def detect_params(cls, path: str, store: ObjectStore | None = None) -> dict | None:
+    def _detect_params(cls, path: str, store: ObjectStore | None = None) -> dict | None:
         """``{"path": path}`` for a Zarr v3 array or group: a directory (or a prefix of ``store``) holding a
         ``zarr.json`` of ``zarr_format`` 3. A group needs ``array_path`` next to ``path``."""
         meta_path = path.rstrip("/") + "/zarr.json"
