@@ -27,7 +27,7 @@ def test_auto_hdf5_and_npy(inline_ctx, tmp_path, rng):
     assert inline_ctx.load("auto", path=str(tmp_path / "s.npy")).shape.to_tuple() == data.shape
     with h5py.File(tmp_path / "flat.h5", "w") as f:
         f["x"] = np.zeros(4)
-    with pytest.raises(DataSetException, match="hdf5: .*without a dataset of 3"):
+    with pytest.raises(DataSetException, match="flat.h5: .*no numeric dataset of 3 or more dimensions"):
         inline_ctx.load("auto", path=str(tmp_path / "flat.h5"))
     with pytest.raises(DataSetException, match="file not found"):
         inline_ctx.load("auto", path=str(tmp_path / "missing.h5"))

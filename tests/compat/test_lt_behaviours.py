@@ -338,17 +338,37 @@ def test_detect_params_takes_libertems_executor_argument(files_8x8x8x8, h5file):
 
     executor = InlineJobExecutor()
     for lt_cls, cls, path, keys in ((LtNPYDataSet, NPYDataSet, files_8x8x8x8["npy"], ["path", "nav_shape", "sig_shape"]),
-                                    (LtH5DataSet, H5DataSet, h5file, ["path", "ds_path"])):
+                                    (LtH5DataSet, H5DataSet, h5file, ["path", "ds_path", "nav_shape", "sig_shape"])):
         ref = lt_cls.detect_params(path, executor)
         got = cls.detect_params(path, executor)
         assert got == cls.detect_params(path)
         assert set(got) == set(ref) == {"parameters", "info"}
-        assert ({k: str(got["parameters"][k]).lstrip("/") for k in keys}
-                == {k: str(ref["parameters"][k]).lstrip("/") for k in keys})
+        assert list(got["parameters"]) == list(ref["parameters"]) == keys
+        assert ({k: tuple(v) if isinstance(v, (tuple, list)) else v for k, v in got["parameters"].items()}
+                == {k: tuple(v) if isinstance(v, (tuple, list)) else v for k, v in ref["parameters"].items()})
     assert NPYDataSet.detect_params(files_8x8x8x8["npy"])["info"] == \
         LtNPYDataSet.detect_params(files_8x8x8x8["npy"], executor)["info"]
     for lt_cls, cls, other in ((LtNPYDataSet, NPYDataSet, h5file), (LtH5DataSet, H5DataSet, files_8x8x8x8["npy"])):
         assert cls.detect_params(other, executor) is lt_cls.detect_params(other, executor) is False
+
+
+def test_detect_params_of_an_hdf5_file_without_a_datacube_is_its_path_as_libertem(tmp_path):
+    """An HDF5 file with no dataset of 3 or more dimensions: LiberTEM's detection gives the path alone (raytile's
+    raised); loading it without ``ds_path`` says what is missing."""
+    h5py = pytest.importorskip("h5py")
+    from libertem.executor.inline import InlineJobExecutor
+    from libertem.io.dataset.hdf5 import H5DataSet as LtH5DataSet
+
+    from raytile.common.errors import DataSetException
+    from raytile.io.formats.hdf5 import H5DataSet
+
+    path = str(tmp_path / "flat.h5")
+    with h5py.File(path, "w") as f:
+        f["x"] = np.zeros(4)
+    ref = LtH5DataSet.detect_params(path, InlineJobExecutor())["parameters"]
+    assert H5DataSet.detect_params(path)["parameters"] == ref == {"path": path}
+    with pytest.raises(DataSetException, match="no numeric dataset of 3 or more dimensions.*give ds_path"):
+        rt.Context(executor="inline").load("hdf5", path=path)
 
 
 def test_hdf5_check_valid_and_detect_timeout_as_libertem(ctx, h5file):

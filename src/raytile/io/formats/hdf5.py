@@ -335,9 +335,10 @@ class H5DataSet(DataSet):
 
     @classmethod
     def _detect_params(cls, path: str, store: ObjectStore | None = None) -> dict | None:
-        """``path`` and ``ds_path`` of the largest numeric dataset of 3 or more dimensions in an HDF5 file
-        (or an object of ``store``); of several of the largest size, the first h5py visits (LiberTEM's
-        choice)."""
+        """``path``, ``ds_path``, ``nav_shape`` and ``sig_shape`` of the largest numeric dataset of 3 or more
+        dimensions in an HDF5 file (or an object of ``store``); of several of the largest size, the first
+        h5py visits (LiberTEM's choice). An HDF5 file without such a dataset gives its ``path`` alone, as
+        LiberTEM's (loading it then asks for ``ds_path``)."""
         try:
             with open_path(path, store) as fh:
                 if fh.read(8) != b"\x89HDF\r\n\x1a\n":
@@ -345,11 +346,11 @@ class H5DataSet(DataSet):
         except (OSError, DataSetException):
             return None
         h5py = _h5py()
-        found: list[tuple[int, str]] = []
+        found: list[tuple[int, str, tuple[int, ...]]] = []
 
         def visit(name, obj):
             if isinstance(obj, h5py.Dataset) and obj.ndim >= 3 and obj.dtype.kind in "biuf":
-                found.append((int(np.prod(obj.shape)), "/" + name))
+                found.append((int(np.prod(obj.shape)), name, tuple(obj.shape)))
 
         source = store.open(path, block_size=H5_REMOTE_BLOCK) if store is not None else None
         try:
@@ -363,9 +364,10 @@ class H5DataSet(DataSet):
             if source is not None:
                 source.close()
         if not found:
-            raise DataSetException(f"{path}: an HDF5 file without a dataset of 3 or more dimensions")
-        largest = max(size for size, _ in found)
-        return {"path": path, "ds_path": next(name for size, name in found if size == largest)}
+            return {"path": path}
+        largest = max(size for size, _, _ in found)
+        name, shape = next((name, shape) for size, name, shape in found if size == largest)
+        return {"path": path, "ds_path": name, "nav_shape": shape[:-2], "sig_shape": shape[-2:]}
 
     @property
     def path(self) -> str:
@@ -383,8 +385,8 @@ class H5DataSet(DataSet):
         if not self._ds_path:  # LiberTEM's choice: the largest dataset of 3 or more dimensions
             found = self._detect_params(self._path, store=self._store)
             if found is None or "ds_path" not in found:
-                raise DataSetException(f"{self._path}: not an HDF5 file, or no data set found in it "
-                                       "(give ds_path for the dataset to read)")
+                raise DataSetException(f"{self._path}: not an HDF5 file, or no numeric dataset of 3 or more "
+                                       "dimensions found in it (give ds_path for the dataset to read)")
             self._ds_path = found["ds_path"]
         f, ds = _open(self._path, self._ds_path, self._store)
         with f:
