@@ -77,13 +77,24 @@ def _alive_actors() -> frozenset[tuple[str, str]]:
     )
 
 
+def _open_fds() -> dict[int, str]:
+    """This process's open file descriptors and what each points to."""
+    fds = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            fds[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:  # closed meanwhile (or the listing's own descriptor)
+            continue
+    return fds
+
+
 def _vitals() -> dict:
     time.sleep(1.0)  # short-lived threads (callbacks, idle worker threads) end
     gc.collect()
     mib, objects = _plasma_objects()
     return {
         "rss_mib": _rss_mib(),
-        "fds": len(os.listdir("/proc/self/fd")),
+        "fds": _open_fds(),
         "threads": threading.active_count(),
         "os_threads": _os_threads(),
         "actors": _alive_actors(),
@@ -126,9 +137,19 @@ def test_300_runs_leave_driver_and_cluster_flat(ray_context):
     after = _vitals()
     os_threads = (before.pop("os_threads"), after.pop("os_threads"))
     actors = (before.pop("actors"), after.pop("actors"))
+    fds = (before.pop("fds"), after.pop("fds"))
     growth = {k: after[k] - before[k] for k in before}
     assert growth["rss_mib"] < 40, (before, after)
-    assert growth["fds"] <= 2, (before, after)
+    opened = {fd: target for fd, target in fds[1].items() if fds[0].get(fd) != target}
+    if len(opened) > 2:
+        # a few descriptors opened once by something else (another test's background thread, a gRPC
+        # channel) are no leak; a leak grows with the runs: run as many again, and none may be added
+        for i in range(WARM_UP, RUNS):
+            _one_run(ray_context, i, rng)
+        ray_context.load("memory", data=np.zeros((1, 1, 2, 2)))
+        again = _vitals()["fds"]
+        added = {fd: target for fd, target in again.items() if fds[1].get(fd) != target}
+        assert len(added) <= 2, f"descriptors opened during the runs and still open: {opened}, then {added}"
     new_threads = Counter(os_threads[1]) - Counter(os_threads[0])
     assert growth["threads"] <= 1 and sum(new_threads.values()) <= 1, new_threads
     assert not actors[1] - actors[0], f"actors started by the runs still alive: {sorted(actors[1] - actors[0])}"
