@@ -177,6 +177,13 @@ class SparseStreamPartition(StreamPartition, SparsePartition):
     ``(frames, pixels)``, tiled as the sparse formats' partitions are (CSR tiles, or any backend the
     run asks for; a ROI selects rows)."""
 
+    def get_io_size(self) -> int | None:
+        """A tile of events is small whatever its frames' dense size: the whole partition's dense bytes,
+        so tiles are as deep as the UDFs ask (32 frames by default) instead of the dense default's 4 MiB
+        (4 frames of 512x512 float32), whose per-tile costs (a row slice, a reduction to a dense signal)
+        came to 4x the UDFs' work on a Timepix3 stream (benchmarks/bench_live_asi_tpx3.py)."""
+        return self.shape[0] * self.meta.shape.sig.size * self.meta.raw_dtype.itemsize
+
 
 def iterate_batches(source: Any) -> Iterator[Any]:
     """The items of an iterable, or of an async iterable driven by an event loop of its own in the
