@@ -50,9 +50,9 @@ from raytile.io.dataset import DataSet, DataSetMeta, Partition
 from raytile.io.formats.sparse import SCIPY_CSR, SparsePartition
 from raytile.io.partition_source import Allocate, PulledPartitions, StreamedPartitions, StreamSpec, StreamStopped
 
-__all__ = ["StreamDataSet", "StreamPartition", "SparseStreamPartition", "CSRSource", "FrameTransform", "default_frames_per_partition",
-           "iterate_batches", "LossReporting", "RepeatableSource", "CountingSource", "PartitionAligned",
-           "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN"]
+__all__ = ["StreamDataSet", "StreamPartition", "SparseStreamPartition", "CSRSource", "FrameTransform",
+           "default_frames_per_partition", "iterate_batches", "LossReporting", "RepeatableSource", "CountingSource",
+           "PartitionAligned", "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN"]
 
 #: Default partition size of a stream, in bytes of raw frames: small, so partial results flow, and large
 #: enough that the fixed cost of a task (its call and reply, its result buffers, about 1-2 ms on 2 CPUs)

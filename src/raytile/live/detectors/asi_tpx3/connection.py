@@ -148,7 +148,8 @@ class AsiTpx3DetectorConnection(ReceiverConnection[AsiTpx3Receiver]):
         """The default partition size of a sparse acquisition: LiberTEM-live's 4096 frames, and at least
         :data:`~raytile.live.receiver.LIVE_MIN_PARTITIONS_PER_SCAN` partitions a scan (a partition of
         events is small; the dense default, ~32 MiB of float32 frames, is 32 frames of 512x512)."""
-        return max(1, min(SPARSE_FRAMES_PER_PARTITION, math.ceil(math.prod(nav_shape) / LIVE_MIN_PARTITIONS_PER_SCAN)))
+        per_scan = math.ceil(math.prod(nav_shape) / LIVE_MIN_PARTITIONS_PER_SCAN)
+        return max(1, min(SPARSE_FRAMES_PER_PARTITION, per_scan))
 
     def _frames(self, pending: AsiTpx3PendingAcquisition | None, controller: Any, nav_shape: tuple[int, ...],
                 ready: Callable[[], None], count: int | None, dtype: np.dtype,

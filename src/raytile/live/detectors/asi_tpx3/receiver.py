@@ -70,7 +70,8 @@ def _csr(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], frames: int, pi
         np.cumsum(np.concatenate([p[0] for p in parts]), out=indptr[1:])
     nnz = int(indptr[-1])
     idx_dtype = np.int32 if max(nnz, pixels) < 2**31 else np.int64
-    indices = (np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, idx_dtype)).astype(idx_dtype, copy=False)
+    indices = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, idx_dtype)
+    indices = indices.astype(idx_dtype, copy=False)
     values = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, dtype)
     return sp.csr_matrix((values, indices, indptr.astype(idx_dtype, copy=False)), shape=(frames, pixels))
 
@@ -192,7 +193,7 @@ class AsiTpx3Receiver(StackReceiver):
     def csr_frames(self, count: int | None, dtype: Any = None, batch: tuple[int, int] | None = None,
                    stats: AcquisitionStats | None = None) -> Iterator[Any]:
         """As :meth:`frames`, the frames as scipy CSR matrices ``(k, pixels)`` of ``dtype``: each
-        matrix's events are copied out of the slab (its slots go back as at once as dense frames'
+        matrix's events are copied out of the slab (its slots go back as soon as a dense frame's
         would), never made dense. Duplicated pixel indices stay as they came (scipy adds them up)."""
         stats = stats if stats is not None else AcquisitionStats()
         got = 0
