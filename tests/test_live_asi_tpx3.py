@@ -17,13 +17,13 @@ import pytest
 import scipy.sparse
 
 from raytile.cli import main
-from raytile.common.errors import AcquisitionError, ConfigValidationError
+from raytile.common.errors import AcquisitionError, ConfigValidationError, DataSetException
 from raytile.live import LiveContext
 from raytile.live.detectors.asi_tpx3 import AsiTpx3Acquisition, AsiTpx3Simulator
 from raytile.live.detectors.asi_tpx3.wire import (
     AcquisitionEnd, AcquisitionStart, ScanEnd, ScanStart, encode_chunk, parse_header,
 )
-from raytile.udf import ApplyMasksUDF, SumSigUDF, SumUDF
+from raytile.udf import UDF, ApplyMasksUDF, SumSigUDF, SumUDF
 
 from _procs import stop_process
 
@@ -188,6 +188,101 @@ def test_raytile_simulator_on_ray_with_roi(live_ray_ctx, chunk_frames, bytes_per
                 expected = np.where(roi, frames.sum(axis=(1, 2)).reshape(nav), 0)
                 assert np.array_equal(np.where(roi, per_frame["intensity"].data, 0), expected)
                 assert aq.stats.frames == 192
+
+
+class _TileKind(UDF):
+    """Per-frame sums, and whether the tiles came as scipy CSR (1) or dense numpy (0); ``backends``: what
+    it declares."""
+
+    def __init__(self, backends):
+        super().__init__(backends=tuple(backends))
+
+    def get_backends(self):
+        return self.params.backends
+
+    def get_result_buffers(self):
+        return {"sums": self.buffer(kind="nav", dtype="float64"), "csr": self.buffer(kind="nav", dtype="int8")}
+
+    def process_tile(self, tile):
+        csr = scipy.sparse.issparse(tile) and tile.format == "csr"
+        assert csr or isinstance(tile, np.ndarray), type(tile)
+        self.results.sums[:] += np.asarray(tile.sum(axis=1)).reshape(-1) if csr else tile.sum(axis=(1, 2))
+        self.results.csr[:] = 1 if csr else 0
+
+    def merge(self, dest, src):
+        dest.sums[:] = src.sums
+        dest.csr[:] = src.csr
+
+
+def test_sparse_udfs_get_csr_tiles_dense_only_udfs_dense_ones(live_ctx):
+    """The acquisition's partitions carry CSR events: a UDF that declares scipy CSR gets CSR tiles, one
+    that declares only numpy dense tiles (the run converts), a built-in (SumSigUDF) its sparse path;
+    all equal numpy. Chunks of 7 frames across partitions of 20: rows cut and stacked."""
+    nav, sig = (6, 10), (24, 20)
+    frames = sparse_frames(11, 60, sig, np.uint16, density=0.05)
+    with AsiTpx3Simulator(frames, nav_shape=nav, chunk_frames=7) as sim:
+        with live_ctx.make_connection("asi_tpx3").open(data_port=sim.data_port) as conn:
+            aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0),
+                                           frames_per_partition=20)
+            assert aq.array_backends == ("scipy.sparse.csr_matrix",)
+            sparse_res, dense_res, per_frame = live_ctx.run_udf(dataset=aq, udf=[
+                _TileKind(("scipy.sparse.csr_matrix", "numpy")), _TileKind(("numpy",)), SumSigUDF()])
+    expected = frames.sum(axis=(1, 2)).reshape(nav)
+    assert np.all(sparse_res["csr"].data == 1) and np.all(dense_res["csr"].data == 0)
+    assert np.array_equal(sparse_res["sums"].data, expected)
+    assert np.array_equal(dense_res["sums"].data, expected)
+    assert np.array_equal(per_frame["intensity"].data, expected)
+
+
+def test_a_stream_of_csr_batches(live_ctx):
+    """``ctx.load("stream")`` over a source that declares ``csr_batches``: batches of any size cut into
+    partitions, results equal numpy; a dense batch from such a source is raytile's error."""
+    nav, sig = (5, 8), (6, 7)
+    frames = sparse_frames(12, 40, sig, np.float32, density=0.2)
+    flat = scipy.sparse.csr_matrix(frames.reshape(40, -1))
+
+    class Source:
+        def __init__(self, dense_at=None):
+            self.csr_batches = True
+            self.dense_at = dense_at
+
+        def __iter__(self):
+            for i, (a, b) in enumerate([(0, 3), (3, 17), (17, 18), (18, 40)]):
+                yield frames[a:b] if i == self.dense_at else flat[a:b]
+
+    ds = live_ctx.load("stream", frames=Source(), nav_shape=nav, sig_shape=sig, dtype="float32",
+                       frames_per_partition=8)
+    total, per_frame = live_ctx.run_udf(dataset=ds, udf=[SumUDF(), SumSigUDF()])
+    assert np.allclose(total["intensity"].data, frames.sum(axis=0), rtol=1e-6)
+    assert np.array_equal(per_frame["intensity"].data, frames.sum(axis=(1, 2)).reshape(nav))
+    bad = live_ctx.load("stream", frames=Source(dense_at=1), nav_shape=nav, sig_shape=sig, dtype="float32")
+    with pytest.raises(DataSetException, match="batch 1 is a ndarray, expected a scipy CSR matrix"):
+        live_ctx.run_udf(dataset=bad, udf=SumUDF())
+
+
+def test_a_preprocess_gets_dense_frames(live_ctx):
+    """A ``preprocess`` takes dense frames: the acquisition then decodes into them (the stream asks its
+    source for dense batches), and the results are numpy's on the binned frames."""
+    from raytile.pipeline.frame_stacks import FrameStackPipeline
+
+    nav, sig = (4, 6), (16, 12)
+    frames = sparse_frames(13, 24, sig, np.uint16, density=0.1)
+    pre = FrameStackPipeline.from_dict({
+        "name": "bin",
+        "streams": {"frame": {"shape": list(sig), "dtype": "float32"},
+                    "binned": {"shape": [8, 6], "dtype": "float32"}},
+        "stages": [{"name": "camera", "kind": "constant", "output": "frame"},
+                   {"name": "bin", "kind": "binning", "input": "frame", "output": "binned",
+                    "params": {"factor": 2, "mode": "sum"}}],
+    }, input="frame")
+    with AsiTpx3Simulator(frames, nav_shape=nav, chunk_frames=5) as sim:
+        with live_ctx.make_connection("asi_tpx3").open(data_port=sim.data_port) as conn:
+            aq = live_ctx.make_acquisition(conn=conn, pending_aq=conn.wait_for_acquisition(10.0),
+                                           frames_per_partition=8, preprocess=pre)
+            assert aq.array_backends != ("scipy.sparse.csr_matrix",)
+            total = live_ctx.run_udf(dataset=aq, udf=SumUDF())
+    binned = frames.reshape(24, 8, 2, 6, 2).sum(axis=(2, 4))
+    assert np.array_equal(total["intensity"].data, binned.sum(axis=0))
 
 
 def test_truncated_stream_fails_the_run_with_raytiles_error(live_ctx):

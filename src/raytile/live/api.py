@@ -140,6 +140,9 @@ def make_acquisition_on(ctx: Context, *, conn: LiveConnection, nav_shape: tuple[
     sig_shape, dtype = conn.acquisition_geometry(pending_aq)
     if frames_per_partition is None:  # fewer, larger partitions than a file's stream (see the function)
         frames_per_partition = live_frames_per_partition(shape, sig_shape, dtype)
+        sparse = getattr(conn, "sparse_frames_per_partition", None)  # events: larger partitions (asi_tpx3)
+        if sparse is not None and preprocess is None:
+            frames_per_partition = sparse(shape)
     count = None if scans == 0 else scans * math.prod(shape)
     holder: dict[str, Any] = {}
 

@@ -8,6 +8,13 @@ set holds, not fewer when the source ends. A source that raises ends the
 stream with a :class:`~raytile.common.errors.DataSetException` naming the
 source's error.
 
+A source that declares ``csr_batches`` (:class:`CSRSource`: a live receiver of
+an event detector, ASI Timepix3) yields scipy CSR matrices ``(k,
+prod(sig_shape))`` instead: the partitions carry their events as CSR (rows
+cut and stacked, never made dense), the data set's ``array_backends`` are
+scipy CSR, and UDFs that take sparse tiles get CSR tiles
+(:class:`SparseStreamPartition`); the run converts them for dense-only UDFs.
+
 ``preprocess`` (a :class:`FrameTransform`, e.g. a
 :class:`raytile.pipeline.frame_stacks.FrameStackPipeline`) turns each
 partition's frames into what the UDFs see, where the partition is read
@@ -40,11 +47,12 @@ from raytile.common.errors import DataSetException
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.io.dataset import DataSet, DataSetMeta, Partition
+from raytile.io.formats.sparse import SCIPY_CSR, SparsePartition
 from raytile.io.partition_source import Allocate, PulledPartitions, StreamedPartitions, StreamSpec, StreamStopped
 
-__all__ = ["StreamDataSet", "StreamPartition", "FrameTransform", "default_frames_per_partition",
-           "iterate_batches", "LossReporting", "RepeatableSource", "CountingSource", "PartitionAligned",
-           "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN"]
+__all__ = ["StreamDataSet", "StreamPartition", "SparseStreamPartition", "CSRSource", "FrameTransform",
+           "default_frames_per_partition", "iterate_batches", "LossReporting", "RepeatableSource", "CountingSource",
+           "PartitionAligned", "PARTITION_BYTES", "MIN_PARTITIONS_PER_SCAN"]
 
 #: Default partition size of a stream, in bytes of raw frames: small, so partial results flow, and large
 #: enough that the fixed cost of a task (its call and reply, its result buffers, about 1-2 ms on 2 CPUs)
@@ -96,6 +104,16 @@ class PartitionAligned(Protocol):
     a partition exactly are handed on without a copy."""
 
     batch: tuple[int, int] | None
+
+
+@runtime_checkable
+class CSRSource(Protocol):
+    """A source that yields scipy CSR matrices ``(k, prod(sig_shape))`` while ``csr_batches`` is True
+    (a live receiver of an event detector): the stream keeps them sparse. A stream that cannot use
+    them (``preprocess`` takes dense frames) sets ``csr_batches`` to False before it reads the source,
+    which then yields dense arrays ``(k, *sig_shape)``."""
+
+    csr_batches: bool
 
 
 @runtime_checkable
@@ -152,6 +170,19 @@ class StreamPartition(Partition):
 
     def describe(self) -> str:
         return f"stream partition {self.idx} (scan {self.scan}, frames {self.start}:{self.stop})"
+
+
+class SparseStreamPartition(StreamPartition, SparsePartition):
+    """A partition of a stream of CSR batches (:class:`CSRSource`): its ``data`` is a scipy CSR matrix
+    ``(frames, pixels)``, tiled as the sparse formats' partitions are (CSR tiles, or any backend the
+    run asks for; a ROI selects rows)."""
+
+    def get_io_size(self) -> int | None:
+        """A tile of events is small whatever its frames' dense size: the whole partition's dense bytes,
+        so tiles are as deep as the UDFs ask (32 frames by default) instead of the dense default's 4 MiB
+        (4 frames of 512x512 float32), whose per-tile costs (a row slice, a reduction to a dense signal)
+        came to 4x the UDFs' work on a Timepix3 stream (benchmarks/bench_live_asi_tpx3.py)."""
+        return self.shape[0] * self.meta.shape.sig.size * self.meta.raw_dtype.itemsize
 
 
 def iterate_batches(source: Any) -> Iterator[Any]:
@@ -237,6 +268,13 @@ class StreamDataSet(DataSet):
                                        f"and __call__ (e.g. a FrameStackPipeline), got {type(preprocess).__name__}")
             preprocess.check_input(self._sig_shape, self._dtype)
         self._preprocess = preprocess
+        #: The source's batches are CSR and stay so (no preprocess, which takes dense frames).
+        self._csr = isinstance(frames, CSRSource) and bool(frames.csr_batches)
+        if self._csr and preprocess is not None:
+            frames.csr_batches = False
+            self._csr = False
+        if self._csr:
+            self.array_backends = (SCIPY_CSR,)
         self._claim = threading.Lock()
         self._claimed = False
 
@@ -288,8 +326,8 @@ class StreamDataSet(DataSet):
 
     def get_partitions(self) -> list[Partition]:
         """One scan's partitions, without frames (what a run plans with; frames come with the stream)."""
-        return [StreamPartition(self.meta, sl, idx, preprocess=self._preprocess)
-                for idx, sl in enumerate(self.get_slices())]
+        cls = SparseStreamPartition if self._csr else StreamPartition
+        return [cls(self.meta, sl, idx, preprocess=self._preprocess) for idx, sl in enumerate(self.get_slices())]
 
     def get_cache_key(self) -> Any:
         return ("stream", id(self))
@@ -359,9 +397,9 @@ class StreamDataSet(DataSet):
             with self._claim:
                 self._claimed = False
 
-    def _cut(self, batches: Iterator[Any], allocate: Allocate) -> Iterator[tuple[int, np.ndarray]]:
+    def _cut(self, batches: Iterator[Any], allocate: Allocate) -> Iterator[tuple[int, Any]]:
         try:
-            yield from self._cut_open(batches, allocate)
+            yield from (self._cut_csr(batches) if self._csr else self._cut_open(batches, allocate))
         finally:
             close = getattr(batches, "close", None)
             if close is not None:
@@ -378,10 +416,7 @@ class StreamDataSet(DataSet):
         for n, batch in enumerate(_guarded(batches)):
             batch = self._check_batch(batch, n)
             k = batch.shape[0]
-            if total is not None and frame + k > total:
-                raise DataSetException(
-                    f"the stream's source yielded more frames than the data set holds: batch {n} brings "
-                    f"the count to {frame + k}, nav_shape {self._nav_shape} x {self._scans} scan(s) hold {total}")
+            self._check_count(frame + k, total, n)
             pos = 0
             while pos < k:
                 scan, in_scan = divmod(frame, scan_frames)
@@ -403,11 +438,67 @@ class StreamDataSet(DataSet):
                 if filled == size:
                     done, part, filled = part, None, 0
                     yield scan * per_scan + p, done
+        self._check_end(frame, total)
+
+    def _cut_csr(self, batches: Iterator[Any]) -> Iterator[tuple[int, Any]]:
+        """As :meth:`_cut_open` for CSR batches: a batch that fills a partition exactly is handed on as
+        it is, else the partition's rows are cut from the batches and stacked (still CSR)."""
+        import scipy.sparse as sp
+
+        slices = self.get_slices()
+        per_scan, scan_frames = len(slices), self.scan_frames
+        total = None if self._scans == 0 else self._scans * scan_frames
+        frame = 0
+        pieces: list[Any] = []  # the rows of the partition being filled, and how many
+        filled = 0
+        for n, batch in enumerate(_guarded(batches)):
+            batch = self._check_csr_batch(batch, n)
+            k = batch.shape[0]
+            self._check_count(frame + k, total, n)
+            pos = 0
+            while pos < k:
+                scan, in_scan = divmod(frame, scan_frames)
+                p = (in_scan // slices[0].shape[0])
+                size = slices[p].shape[0]
+                take = min(k - pos, size - filled)
+                pieces.append(batch if take == k else batch[pos:pos + take])
+                filled += take
+                frame += take
+                pos += take
+                if filled == size:
+                    done = pieces[0] if len(pieces) == 1 else sp.vstack(pieces, format="csr")
+                    pieces, filled = [], 0
+                    yield scan * per_scan + p, done
+        self._check_end(frame, total)
+
+    def _check_count(self, count: int, total: int | None, n: int) -> None:
+        if total is not None and count > total:
+            raise DataSetException(
+                f"the stream's source yielded more frames than the data set holds: batch {n} brings "
+                f"the count to {count}, nav_shape {self._nav_shape} x {self._scans} scan(s) hold {total}")
+
+    def _check_end(self, frame: int, total: int | None) -> None:
+        scan_frames = self.scan_frames
         missing = (total - frame) if total is not None else (-frame) % scan_frames
         if missing:
             what = (f"nav_shape {self._nav_shape} x {self._scans} scan(s) need {total}" if total is not None
                     else f"scan {frame // scan_frames} lacks {missing} of its {scan_frames}")
             raise DataSetException(f"the stream's source ended after {frame} frames; {what}")
+
+    def _check_csr_batch(self, batch: Any, n: int) -> Any:
+        import scipy.sparse as sp
+
+        pixels = math.prod(self._sig_shape)
+        if not sp.issparse(batch) or batch.format != "csr":
+            raise DataSetException(f"the stream's batch {n} is a {type(batch).__name__}, expected a scipy CSR "
+                                   f"matrix of shape (k, {pixels}) (the source declares csr_batches)")
+        if batch.ndim != 2 or batch.shape[1] != pixels:
+            raise DataSetException(f"the stream's batch {n} has shape {batch.shape}, expected (k, {pixels}) for "
+                                   f"sig_shape {self._sig_shape}")
+        if batch.dtype != self._dtype:
+            raise DataSetException(f"the stream's batch {n} has dtype {batch.dtype}, the data set's dtype is "
+                                   f"{self._dtype}")
+        return batch
 
     def _check_batch(self, batch: Any, n: int) -> np.ndarray:
         sig = self._sig_shape

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -15,13 +16,28 @@ from raytile.common.errors import ConfigValidationError
 from raytile.live.connection import ReceiverConnection, check_port, check_positive_int
 from raytile.live.detectors.asi_tpx3.receiver import AsiTpx3Receiver
 from raytile.live.detectors.asi_tpx3.wire import AcquisitionStart
-from raytile.live.receiver import AcquisitionFrames
+from raytile.live.receiver import LIVE_MIN_PARTITIONS_PER_SCAN, AcquisitionFrames, partition_batches
 
-__all__ = ["AsiTpx3ConnectionBuilder", "AsiTpx3DetectorConnection", "AsiTpx3PendingAcquisition", "FRAME_DTYPE"]
+__all__ = ["AsiTpx3ConnectionBuilder", "AsiTpx3DetectorConnection", "AsiTpx3PendingAcquisition", "EventFrames",
+           "FRAME_DTYPE", "SPARSE_FRAMES_PER_PARTITION"]
 
 #: What the frames decode to: LiberTEM-live's acquisition declares float32 (the events' value dtype
 #: may change from chunk to chunk).
 FRAME_DTYPE = np.dtype(np.float32)
+
+
+#: LiberTEM-live's default frames per partition of an ASI Timepix3 acquisition.
+SPARSE_FRAMES_PER_PARTITION = 4096
+
+
+class EventFrames(AcquisitionFrames):
+    """An acquisition's frames as scipy CSR batches ``(k, pixels)`` (a
+    :class:`~raytile.io.formats.stream.CSRSource`): the stream keeps them sparse, and sets
+    ``csr_batches`` False when it needs dense frames (a ``preprocess``)."""
+
+    def __init__(self, make: Callable[[AcquisitionFrames], Iterator[Any]], batch: tuple[int, int] | None = None):
+        super().__init__(make, batch)
+        self.csr_batches = True
 
 
 class AsiTpx3PendingAcquisition:
@@ -122,10 +138,26 @@ class AsiTpx3DetectorConnection(ReceiverConnection[AsiTpx3Receiver]):
         self._sig_shape = tuple(pending.header.sig_shape)
         return self._sig_shape, FRAME_DTYPE
 
+    def acquisition_frames(self, pending: Any, controller: Any, nav_shape: tuple[int, ...],
+                           ready: Callable[[], None], count: int | None, dtype: np.dtype) -> AcquisitionFrames:
+        """The acquisition's frames as scipy CSR batches (:class:`EventFrames`)."""
+        return EventFrames(lambda af: self._frames(pending, controller, nav_shape, ready, count, dtype, af),
+                           partition_batches(nav_shape, self._sig_shape, dtype))
+
+    def sparse_frames_per_partition(self, nav_shape: tuple[int, ...]) -> int:
+        """The default partition size of a sparse acquisition: LiberTEM-live's 4096 frames, and at least
+        :data:`~raytile.live.receiver.LIVE_MIN_PARTITIONS_PER_SCAN` partitions a scan (a partition of
+        events is small; the dense default, ~32 MiB of float32 frames, is 32 frames of 512x512)."""
+        per_scan = math.ceil(math.prod(nav_shape) / LIVE_MIN_PARTITIONS_PER_SCAN)
+        return max(1, min(SPARSE_FRAMES_PER_PARTITION, per_scan))
+
     def _frames(self, pending: AsiTpx3PendingAcquisition | None, controller: Any, nav_shape: tuple[int, ...],
                 ready: Callable[[], None], count: int | None, dtype: np.dtype,
-                af: AcquisitionFrames) -> Iterator[np.ndarray]:
-        yield from self.receiver.frames(count, dtype, batch=af.batch, stats=af.stats)
+                af: AcquisitionFrames) -> Iterator[Any]:
+        if getattr(af, "csr_batches", False):
+            yield from self.receiver.csr_frames(count, dtype, batch=af.batch, stats=af.stats)
+        else:  # the stream wants dense frames (a preprocess takes them)
+            yield from self.receiver.frames(count, dtype, batch=af.batch, stats=af.stats)
 
 
 class AsiTpx3ConnectionBuilder:

@@ -13,10 +13,13 @@ acquisition's header, as LiberTEM-rs reports it), stacks of chunks, an
 :class:`~raytile.live.receiver.End` at ``ScanEnd`` (or an ``AcquisitionEnd``
 that cuts a scan short).
 
-The consumer (:meth:`StackReceiver.frames`) decodes the frames of a stack into
-dense arrays: each frame is zeroed and its events added at their pixels
-(duplicated pixel indices add up, as scipy's CSR does when made dense), so a
-UDF sees what LiberTEM-live's ``scipy.sparse.csr_matrix`` tiles hold. The
+The consumer (:meth:`AsiTpx3Receiver.csr_frames`) copies the events of a
+batch of frames out of the slab into a ``scipy.sparse.csr_matrix`` ``(k,
+pixels)``, what LiberTEM-live's tiles are; the stream keeps it sparse (see
+io/formats/stream.py). :meth:`StackReceiver.frames` decodes into dense
+arrays instead (for a ``preprocess`` that takes dense frames): each frame is
+zeroed and its events added at their pixels (duplicated pixel indices add
+up, as scipy's CSR does when made dense). The
 sender closing the connection inside a scan, a malformed message, an index
 outside the frame, or ``timeout`` seconds of silence inside a scan end the run
 with an :class:`~raytile.common.errors.AcquisitionError` naming the address.
@@ -24,18 +27,19 @@ with an :class:`~raytile.common.errors.AcquisitionError` naming the address.
 
 from __future__ import annotations
 
+import math
 import socket
 from dataclasses import dataclass
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
-from raytile.common.errors import AcquisitionError
+from raytile.common.errors import AcquisitionCancelled, AcquisitionError
 from raytile.live.detectors.asi_tpx3.wire import (
     HEADER_BYTES, AcquisitionEnd, AcquisitionStart, ArrayChunk, ScanEnd, ScanStart, parse_header,
 )
-from raytile.live.receiver import End, Failed, Header, Stack, StackReceiver
+from raytile.live.receiver import AcquisitionStats, End, Failed, Header, Stack, StackReceiver, _batch_size
 
 __all__ = ["AsiTpx3Receiver", "ChunkPlace", "SlotLayout"]
 
@@ -55,6 +59,21 @@ class SlotLayout:
 
     start: AcquisitionStart
     chunks: tuple[ChunkPlace, ...]
+
+
+def _csr(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], frames: int, pixels: int, dtype: np.dtype) -> Any:
+    """A scipy CSR matrix ``(frames, pixels)`` of the ``(counts, indices, values)`` parts, in order."""
+    import scipy.sparse as sp
+
+    indptr = np.zeros(frames + 1, np.int64)
+    if parts:
+        np.cumsum(np.concatenate([p[0] for p in parts]), out=indptr[1:])
+    nnz = int(indptr[-1])
+    idx_dtype = np.int32 if max(nnz, pixels) < 2**31 else np.int64
+    indices = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, idx_dtype)
+    indices = indices.astype(idx_dtype, copy=False)
+    values = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, dtype)
+    return sp.csr_matrix((values, indices, indptr.astype(idx_dtype, copy=False)), shape=(frames, pixels))
 
 
 class _Closed(Exception):
@@ -126,18 +145,15 @@ class AsiTpx3Receiver(StackReceiver):
     def _layout_geometry(self, layout: SlotLayout) -> tuple[tuple[int, ...], np.dtype]:
         return tuple(layout.start.sig_shape), self._dtype
 
-    def _decode_into(self, stack: Stack, start: int, stop: int, out: np.ndarray) -> None:
+    def _rows(self, stack: Stack, start: int, stop: int,
+              pixels: int) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+        """Frames ``start:stop`` of a stack, chunk by chunk: ``(first, counts, indices, values)``, the
+        chunk's first frame counted from ``start``, its events per frame and views of its events in the
+        slab (valid until the slot goes back); AcquisitionError for an indptr that is no row index or
+        an event outside the frame."""
         assert self._slab is not None
-        if not out.flags.c_contiguous:  # (frames() gives contiguous arrays; the scatter needs one)
-            dense = np.empty(out.shape, out.dtype)
-            self._decode_into(stack, start, stop, dense)
-            out[...] = dense
-            return
         layout: SlotLayout = stack.layout
         memory = self._slab.memory[stack.slot]
-        out[...] = 0
-        flat = out.reshape(-1)
-        pixels = int(np.prod(out.shape[1:]))
         for place in layout.chunks:
             chunk = place.chunk
             a, b = max(start, place.first), min(stop, place.first + chunk.nframes)
@@ -157,10 +173,83 @@ class AsiTpx3Receiver(StackReceiver):
             if len(indices) and int(indices.max()) >= pixels:
                 raise AcquisitionError(f"{self.what}: an event at pixel {int(indices.max())}, outside the "
                                        f"{layout.start.sig_shape} frame")
-            at = np.repeat(np.arange(a - start, b - start, dtype=np.int64) * pixels, counts) + indices
+            yield a - start, counts, indices, values
+
+    def _decode_into(self, stack: Stack, start: int, stop: int, out: np.ndarray) -> None:
+        if not out.flags.c_contiguous:  # (frames() gives contiguous arrays; the scatter needs one)
+            dense = np.empty(out.shape, out.dtype)
+            self._decode_into(stack, start, stop, dense)
+            out[...] = dense
+            return
+        out[...] = 0
+        flat = out.reshape(-1)
+        pixels = int(np.prod(out.shape[1:]))
+        for first, counts, indices, values in self._rows(stack, start, stop, pixels):
+            at = np.repeat(np.arange(first, first + len(counts), dtype=np.int64) * pixels, counts) + indices
             # add, not assign: a pixel named twice in a frame counts twice (scipy's CSR made dense); with
             # a flat index and the output's dtype numpy's add.at takes its fast path (~10x the 2D form)
             np.add.at(flat, at, values.astype(out.dtype, copy=False))
+
+    def csr_frames(self, count: int | None, dtype: Any = None, batch: tuple[int, int] | None = None,
+                   stats: AcquisitionStats | None = None) -> Iterator[Any]:
+        """As :meth:`frames`, the frames as scipy CSR matrices ``(k, pixels)`` of ``dtype``: each
+        matrix's events are copied out of the slab (its slots go back as soon as a dense frame's
+        would), never made dense. Duplicated pixel indices stay as they came (scipy adds them up)."""
+        stats = stats if stats is not None else AcquisitionStats()
+        got = 0
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # the open matrix's rows so far
+        size = filled = 0
+        pixels = 0
+        held: Stack | None = None
+        try:
+            while count is None or got < count:
+                if self._carry is not None:
+                    held, start = self._carry
+                    self._carry = None
+                else:
+                    event = self._next_event(got, count)
+                    if isinstance(event, End) and count is None:
+                        break
+                    if isinstance(event, Failed):
+                        raise event.error
+                    if isinstance(event, End):  # ended short: LiberTEM-live cancels the run
+                        raise AcquisitionCancelled(self._short_message(event, got, count))
+                    if not isinstance(event, Stack):
+                        raise AcquisitionError(self._short_message(event, got, count))
+                    held, start = event, 0
+                sig, native = self._layout_geometry(held.layout)
+                if parts and pixels != math.prod(sig):
+                    raise AcquisitionError(f"{self.what}: the frame shape changed to {sig} inside a batch")
+                pixels = math.prod(sig)
+                out_dtype = np.dtype(dtype or native)
+                want = held.count - start if count is None else min(held.count - start, count - got)
+                stop = start + want
+                while start < stop:
+                    if size == 0:
+                        size, filled = _batch_size(got, batch, stop - start), 0
+                        if count is not None:
+                            size = min(size, count - got)
+                    take = min(stop - start, size - filled)
+                    for first, counts, indices, values in self._rows(held, start, start + take, pixels):
+                        parts.append((counts, indices.astype(np.int32 if pixels < 2**31 else np.int64),
+                                      values.astype(out_dtype)))  # copies: the slot goes back
+                    assert self._slab is not None
+                    stats.frames_dropped += int(self._slab.missing[held.slot, start:start + take].sum())
+                    stats.frames += take
+                    start, filled, got = start + take, filled + take, got + take
+                    if filled == size:
+                        done, parts, size = _csr(parts, filled, pixels, out_dtype), [], 0
+                        yield done
+                if stop < held.count:
+                    self._carry, held = (held, stop), None
+                else:
+                    self._release(held.slot)
+                    held = None
+            if size and filled:
+                yield _csr(parts, filled, pixels, np.dtype(dtype or self._dtype))
+        finally:
+            if held is not None:
+                self._release(held.slot)
 
     # -- reader thread -----------------------------------------------------------------------
     def _recv(self, view: memoryview, in_scan: bool, at_boundary: bool = False) -> int:
