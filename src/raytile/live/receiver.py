@@ -329,20 +329,10 @@ class StackReceiver:
         held: Stack | None = None
         try:
             while count is None or got < count:
-                if self._carry is not None:
-                    held, start = self._carry
-                    self._carry = None
-                else:
-                    event = self._next_event(got, count)
-                    if isinstance(event, End) and count is None:
-                        break
-                    if isinstance(event, Failed):
-                        raise event.error
-                    if isinstance(event, End):  # ended short: LiberTEM-live cancels the run
-                        raise AcquisitionCancelled(self._short_message(event, got, count))
-                    if not isinstance(event, Stack):
-                        raise AcquisitionError(self._short_message(event, got, count))
-                    held, start = event, 0
+                taken = self._next_stack(got, count)
+                if taken is None:
+                    break
+                held, start = taken
                 sig, native = self._layout_geometry(held.layout)
                 want = held.count - start if count is None else min(held.count - start, count - got)
                 stop = start + want
@@ -372,6 +362,26 @@ class StackReceiver:
             arrays.clear()
             if held is not None:
                 self._release(held.slot)
+
+    def _next_stack(self, got: int, count: int | None) -> tuple[Stack, int] | None:
+        """The stack to read next and the first of its frames not yet read: the one the last call left
+        part-read, else the next event's; None when the acquisition ended and ``count`` is None.
+
+        Raises what the receiver failed with, AcquisitionCancelled when it ended before ``count``
+        frames (LiberTEM-live cancels the run), and AcquisitionError for anything but a stack."""
+        if self._carry is not None:
+            carried, self._carry = self._carry, None
+            return carried
+        event = self._next_event(got, count)
+        if isinstance(event, End) and count is None:
+            return None
+        if isinstance(event, Failed):
+            raise event.error
+        if isinstance(event, End):
+            raise AcquisitionCancelled(self._short_message(event, got, count))
+        if not isinstance(event, Stack):
+            raise AcquisitionError(self._short_message(event, got, count))
+        return event, 0
 
     def _next_event(self, got: int, count: int | None) -> Event:
         try:

@@ -35,7 +35,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from raytile.common.errors import AcquisitionCancelled, AcquisitionError
+from raytile.common.errors import AcquisitionError
 from raytile.live.detectors.asi_tpx3.wire import (
     HEADER_BYTES, AcquisitionEnd, AcquisitionStart, ArrayChunk, ScanEnd, ScanStart, parse_header,
 )
@@ -203,20 +203,10 @@ class AsiTpx3Receiver(StackReceiver):
         held: Stack | None = None
         try:
             while count is None or got < count:
-                if self._carry is not None:
-                    held, start = self._carry
-                    self._carry = None
-                else:
-                    event = self._next_event(got, count)
-                    if isinstance(event, End) and count is None:
-                        break
-                    if isinstance(event, Failed):
-                        raise event.error
-                    if isinstance(event, End):  # ended short: LiberTEM-live cancels the run
-                        raise AcquisitionCancelled(self._short_message(event, got, count))
-                    if not isinstance(event, Stack):
-                        raise AcquisitionError(self._short_message(event, got, count))
-                    held, start = event, 0
+                taken = self._next_stack(got, count)
+                if taken is None:
+                    break
+                held, start = taken
                 sig, native = self._layout_geometry(held.layout)
                 if parts and pixels != math.prod(sig):
                     raise AcquisitionError(f"{self.what}: the frame shape changed to {sig} inside a batch")
