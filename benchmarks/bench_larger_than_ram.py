@@ -181,9 +181,10 @@ def main(argv: list[str] | None = None) -> int:
             for backend in (None, "direct", "mmap"):  # mmap last: its workers keep the file mapped (pages stay cached)
                 ds = ctx.load("raw", path=str(path), nav_shape=nav, sig_shape=SIG, dtype="uint16", io_backend=backend)
                 label = backend if backend is not None else f"default (chose {ds.io_backend})"
-                # float32 sums, as users run it (rounded above 2**24: checked to rtol 1e-6)
+                # float32 sums, as users run it: above 2**24 each partition's merge rounds (a 34 GB file's sums
+                # near 5e8 differ from the int64 reference by up to 1.5e-6 relative; checked to 1e-5)
                 measure(f"raytile Ray {args.workers}w, {label}",
-                        lambda: ctx.run_udf(dataset=ds, udf=rt.udf.SumUDF())["intensity"].data, rtol=1e-6)
+                        lambda: ctx.run_udf(dataset=ds, udf=rt.udf.SumUDF())["intensity"].data, rtol=1e-5)
         finally:
             ctx.close()
             ray.shutdown()
