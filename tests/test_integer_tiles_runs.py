@@ -42,7 +42,7 @@ def exact(tile: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("dtype", SMALL_INTS)
-@pytest.mark.parametrize("frames", [1, 3, 4, 7, 9])  # four frames a pass, then the rest
+@pytest.mark.parametrize("frames", [1, 3, 4, 7, 8, 13, 17])  # eight frames a pass, then four, then one
 def test_runs_equal_numpy_exactly_and_the_dense_kernel(rng, dtype, frames):
     sig = (37, 41)  # odd pixel count, rows not a multiple of anything
     info = np.iinfo(dtype)
