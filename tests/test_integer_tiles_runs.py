@@ -170,7 +170,9 @@ def test_applymasks_with_rings_equals_numpy_exactly(inline_ctx, rng, dtype, cut)
     assert mask_runs(stack) is not None  # the runs kernel is what this test runs
     roi = rng.random((3, 7)) > 0.3 if cut else None
     ds = inline_ctx.load("memory", data=data, num_partitions=3)  # 7 frames a partition: 4, then 3
-    udfs = [ApplyMasksUDF(mask_factories=[lambda i=i: stack[i].reshape(sig) for i in range(len(stack))])]
+    # the rings as bool masks (as users' masks often are), the stepped ones as float32
+    udfs = [ApplyMasksUDF(mask_factories=[lambda i=i: stack[i].reshape(sig) > 0 if i < 8 else stack[i].reshape(sig)
+                                          for i in range(len(stack))])]
     if cut:
         udfs.append(SmallTiles())
     res = inline_ctx.run_udf(dataset=ds, udf=udfs, roi=roi)
