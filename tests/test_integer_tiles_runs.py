@@ -196,3 +196,23 @@ def test_applymasks_with_rings_on_ray_equals_numpy_exactly(ray_context, rng):
     res = ray_context.run_udf(dataset=ds, udf=ApplyMasksUDF(
         mask_factories=[lambda i=i: stack[i].reshape(sig) for i in range(len(stack))]))
     np.testing.assert_array_equal(res["intensity"].raw_data, exact(data.reshape(-1, sig[0] * sig[1]), stack))
+
+
+def test_masks_are_scanned_for_runs_once_a_worker_not_once_a_partition(inline_ctx, rng, monkeypatch):
+    from raytile.udf import maskengine
+
+    scans = []
+
+    def counting(rows):
+        scans.append(rows.shape)
+        return mask_runs(rows)
+
+    monkeypatch.setattr(maskengine, "mask_runs", counting)
+    sig = (64, 64)
+    data = rng.integers(0, 4096, size=(6, 5) + sig).astype(np.uint16)
+    stack = rings(sig, 8)
+    ds = inline_ctx.load("memory", data=data, num_partitions=6)
+    res = inline_ctx.run_udf(dataset=ds, udf=ApplyMasksUDF(
+        mask_factories=[lambda i=i: stack[i].reshape(sig) for i in range(len(stack))]))
+    np.testing.assert_array_equal(res["intensity"].raw_data, exact(data.reshape(-1, sig[0] * sig[1]), stack))
+    assert scans == [(8, sig[0] * sig[1])]  # six partitions, one worker (inline), one signal region
