@@ -13,7 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from raytile.udf import UDF, ApplyMasksUDF, masks
+from test_integer_tiles import TileCounter
+
+from raytile.udf import ApplyMasksUDF, masks
 from raytile.udf import integer_tiles
 from raytile.udf.integer_tiles import MaskRuns, dot_rows_into, load_kernels, mask_runs, runs_pay, sum_runs_into
 
@@ -139,26 +141,6 @@ def test_load_kernels_readies_the_runs_kernels():
     assert integer_tiles._count_runs.signatures and integer_tiles._fill_runs.signatures
 
 
-class SmallTiles(UDF):
-    """Asks for native-dtype tiles of two frames cut in the signal (so every UDF of the run gets them)
-    and counts them."""
-
-    def get_preferred_input_dtype(self):
-        return self.USE_NATIVE_DTYPE
-
-    def get_tiling_preferences(self):
-        return {"depth": 2, "total_size": 1024}
-
-    def get_result_buffers(self):
-        return {"n": self.buffer(kind="single", dtype="int64")}
-
-    def process_tile(self, tile):
-        self.results.n[:] += 1
-
-    def merge(self, dest, src):
-        dest.n[:] += src.n
-
-
 @pytest.mark.parametrize("dtype", ["uint16", "int16", "uint8"])
 @pytest.mark.parametrize("cut", [False, True])
 def test_applymasks_with_rings_equals_numpy_exactly(inline_ctx, rng, dtype, cut):
@@ -174,7 +156,7 @@ def test_applymasks_with_rings_equals_numpy_exactly(inline_ctx, rng, dtype, cut)
     udfs = [ApplyMasksUDF(mask_factories=[lambda i=i: stack[i].reshape(sig) > 0 if i < 8 else stack[i].reshape(sig)
                                           for i in range(len(stack))])]
     if cut:
-        udfs.append(SmallTiles())
+        udfs.append(TileCounter(native=True, small=True))  # tiles cut in the signal, for every UDF of the run
     res = inline_ctx.run_udf(dataset=ds, udf=udfs, roi=roi)
     if cut:
         assert res[1]["n"].data > roi.sum()  # two frames a tile, so several tiles a frame: the signal was cut
@@ -187,15 +169,19 @@ def test_applymasks_with_rings_equals_numpy_exactly(inline_ctx, rng, dtype, cut)
         np.testing.assert_array_equal(got, exact(picked, stack))
 
 
-@pytest.mark.ray
-def test_applymasks_with_rings_on_ray_equals_numpy_exactly(ray_context, rng):
-    sig = (64, 64)
-    data = rng.integers(0, 65536, size=(4, 9) + sig).astype(np.uint16)
+def check_rings_run(ctx, data: np.ndarray, partitions: int) -> None:
+    """ApplyMasksUDF with 8 rings over ``data`` (``(ny, nx) + sig``) equals numpy exactly."""
+    sig = data.shape[2:]
     stack = rings(sig, 8)
-    ds = ray_context.load("memory", data=data, num_partitions=4)
-    res = ray_context.run_udf(dataset=ds, udf=ApplyMasksUDF(
+    ds = ctx.load("memory", data=data, num_partitions=partitions)
+    res = ctx.run_udf(dataset=ds, udf=ApplyMasksUDF(
         mask_factories=[lambda i=i: stack[i].reshape(sig) for i in range(len(stack))]))
     np.testing.assert_array_equal(res["intensity"].raw_data, exact(data.reshape(-1, sig[0] * sig[1]), stack))
+
+
+@pytest.mark.ray
+def test_applymasks_with_rings_on_ray_equals_numpy_exactly(ray_context, rng):
+    check_rings_run(ray_context, rng.integers(0, 65536, size=(4, 9, 64, 64)).astype(np.uint16), partitions=4)
 
 
 def test_masks_are_scanned_for_runs_once_a_worker_not_once_a_partition(inline_ctx, rng, monkeypatch):
@@ -208,11 +194,5 @@ def test_masks_are_scanned_for_runs_once_a_worker_not_once_a_partition(inline_ct
         return mask_runs(rows)
 
     monkeypatch.setattr(maskengine, "mask_runs", counting)
-    sig = (64, 64)
-    data = rng.integers(0, 4096, size=(6, 5) + sig).astype(np.uint16)
-    stack = rings(sig, 8)
-    ds = inline_ctx.load("memory", data=data, num_partitions=6)
-    res = inline_ctx.run_udf(dataset=ds, udf=ApplyMasksUDF(
-        mask_factories=[lambda i=i: stack[i].reshape(sig) for i in range(len(stack))]))
-    np.testing.assert_array_equal(res["intensity"].raw_data, exact(data.reshape(-1, sig[0] * sig[1]), stack))
-    assert scans == [(8, sig[0] * sig[1])]  # six partitions, one worker (inline), one signal region
+    check_rings_run(inline_ctx, rng.integers(0, 4096, size=(6, 5, 64, 64)).astype(np.uint16), partitions=6)
+    assert scans == [(8, 64 * 64)]  # six partitions, one worker (inline), one signal region
