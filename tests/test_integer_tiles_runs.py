@@ -88,6 +88,21 @@ def test_runs_of_a_small_mask_worked_out_by_hand():
     assert out.tolist() == [[1 + 2 + 2 * 3 - 6 - 7, 3 * (0 + 1 + 7)], [9 + 10 + 22 - 14 - 15, 3 * (8 + 9 + 15)]]
 
 
+def test_nan_and_infinite_mask_values_meet_each_pixel_as_numpy_does():
+    rows = np.zeros((2, 12), np.float32)
+    rows[0, 2:6] = np.inf  # over pixels 0 and 5: inf x 0 is NaN, inf x 5 is inf
+    rows[0, 8:10] = -np.inf
+    rows[1, 3:7] = np.nan
+    rows[1, 9:11] = 1
+    bounds, values, _ = _all_runs(rows)
+    assert bounds[:, 1].tolist() == [3, 4, 5, 6, 9, 10, 4, 5, 6, 7, 11]  # one run a pixel, but for the 1s
+    tile = np.array([[0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 7, 0], [1] * 12, [0] * 12], np.uint16)
+    out = np.zeros((3, 2), np.float32)
+    sum_runs_into(tile, MaskRuns(bounds, values, rows.shape), out)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(out, exact(tile, rows))  # NaN where numpy has NaN
+
+
 @pytest.mark.parametrize("dtype, value", [("uint16", 65535), ("int16", -32768), ("int16", 32767)])
 def test_long_runs_are_cut_so_that_integer_sums_cannot_overflow(dtype, value):
     tile = np.full((5, 70000), value, dtype)  # one run would sum to 4.6e9 > 2**31

@@ -269,7 +269,8 @@ _RUN_CAP = 2**15
 
 
 # Per mask, runs of pixels of one non-zero value (a new run also every _RUN_CAP pixels): how many, and how
-# many pixels are non-zero. A NaN never equals the pixel before it: a run of its own, as it should be.
+# many pixels are non-zero. A NaN or an infinity is a run of its own pixel, so that it meets that pixel
+# alone, as in a product pixel by pixel (inf x 0 is NaN even where the rest of a run is not 0).
 @cached_njit(nogil=True)
 def _count_runs(rows):  # pragma: no cover (numba)
     m, px = rows.shape
@@ -281,7 +282,7 @@ def _count_runs(rows):  # pragma: no cover (numba)
             v = rows[j, i]
             if v != 0:
                 nonzero += 1
-                if v != prev or length == _RUN_CAP:
+                if v != prev or length == _RUN_CAP or not np.isfinite(v):
                     runs += 1
                     length = 0
                 length += 1
@@ -299,7 +300,7 @@ def _fill_runs(rows, bounds, values):  # pragma: no cover (numba)
         for i in range(px):
             v = rows[j, i]
             if v != 0:
-                if v != prev or length == _RUN_CAP:
+                if v != prev or length == _RUN_CAP or not np.isfinite(v):
                     k += 1
                     length = 0
                     bounds[k, 0] = i
