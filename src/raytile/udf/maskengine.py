@@ -29,6 +29,7 @@ sparse's JIT compilation would cost seconds in every fresh worker.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Sequence
 
 import numpy as np
@@ -40,10 +41,18 @@ from raytile.common.numba import rmatmul
 from raytile.common.shape import Shape
 from raytile.common.slice import Slice
 from raytile.udf._tiles import dense, flat2d, is_scipy_like
-from raytile.udf.integer_tiles import dot_rows_into, is_integer_tile, mask_spans
+from raytile.udf.integer_tiles import MaskRuns, dot_rows_into, is_integer_tile, mask_runs, mask_spans, sum_runs_into
 from raytile.udf.meta import UDFMeta
 
 __all__ = ["ApplyMasksEngine"]
+
+#: Per mask container, per cut of its masks (id of the rows: the rows, then their :func:`mask_runs` where
+#: runs pay, else their :func:`mask_spans`), for integer tiles. A worker's partitions share one container
+#: (``ApplyMasksUDF`` keeps it in the worker cache) but each makes its own engine: the masks are scanned
+#: once a worker, not once a partition (16 rings of 256x256: 1.6 ms; one ring 0.3 ms, which is 1.2 us a
+#: frame of a live partition of 256 frames).
+_PLANS: weakref.WeakKeyDictionary[MaskContainer, dict[int, tuple[Any, MaskRuns | np.ndarray]]] = \
+    weakref.WeakKeyDictionary()
 
 
 def _sig_part(sl: Slice) -> Slice:
@@ -80,7 +89,7 @@ class ApplyMasksEngine:
         self.use_torch = use_torch
         self.dtype = None if dtype is None else np.dtype(dtype)
         self._pixel_index: np.ndarray | None = None
-        self._spans: dict[int, tuple[Any, np.ndarray]] = {}  # id of the rows: (the rows, their mask_spans)
+        self._plans = _PLANS.setdefault(masks, {})
 
     def _product_dtype(self, tile_dtype: Any) -> np.dtype:
         return self.dtype if self.dtype is not None else np.result_type(tile_dtype, self.masks.dtype)
@@ -130,12 +139,18 @@ class ApplyMasksEngine:
         if is_integer_tile(flat, dtype) and self._sparse_format() is False:
             rows = self.masks.get_for_sig_slice(self.meta.sig_slice, dtype=dtype, sparse_backend=False,
                                                 transpose=False)
-            # the container's cut of the masks, one per signal region: their spans once, not once a tile
-            hit = self._spans.get(id(rows))
+            # the container's cut of the masks, one per signal region: scanned once, not once a tile, for
+            # their runs of one value (virtual detectors: summed exactly, work by non-zero pixels) or, where
+            # runs do not pay (soft or scattered masks), their spans for the dense kernel
+            hit = self._plans.get(id(rows))
             if hit is None or hit[0] is not rows:
-                hit = self._spans[id(rows)] = (rows, mask_spans(rows))
+                runs = mask_runs(rows)
+                hit = self._plans[id(rows)] = (rows, mask_spans(rows) if runs is None else runs)
             out = np.zeros((flat.shape[0], rows.shape[0]), dtype=dtype)
-            dot_rows_into(flat, rows, out, spans=hit[1])
+            if isinstance(hit[1], MaskRuns):
+                sum_runs_into(flat, hit[1], out)
+            else:
+                dot_rows_into(flat, rows, out, spans=hit[1])
             return out
         if flat.dtype != dtype:
             flat = flat.astype(dtype)
