@@ -65,7 +65,7 @@ __all__ = ["is_integer_tile", "is_real_tile", "sum_frames_into", "dot_rows_into"
            "multiply_frames_into", "split_exponents_into", "PRODUCT_FRAMES", "frame_moments_into", "region_lanes",
            "region_moments_into",
            "pixel_moments_into",
-           "load_kernels"]
+           "load_kernels", "sum_and_dot_row_into"]
 
 #: fastmath for kernels that read float tiles: reordered sums and fused multiply-adds, but NaN and inf
 #: keep their meaning (a NaN pixel gives a NaN result, as in numpy).
@@ -602,6 +602,57 @@ def sum_frames_into(tile: np.ndarray, out: np.ndarray) -> None:
     if out.shape != (tile.shape[1],):
         raise ValueError(f"sum_frames_into: tile {tile.shape} does not fit out {out.shape}")
     _sum_frames(tile, out)
+
+
+# SumUDF and a one-mask ApplyMasksUDF in one pass over a tile (run together by the run loop, see
+# raytile.udf.fused_tiles): the sum's and the product's operations are those of _sum_frames and
+# _dot_rows_by_frames, but each value is read once. Measured on 256x256 uint16 32-frame tiles read from
+# memory, in one process: 10.3 us a frame against 20.4 for the two kernels one after the other (the sum
+# alone 10.1: the product comes with the read); in a live DECTRIS run at 6,000 frames/s the run thread's CPU
+# a frame went from 37-38 to 24-28 us.
+@cached_njit(nogil=True, fastmath=True)
+def _sum_and_dot_row(tile, sums, mask, products):  # pragma: no cover (numba)
+    n, f = tile.shape[0], 0
+    while f + 4 <= n:
+        r0, r1, r2, r3 = tile[f], tile[f + 1], tile[f + 2], tile[f + 3]
+        a0 = a1 = a2 = a3 = np.float32(0)
+        for i in range(sums.shape[0]):
+            v0, v1, v2, v3 = np.float32(r0[i]), np.float32(r1[i]), np.float32(r2[i]), np.float32(r3[i])
+            sums[i] += (v0 + v1) + (v2 + v3)
+            m = mask[i]
+            a0 += v0 * m
+            a1 += v1 * m
+            a2 += v2 * m
+            a3 += v3 * m
+        products[f] += a0
+        products[f + 1] += a1
+        products[f + 2] += a2
+        products[f + 3] += a3
+        f += 4
+    for f in range(f, n):
+        row = tile[f]
+        acc = np.float32(0)
+        for i in range(sums.shape[0]):
+            v = np.float32(row[i])
+            sums[i] += v
+            acc += v * mask[i]
+        products[f] += acc
+
+
+def sum_and_dot_row_into(tile: np.ndarray, sums: np.ndarray, row: np.ndarray, products: np.ndarray) -> None:
+    """``sums += tile.sum(axis=0)`` and ``products += tile @ row`` in one pass over ``tile``: ``tile``
+    ``(frames, pixels)`` of 8- or 16-bit integers, ``sums`` ``(pixels,)``, ``row`` (one mask) ``(pixels,)``
+    and ``products`` ``(frames,)`` float32. What :func:`sum_frames_into` and :func:`dot_rows_into` with one
+    mask compute, with the same operations, for the cost of reading the tile once."""
+    _check(tile, sums, "sum_and_dot_row_into")
+    _check(tile, products, "sum_and_dot_row_into")
+    px = tile.shape[1]
+    if sums.shape != (px,) or row.shape != (px,) or products.shape != (tile.shape[0],):
+        raise ValueError(f"sum_and_dot_row_into: tile {tile.shape}, sums {sums.shape}, row {row.shape} and "
+                         f"products {products.shape} do not fit")
+    if row.dtype != np.float32:
+        raise ValueError(f"sum_and_dot_row_into: row must be float32, not {row.dtype}")
+    _sum_and_dot_row(tile, sums, row, products)
 
 
 def mask_spans(rows: np.ndarray) -> np.ndarray:
