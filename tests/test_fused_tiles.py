@@ -53,6 +53,19 @@ def test_one_pass_matches_numpy_and_the_two_kernels(rng, dtype, frames):
     np.testing.assert_allclose(dots, products[:, 0], rtol=1e-6, atol=1e-6 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("frames", [1, 5])
+@pytest.mark.parametrize("pixels", [256 * 256, 1000])
+def test_products_with_a_mask_of_zeros_and_ones_are_exact_at_the_top_of_uint16(rng, frames, pixels):
+    tile = np.full((frames, pixels), 65535, np.uint16)
+    tile[:, ::7] = rng.integers(0, 65535, size=tile[:, ::7].shape)
+    row = (rng.random(pixels) > 0.3).astype(np.float32)
+    sums, dots = np.zeros(pixels, np.float32), np.zeros(frames, np.float32)
+    sum_and_dot_row_into(tile, sums, row, dots)
+    exact = tile.astype(np.int64) @ row.astype(np.int64)  # beyond 2**24: float32 sums would round
+    assert exact.max() > 2**24
+    np.testing.assert_array_equal(dots, exact.astype(np.float32))  # the exact sum, rounded once
+
+
 def test_one_pass_refuses_what_it_does_not_do():
     tile = np.zeros((3, 10), np.uint16)
     ok = (np.zeros(10, np.float32), np.zeros(10, np.float32), np.zeros(3, np.float32))
@@ -87,8 +100,8 @@ def test_sum_and_one_ring_in_one_pass_equal_numpy(inline_ctx, rng, dtype, passes
     flat = data.reshape(35, -1).astype(np.float64)
     np.testing.assert_array_equal(sums["intensity"].data, flat.sum(axis=0).reshape(SIG))  # exact below 2**24
     assert products["intensity"].data.dtype == np.float32
-    np.testing.assert_allclose(products["intensity"].data[..., 0], (flat @ ring.reshape(-1)).reshape(5, 7),
-                               rtol=1e-6)
+    exact = data.reshape(35, -1).astype(np.int64) @ ring.reshape(-1).astype(np.int64)  # a ring of 0s and 1s
+    np.testing.assert_array_equal(products["intensity"].data[..., 0], exact.astype(np.float32).reshape(5, 7))
 
 
 def test_the_pair_in_any_order_beside_other_udfs_with_an_roi(inline_ctx, rng, passes):
