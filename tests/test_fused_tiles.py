@@ -14,7 +14,8 @@ import pytest
 
 from raytile.udf import ApplyMasksUDF, SumUDF, UDF, masks
 from raytile.udf import fused_tiles
-from raytile.udf.integer_tiles import dot_rows_into, sum_and_dot_row_into, sum_frames_into
+from raytile.udf import integer_tiles
+from raytile.udf.integer_tiles import dot_rows_into, load_kernels, sum_and_dot_row_into, sum_frames_into
 
 SIG = (16, 12)
 
@@ -153,3 +154,10 @@ def test_fused_pair_finds_the_classes_themselves_on_numpy_whole_tiles():
     assert fused_tiles.fused_pair([s], ["tile"], ["numpy"]) is None
     shifted = ApplyMasksUDF(mask_factories=[lambda: ring], shifts=(1, 0))
     assert fused_tiles.fused_pair([s, shifted], ["tile", "tile"], ["numpy", "numpy"]) is None
+
+
+def test_load_kernels_readies_the_one_pass_for_the_detector_dtypes():
+    load_kernels()
+    ready = {str(sig[0].dtype) for sig in integer_tiles._sum_and_dot_row.signatures
+             if all(a.layout == "C" for a in sig)}
+    assert {"uint8", "uint16"} <= ready

@@ -841,6 +841,7 @@ def load_kernels() -> None:
     for dtype in (np.uint8, np.uint16):
         tile = np.zeros((1, 1), dtype)
         sum_frames_into(tile, np.zeros(1, np.float32))
+        sum_and_dot_row_into(tile, np.zeros(1, np.float32), np.zeros(1, np.float32), np.zeros(1, np.float32))
         for masks in (1, 2):  # two kernels: one mask, several
             dot_rows_into(tile, np.zeros((masks, 1), np.float32), np.zeros((1, masks), np.float32))
         frame_moments_into(tile.reshape(1, 1, 1), np.zeros((1, 1)), np.zeros((1, 1)), 0, np.zeros((1, 3)))
