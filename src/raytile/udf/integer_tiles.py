@@ -65,7 +65,7 @@ __all__ = ["is_integer_tile", "is_real_tile", "sum_frames_into", "dot_rows_into"
            "multiply_frames_into", "split_exponents_into", "PRODUCT_FRAMES", "frame_moments_into", "region_lanes",
            "region_moments_into",
            "pixel_moments_into",
-           "load_kernels", "sum_and_dot_row_into"]
+           "load_kernels"]
 
 #: fastmath for kernels that read float tiles: reordered sums and fused multiply-adds, but NaN and inf
 #: keep their meaning (a NaN pixel gives a NaN result, as in numpy).
