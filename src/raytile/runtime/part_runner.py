@@ -28,6 +28,7 @@ from raytile.runtime.params import PartitionResult, PartitionTask, RunParams
 from raytile.runtime.udf_calls import udf_error
 from raytile.udf.base import UDF, UDFData
 from raytile.udf.buffers import AuxBufferWrapper
+from raytile.udf.fused_tiles import fused_pair, process_pair
 from raytile.udf.meta import UDFMeta
 from raytile.udf.worker_cache import worker_cache_for
 from raytile.utils.devices import has_cupy
@@ -178,6 +179,7 @@ class PartitionRun:
         self.process: list[Callable[[Any], None]] = []  # each UDF's bound process_tile/frame/partition
         self.graphs: dict[int, Any] = {}
         self.nav_names: list[set[str]] = []
+        self.pair: tuple[int, int] | None = None  # a SumUDF and an ApplyMasksUDF given tiles in one pass
         self.frames_left_out = False  # whether tiles() cut positions without a frame of the data
 
     def run(self, on_tile: TileProgress | None = None) -> PartitionResult:
@@ -235,6 +237,8 @@ class PartitionRun:
         self.methods = [udf.get_method() for udf in self.udfs]
         self.process = [udf.process_function() for udf in self.udfs]
         self.nav_names = [{n for n, b in udf.results.buffers() if b.kind == "nav"} for udf in self.udfs]
+        if self.gpu is None:  # (see raytile.udf.fused_tiles)
+            self.pair = fused_pair(self.udfs, self.methods, [self.backend_of[i] for i in range(len(self.udfs))])
         if self.gpu is not None:
             from raytile.udf.capture import TileGraphs, is_capturable
 
@@ -267,7 +271,10 @@ class PartitionRun:
         sig_index = params.tiling_scheme[tile.scheme_idx].get()
         to_device = self.gpu.to_device if self.gpu is not None and self.gpu.stager is not None else None
         converter = TileConverter(data, shape=tile.tile_slice.shape.to_tuple(), to_device=to_device)
+        done = self._run_pair(tile, converter, nav_start, count, sig_index) if self.pair is not None else ()
         for i in self.order:
+            if i in done:
+                continue
             udf, method = self.udfs[i], self.methods[i]
             udf.meta.tiling_scheme_idx = tile.scheme_idx
             try:
@@ -301,6 +308,21 @@ class PartitionRun:
                     self.process[i](tile_data)
         if self.gpu is not None and self.gpu.stager is not None:
             self.gpu.stager.tile_done()
+
+    def _run_pair(self, tile: DataTile, converter: TileConverter, nav_start: int, count: int,
+                  sig_index: tuple) -> tuple[int, ...]:
+        """The fused pair's UDFs given ``tile`` in one pass (:func:`~raytile.udf.fused_tiles.process_pair`):
+        their indices if done, else () (the loop then calls them one by one)."""
+        assert self.pair is not None
+        i, j = self.pair
+        for k in self.pair:
+            udf = self.udfs[k]
+            udf.meta.tiling_scheme_idx = tile.scheme_idx
+            udf.meta.slice = tile.tile_slice
+            _set_views(udf, nav_start, count, sig_index, None)
+        tile_data = converter.get(self.backend_of[i])  # numpy for both (fused_pair)
+        with _udf_errors(self.udfs[j], self.task, "process_tile"):
+            return self.pair if process_pair(self.udfs[i], self.udfs[j], tile_data) else ()
 
     # -- phase 3 ------------------------------------------------------------------
     def wrap_up(self) -> PartitionResult:
