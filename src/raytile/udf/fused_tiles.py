@@ -58,12 +58,7 @@ def process_pair(sum_udf: UDF, masks_udf: UDF, tile: Any) -> bool:
     if not (isinstance(products, np.ndarray) and products.dtype == np.float32
             and products.shape == (flat.shape[0], 1)):
         return False
-    engine = masks_udf.task_data.engine
-    dtype = engine._product_dtype(flat.dtype)
-    if dtype != np.float32 or engine._sparse_format() is not False:
-        return False
-    rows = engine.masks.get_for_sig_slice(engine.meta.sig_slice, dtype=dtype, sparse_backend=False,
-                                          transpose=False)
+    rows = masks_udf.task_data.engine.integer_rows(flat)
     if not (isinstance(rows, np.ndarray) and rows.shape == (1, flat.shape[1]) and rows.dtype == np.float32):
         return False
     dots = np.zeros(flat.shape[0], dtype=np.float32)  # as the engine: the products, then added to the view

@@ -66,7 +66,7 @@ import numpy as np
 from raytile.common.numba import cached_njit
 
 __all__ = ["is_integer_tile", "is_real_tile", "sum_frames_into", "dot_rows_into", "mask_spans", "sum_pixels_into",
-           "MaskRuns", "mask_runs", "runs_pay", "sum_runs_into",
+           "MaskRuns", "mask_runs", "runs_pay", "sum_runs_into", "sum_and_dot_row_into",
            "multiply_frames_into", "split_exponents_into", "PRODUCT_FRAMES", "frame_moments_into", "region_lanes",
            "region_moments_into",
            "pixel_moments_into",

@@ -132,13 +132,24 @@ class ApplyMasksEngine:
             res = flat @ masks
         return dense(res, xp=self._xp)
 
+    def integer_rows(self, flat: Any) -> np.ndarray | None:
+        """The masks under the current tile as dense rows ``(n, pixels)`` in the product dtype, if the
+        integer kernels (:mod:`raytile.udf.integer_tiles`) multiply ``flat`` (a 2D tile of 8- or 16-bit
+        integers, float32 products, dense masks); else None (the tile is converted and multiplied by BLAS
+        or scipy). Fused passes over a tile (:mod:`raytile.udf.fused_tiles`) ask the same question."""
+        dtype = self._product_dtype(flat.dtype)
+        if not (is_integer_tile(flat, dtype) and self._sparse_format() is False):
+            return None
+        rows: np.ndarray = self.masks.get_for_sig_slice(self.meta.sig_slice, dtype=dtype, sparse_backend=False,
+                                                        transpose=False)
+        return rows
+
     def process_tile(self, tile: Any) -> Any:
         """``(frames, n)``: each frame of ``tile`` times each mask, over the tile's signal region."""
         flat = flat2d(tile)
         dtype = self._product_dtype(flat.dtype)
-        if is_integer_tile(flat, dtype) and self._sparse_format() is False:
-            rows = self.masks.get_for_sig_slice(self.meta.sig_slice, dtype=dtype, sparse_backend=False,
-                                                transpose=False)
+        rows = self.integer_rows(flat)
+        if rows is not None:
             # the container's cut of the masks, one per signal region: scanned once, not once a tile, for
             # their runs of one value (virtual detectors: summed exactly, work by non-zero pixels) or, where
             # runs do not pay (soft or scattered masks), their spans for the dense kernel
