@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import queue
+import socket
 import sys
 import threading
 import time
@@ -41,7 +42,7 @@ import numpy as np
 
 from raytile.common.errors import AcquisitionCancelled, AcquisitionError, DataSetException
 
-__all__ = ["AcquisitionStats", "AcquisitionFrames", "Slab", "StackReceiver", "Header", "Stack", "End", "Failed", "Event", "DROP_POLICIES", "partition_batches", "ReusedArrays",
+__all__ = ["AcquisitionStats", "AcquisitionFrames", "Slab", "StackReceiver", "Header", "Stack", "End", "Failed", "Event", "DROP_POLICIES", "partition_batches", "ReusedArrays", "SocketStackReceiver",
            "live_frames_per_partition", "LIVE_MIN_PARTITIONS_PER_SCAN"]
 
 #: What a receiver does with frames the sender lost: ``"zero"`` puts zero frames in their place (the run
@@ -398,6 +399,25 @@ class StackReceiver:
         if self._carry is not None:
             self._release(self._carry[0].slot)
             self._carry = None
+
+
+class SocketStackReceiver(StackReceiver):
+    """A :class:`StackReceiver` reading one TCP socket (Merlin, ASI Timepix3): ``close()`` makes a
+    blocked read return by shutting the socket down, and the socket is closed after the reader thread."""
+
+    _sock: socket.socket | None = None  # set by the subclass's _connect
+
+    def _wake(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _disconnect(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+        self._sock = None
 
 
 class ReusedArrays:

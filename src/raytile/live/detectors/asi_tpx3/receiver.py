@@ -39,7 +39,7 @@ from raytile.common.errors import AcquisitionError
 from raytile.live.detectors.asi_tpx3.wire import (
     HEADER_BYTES, AcquisitionEnd, AcquisitionStart, ArrayChunk, ScanEnd, ScanStart, parse_header,
 )
-from raytile.live.receiver import AcquisitionStats, End, Failed, Header, Stack, StackReceiver, _batch_size
+from raytile.live.receiver import AcquisitionStats, End, Failed, Header, SocketStackReceiver, Stack, _batch_size
 
 __all__ = ["AsiTpx3Receiver", "ChunkPlace", "SlotLayout"]
 
@@ -80,7 +80,7 @@ class _Closed(Exception):
     """The sender closed the connection between messages."""
 
 
-class AsiTpx3Receiver(StackReceiver):
+class AsiTpx3Receiver(SocketStackReceiver):
     """Receive the ASI Timepix3 stream from ``host:port`` (see the module docstring).
 
     ``chunks_per_stack``: chunks per slot; ``slot_bytes``: a slot's bytes (grown
@@ -99,7 +99,7 @@ class AsiTpx3Receiver(StackReceiver):
         self.what = f"ASI Timepix3 {self.address}"
         self._host, self._port, self._connect_timeout = host, port, connect_timeout
         self._dtype = np.dtype(dtype)
-        self._sock: socket.socket | None = None
+        self._sock = None
         self._chunks: list[ChunkPlace] = []
         self._start: AcquisitionStart | None = None  # the acquisition being read
         self._open_start: AcquisitionStart | None = None  # the acquisition of the open slot's chunks
@@ -117,18 +117,6 @@ class AsiTpx3Receiver(StackReceiver):
         sock.settimeout(max(0.01, min(self._flush_s, 0.2)))  # reads wake up to flush and to see close()
         self._sock = sock
         return sock
-
-    def _wake(self) -> None:
-        if self._sock is not None:
-            try:
-                self._sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def _disconnect(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-        self._sock = None
 
     # -- consumer side ---------------------------------------------------------------------
     def wait_for_header(self, timeout: float | None, accept: Any = None) -> AcquisitionStart | None:

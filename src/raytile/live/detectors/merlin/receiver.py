@@ -44,7 +44,7 @@ import numpy as np
 from raytile.common.errors import AcquisitionError
 from raytile.io.decoders_mib import MIBFrameHeader, MIBRawFrameDecoder, frames_view, parse_frame_header
 from raytile.live.detectors.merlin.mpx import PREFIX_BYTES, AcquisitionHeader, mpx_prefix, parse_prefix
-from raytile.live.receiver import End, Event, Failed, Header, Slab, Stack, StackReceiver
+from raytile.live.receiver import End, Event, Failed, Header, Slab, SocketStackReceiver, Stack
 
 #: How every MPX message starts.
 MPX_MARK = b"MPX,"
@@ -66,7 +66,7 @@ def _received(pieces: list[memoryview], nbytes: int) -> bytes:
     return b"".join(out)
 
 
-class MerlinReceiver(StackReceiver):
+class MerlinReceiver(SocketStackReceiver):
     """Receive Merlin frames from ``host:port`` (see the module docstring).
 
     ``frame_stack_size``: frames per slot; ``slots``: slots in the slab (its
@@ -86,7 +86,7 @@ class MerlinReceiver(StackReceiver):
         self.address = f"{host}:{port}"
         self.what = f"Merlin {self.address}"
         self._host, self._port, self._connect_timeout = host, port, connect_timeout
-        self._sock: socket.socket | None = None
+        self._sock = None
         self._raw_decoders: dict[MIBFrameHeader, MIBRawFrameDecoder] = {}
         self._pushback = bytearray()
         self._iov_key: tuple[int, int] | None = None
@@ -109,18 +109,6 @@ class MerlinReceiver(StackReceiver):
                         struct.pack("ll", int(wait), max(1, int(round((wait % 1) * 1e6)))))
         self._sock = sock
         return sock
-
-    def _wake(self) -> None:
-        if self._sock is not None:
-            try:
-                self._sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def _disconnect(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-        self._sock = None
 
     # -- consumer side ---------------------------------------------------------------------
     def wait_for_header(self, timeout: float | None, accept: Any = None) -> AcquisitionHeader | None:
