@@ -22,7 +22,8 @@ class _Products:
     """A partition's running per-pixel product of ``frame - frame.min() + 1``, as ``values * 2**exponents``.
 
     ``frames``: frames multiplied into ``values`` since its exponents were last split off (at most
-    ``_FLUSH``); ``held``: whether it holds any frame of this partition.
+    ``_FLUSH``); ``held``: whether it holds any frame of this partition; ``one_min``: whether the last
+    tile's frames shared one minimum (the kernel then tries its one-pass path on the next).
     """
 
     def __init__(self) -> None:
@@ -30,6 +31,7 @@ class _Products:
         self.exponents: np.ndarray | None = None
         self.frames = 0
         self.held = False
+        self.one_min = True
 
 
 class LogsumUDF(UDF):
@@ -81,7 +83,9 @@ class LogsumUDF(UDF):
         flat = tile.reshape((tile.shape[0], -1))
         if is_integer_tile(flat, out.dtype) and out.flags.c_contiguous:
             # log(a) + log(b) = log(a * b): the frames' terms multiplied, one log per pixel and partition
-            # (measured 2-2.5x less time a frame than the float32 log below, 256x256 uint16)
+            # (measured 2-2.5x less time a frame than the float32 log below, 256x256 uint16); frames that
+            # share one minimum in one pass (13.5 against 18.3 us/frame from the page cache), tried while
+            # the tiles before shared one
             products = self.task_data.products
             if products.values is None or products.exponents is None:
                 products.values = np.empty(flat.shape[1], np.float64)
@@ -89,7 +93,8 @@ class LogsumUDF(UDF):
             start = 0
             while start < flat.shape[0]:
                 take = min(flat.shape[0] - start, _FLUSH - products.frames)
-                multiply_frames_into(flat[start:start + take], products.values, fresh=not products.held)
+                products.one_min = multiply_frames_into(flat[start:start + take], products.values,
+                                                        fresh=not products.held, one_min=products.one_min)
                 products.held = True
                 products.frames += take
                 start += take
