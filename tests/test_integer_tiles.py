@@ -544,6 +544,29 @@ def test_logsum_gets_tiles_of_whole_frames(inline_ctx):
         assert (scheme.depth, scheme.sig_shape) == (depth, sig)
 
 
+def test_com_tiles_hold_64_frames_within_8_mib_and_equal_numpy_cut_or_whole(inline_ctx, rng):
+    from raytile.io.negotiator import Negotiator
+
+    # 64 frames of 256x256 uint16 (8 MiB), 4 of 1024x1024, one of 2048x2048; larger frames are cut
+    for frames, sig, depth in ((80, (256, 256), 64), (8, (1024, 1024), 4), (2, (2048, 2048), 1),
+                               (1, (4096, 4096), 1)):
+        data = np.zeros((2, frames) + sig, np.uint16)
+        part = inline_ctx.load("memory", data=data, num_partitions=2).get_partitions()[0]
+        scheme = Negotiator().get_scheme([CoMUDF.with_params()], part, np.dtype("uint16"))
+        assert scheme.depth == depth and (scheme.sig_shape == sig) == (sig[0] < 4096)
+    data = rng.integers(0, 65536, size=(3, 70, 16, 12), dtype=np.uint16)  # more than a tile a partition
+    ds = inline_ctx.load("memory", data=data, num_partitions=2)
+    frames = data.reshape(-1, 16, 12).astype(np.float64)
+    y, x = np.indices((16, 12))
+    total = frames.sum(axis=(1, 2))
+    want = np.stack([(frames * y).sum(axis=(1, 2)) / total, (frames * x).sum(axis=(1, 2)) / total], axis=1)
+    for others in ([], [TileCounter(native=True, small=True)]):  # whole frames; tiles cut in the signal
+        res = inline_ctx.run_udf(dataset=ds, udf=[CoMUDF.with_params(r=100.0)] + others)
+        np.testing.assert_allclose(res[0]["raw_com"].data.reshape(-1, 2), want, rtol=1e-12)
+        if others:
+            assert res[1]["n"].data[0] > 2 * len(frames)  # (cut: more tiles than frames)
+
+
 @pytest.mark.parametrize("dtype", ["uint16", "int16", "uint8", "int32", "float32"])
 def test_logsum_over_tiles_equals_numpy(inline_ctx, rng, dtype):
     # 150 frames a partition: products flushed at 63 frames in the middle of tiles; a ROI leaves gaps
