@@ -536,8 +536,8 @@ def test_logsum_gets_tiles_of_whole_frames(inline_ctx):
     # with a UDF that asks for 64-byte tiles: still whole frames (one a tile: its byte budget)
     assert Negotiator().get_scheme([small, LogsumUDF()], part, np.dtype("uint16")).sig_shape == (64, 64)
     assert Negotiator().get_scheme([small], part, np.dtype("uint16")).sig_shape != (64, 64)  # cut without it
-    # a product's worth of frames a tile (60: one kernel call and one log a tile), in at most 8 MiB
-    for frames, sig, depth in ((80, (256, 256), 60), (8, (1024, 1024), 4)):
+    # two products' worth of frames a tile (120: two kernel calls a tile), in at most 16 MiB
+    for frames, sig, depth in ((80, (256, 256), 80), (130, (256, 256), 120), (9, (1024, 1024), 8)):
         data = np.zeros((2, frames) + sig, np.uint16)
         part = inline_ctx.load("memory", data=data, num_partitions=2).get_partitions()[0]
         scheme = Negotiator().get_scheme([LogsumUDF()], part, np.dtype("uint16"))
