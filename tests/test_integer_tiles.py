@@ -137,6 +137,96 @@ def test_products_of_as_many_frames_as_promised_stay_finite():
     np.testing.assert_allclose(np.log(product), [0.0, integer_tiles.PRODUCT_FRAMES * np.log(2.0**16)], rtol=1e-14)
 
 
+
+def _shared_minimum_tile(rng, dtype, frames, pixels, low):
+    """Frames of ``dtype`` whose minimum is ``low`` in every frame (each at another pixel), the rest above."""
+    info = np.iinfo(dtype)
+    tile = rng.integers(low, info.max, size=(frames, pixels), endpoint=True).astype(dtype)
+    for f in range(frames):
+        tile[f, (f * 977 + 3) % pixels] = low
+    return tile
+
+
+@pytest.mark.parametrize("dtype", SMALL_INTS)
+@pytest.mark.parametrize("frames", [1, 3, 4, 5, 8, 13, 60, 63])  # groups of four, rests, a whole flush
+@pytest.mark.parametrize("pixels", [1, 7, 2500])  # one pixel, less than a block, three blocks
+def test_one_pass_products_equal_the_two_pass_kernel_bit_for_bit(rng, dtype, frames, pixels):
+    info = np.iinfo(dtype)
+    lows = sorted({info.min, 0, info.max - info.max // 8, info.max})  # 0, large, the top, negatives (int)
+    for low in lows:
+        tile = _shared_minimum_tile(rng, dtype, frames, pixels, low)
+        if low == info.max:  # constant frames at the top: every term is 1
+            tile[:] = low
+        elif frames > 1:
+            tile[frames - 1, : pixels // 2] = info.max  # terms up to 2**bits
+            tile[frames - 1, ((frames - 1) * 977 + 3) % pixels] = low
+        wide = tile.astype(np.float64)
+        terms = wide - wide.min(axis=1, keepdims=True) + 1
+        for fresh in (True, False):
+            start = rng.integers(1, 5, size=pixels).astype(np.float64)
+            one, two = start.copy(), start.copy()
+            assert multiply_frames_into(tile, one, fresh=fresh) is True  # one minimum: the hint says so
+            multiply_frames_into(tile, two, fresh=fresh, one_min=False)
+            np.testing.assert_array_equal(one, two)  # same roundings in the same order
+            want = terms.prod(axis=0) * (1 if fresh else start)
+            if frames <= 13:  # (as test_products_over_blocks_and_chunks_match_numpy)
+                np.testing.assert_allclose(one, want, rtol=4e-7)
+            # (as test_frame_sums_and_logs_match_numpy; 60 frames are rounded 45 times, to 7e-7 relative)
+            np.testing.assert_allclose(np.log(one), np.log(want), rtol=1e-7, atol=4e-7)
+        product = np.empty(pixels)  # the one-pass kernel took every group of four
+        assert integer_tiles._multiply_frames_one_min(tile, product, True) == frames - frames % 4
+
+
+@pytest.mark.parametrize("dtype", SMALL_INTS)
+@pytest.mark.parametrize("odd", [0, 1, 4, 6, 9, 12])  # the frame whose minimum differs: in the first group,
+def test_one_pass_products_hand_over_where_a_minimum_differs(rng, dtype, odd):  # a later one, the rest
+    info = np.iinfo(dtype)
+    tile = _shared_minimum_tile(rng, dtype, 13, 2500, max(info.min, -20))
+    tile[odd] = np.maximum(tile[odd], tile[odd].min() + 3)  # its minimum 3 above the others'
+    if odd == 6:
+        tile[odd, 100] = info.min  # or below them (int8/int16: below -20; uint: the same 0, so no hand-over)
+    wide = tile.astype(np.float64)
+    terms = wide - wide.min(axis=1, keepdims=True) + 1
+    shared = len(set(tile.min(axis=1).tolist())) == 1
+    product = np.empty(2500)
+    done = integer_tiles._multiply_frames_one_min(tile, product, True)
+    assert done == (12 if shared else 4 * (odd // 4) if odd < 12 else 12)  # the groups before the odd frame
+    for fresh in (True, False):
+        start = rng.integers(1, 5, size=2500).astype(np.float64)
+        one, two = start.copy(), start.copy()
+        hint = multiply_frames_into(tile, one, fresh=fresh)
+        assert hint is (shared or odd == 12)  # (the rest's frames are only compared with each other)
+        multiply_frames_into(tile, two, fresh=fresh, one_min=False)
+        np.testing.assert_array_equal(one, two)
+        np.testing.assert_allclose(one, terms.prod(axis=0) * (1 if fresh else start), rtol=4e-7)
+    assert multiply_frames_into(tile[:8], np.empty(2500), True, one_min=False) is (shared or odd >= 8)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "int16"])
+def test_logsum_of_shared_and_changing_minima_equals_numpy(ctx, rng, dtype):
+    # a counting detector's frames (0 in every frame: the one-pass path), then frames whose minima differ
+    # (the two-pass path, and back once a tile shares one minimum again); 1-frame tiles at the end
+    info = np.iinfo(dtype)
+    low = -7 if info.min < 0 else 0
+    data = rng.integers(low, min(info.max, 70000), size=(12, 25, 9, 11), endpoint=True).astype(dtype)
+    data[..., 4, 5] = low
+    data[3:5] = np.maximum(data[3:5], low + rng.integers(1, 5, size=(2, 25, 1, 1)).astype(dtype))
+    data[0, 0, 0, :2] = low, info.max  # the widest terms
+    data[7] = info.max  # constant frames
+    roi = rng.random((12, 25)) > 0.2
+    ds = ctx.load("memory", data=data, num_partitions=3)
+    for sel in (None, roi):
+        res = ctx.run_udf(dataset=ds, udf=LogsumUDF(), roi=sel)
+        frames = data[sel if sel is not None else np.ones((12, 25), bool)].astype(np.float64)
+        want = np.log(frames - frames.min(axis=(1, 2), keepdims=True) + 1).sum(axis=0)
+        np.testing.assert_allclose(res["logsum"].data, want, rtol=1e-5)
+    single = ctx.load("memory", data=data[:2], num_partitions=2, tileshape=(1, 9, 11))  # 1-frame tiles
+    res = ctx.run_udf(dataset=single, udf=LogsumUDF())
+    frames = data[:2].reshape(-1, 9, 11).astype(np.float64)
+    want = np.log(frames - frames.min(axis=(1, 2), keepdims=True) + 1).sum(axis=0)
+    np.testing.assert_allclose(res["logsum"].data, want, rtol=1e-5)
+
+
 REAL = ["uint8", "uint16", "int16", "uint32", "int64", "float32", "float64"]
 
 
@@ -446,12 +536,35 @@ def test_logsum_gets_tiles_of_whole_frames(inline_ctx):
     # with a UDF that asks for 64-byte tiles: still whole frames (one a tile: its byte budget)
     assert Negotiator().get_scheme([small, LogsumUDF()], part, np.dtype("uint16")).sig_shape == (64, 64)
     assert Negotiator().get_scheme([small], part, np.dtype("uint16")).sig_shape != (64, 64)  # cut without it
-    # a product's worth of frames a tile (60: one kernel call and one log a tile), in at most 8 MiB
-    for frames, sig, depth in ((80, (256, 256), 60), (8, (1024, 1024), 4)):
+    # two products' worth of frames a tile (120: two kernel calls a tile), in at most 16 MiB
+    for frames, sig, depth in ((80, (256, 256), 80), (130, (256, 256), 120), (9, (1024, 1024), 8)):
         data = np.zeros((2, frames) + sig, np.uint16)
         part = inline_ctx.load("memory", data=data, num_partitions=2).get_partitions()[0]
         scheme = Negotiator().get_scheme([LogsumUDF()], part, np.dtype("uint16"))
         assert (scheme.depth, scheme.sig_shape) == (depth, sig)
+
+
+def test_com_tiles_hold_64_frames_within_8_mib_and_equal_numpy_cut_or_whole(inline_ctx, rng):
+    from raytile.io.negotiator import Negotiator
+
+    # 64 frames of 256x256 uint16 (8 MiB), 4 of 1024x1024, one of 2048x2048; larger frames are cut
+    for frames, sig, depth in ((80, (256, 256), 64), (8, (1024, 1024), 4), (2, (2048, 2048), 1),
+                               (1, (4096, 4096), 1)):
+        data = np.zeros((2, frames) + sig, np.uint16)
+        part = inline_ctx.load("memory", data=data, num_partitions=2).get_partitions()[0]
+        scheme = Negotiator().get_scheme([CoMUDF.with_params()], part, np.dtype("uint16"))
+        assert scheme.depth == depth and (scheme.sig_shape == sig) == (sig[0] < 4096)
+    data = rng.integers(0, 65536, size=(3, 70, 16, 12), dtype=np.uint16)  # more than a tile a partition
+    ds = inline_ctx.load("memory", data=data, num_partitions=2)
+    frames = data.reshape(-1, 16, 12).astype(np.float64)
+    y, x = np.indices((16, 12))
+    total = frames.sum(axis=(1, 2))
+    want = np.stack([(frames * y).sum(axis=(1, 2)) / total, (frames * x).sum(axis=(1, 2)) / total], axis=1)
+    for others in ([], [TileCounter(native=True, small=True)]):  # whole frames; tiles cut in the signal
+        res = inline_ctx.run_udf(dataset=ds, udf=[CoMUDF.with_params(r=100.0)] + others)
+        np.testing.assert_allclose(res[0]["raw_com"].data.reshape(-1, 2), want, rtol=1e-12)
+        if others:
+            assert res[1]["n"].data[0] > 2 * len(frames)  # (cut: more tiles than frames)
 
 
 @pytest.mark.parametrize("dtype", ["uint16", "int16", "uint8", "int32", "float32"])

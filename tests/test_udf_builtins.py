@@ -388,6 +388,22 @@ def test_com_default_centre_and_empty_frames(inline_ctx, rng):
     np.testing.assert_allclose(res["raw_shifts"].data.reshape(-1, 2), ref - [8.0, 6.0], rtol=1e-6, atol=1e-12)
 
 
+
+@pytest.mark.parametrize("sig, cy, cx, r, ri", [
+    ((256, 256), 128.0, 128.0, math.inf, 0.0),  # the whole frame (bench_limits' CoM)
+    ((16, 12), 7.0, 5.0, 6.0, None), ((16, 12), 7.5, 5.2, 6.0, 2.5),  # a disk, a ring
+    ((1, 1), 0.0, 0.0, 1.0, 0.0), ((9, 3), 4.0, 1.0, 2.0, 1e-12),  # one pixel; ri close to 0 is a disk
+])
+def test_moment_masks_are_the_region_and_its_coordinates(sig, cy, cx, r, ri):
+    from raytile.udf.com_math import moment_masks
+    y, x = np.indices(sig, dtype=np.float64)
+    d2 = (y - cy) ** 2 + (x - cx) ** 2
+    region = (d2 <= r * r) & ((d2 > ri * ri) if ri is not None and ri > 1e-8 else True)
+    got = moment_masks(sig, cy, cx, r, ri)
+    assert got.dtype == np.float64 and got.shape == (3,) + sig and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, np.stack([region, y * region, x * region]).astype(np.float64))
+
+
 class _EngineOnlyCoM(CoMUDF):
     """A subclass with task data of its own (only the mask engine), as ports of LiberTEM's CoM may have."""
 

