@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
 import numpy as np
@@ -405,71 +406,57 @@ class StreamDataSet(DataSet):
             if close is not None:
                 close()
 
-    def _cut_open(self, batches: Iterator[Any], allocate: Allocate) -> Iterator[tuple[int, np.ndarray]]:
+    def _pieces(self, batches: Iterator[Any], check: Callable[[Any, int], Any]) -> Iterator[_Piece]:
+        """The batches (each passed through ``check(batch, n)``) cut at partition bounds, in order; the
+        frame count checked against the data set's as they come, and at the end."""
         slices = self.get_slices()
         per_scan, scan_frames = len(slices), self.scan_frames
         total = None if self._scans == 0 else self._scans * scan_frames
-        sig, dtype = self._sig_shape, self._dtype
         frame = 0  # frames received so far
-        part: np.ndarray | None = None  # the partition being filled, and how far
-        filled = 0
+        filled = 0  # frames of the partition being filled
         for n, batch in enumerate(_guarded(batches)):
-            batch = self._check_batch(batch, n)
+            batch = check(batch, n)
             k = batch.shape[0]
             self._check_count(frame + k, total, n)
             pos = 0
             while pos < k:
                 scan, in_scan = divmod(frame, scan_frames)
-                p = (in_scan // slices[0].shape[0])
+                p = in_scan // slices[0].shape[0]
                 size = slices[p].shape[0]
                 take = min(k - pos, size - filled)
-                if part is None and take == size and batch[pos:pos + take].flags.c_contiguous:
-                    whole = batch[pos:pos + take]  # fills a partition exactly: handed on as it is
-                    frame += take
-                    pos += take
-                    yield scan * per_scan + p, whole
-                    continue
-                if part is None:
-                    part = allocate((size,) + sig, dtype)
-                part[filled:filled + take] = batch[pos:pos + take]
-                filled += take
+                yield _Piece(batch, pos, pos + take, scan * per_scan + p, size, filled)
+                filled = (filled + take) % size
                 frame += take
                 pos += take
-                if filled == size:
-                    done, part, filled = part, None, 0
-                    yield scan * per_scan + p, done
         self._check_end(frame, total)
+
+    def _cut_open(self, batches: Iterator[Any], allocate: Allocate) -> Iterator[tuple[int, np.ndarray]]:
+        part: np.ndarray | None = None  # the partition being filled
+        for piece in self._pieces(batches, self._check_batch):
+            rows = piece.batch[piece.start:piece.stop]
+            if piece.offset == 0 and piece.completes and rows.flags.c_contiguous:
+                yield piece.index, rows  # fills a partition exactly: handed on as it is
+                continue
+            if part is None:
+                part = allocate((piece.size,) + self._sig_shape, self._dtype)
+            part[piece.offset:piece.offset + len(rows)] = rows
+            if piece.completes:
+                done, part = part, None
+                yield piece.index, done
 
     def _cut_csr(self, batches: Iterator[Any]) -> Iterator[tuple[int, Any]]:
         """As :meth:`_cut_open` for CSR batches: a batch that fills a partition exactly is handed on as
         it is, else the partition's rows are cut from the batches and stacked (still CSR)."""
         import scipy.sparse as sp
 
-        slices = self.get_slices()
-        per_scan, scan_frames = len(slices), self.scan_frames
-        total = None if self._scans == 0 else self._scans * scan_frames
-        frame = 0
-        pieces: list[Any] = []  # the rows of the partition being filled, and how many
-        filled = 0
-        for n, batch in enumerate(_guarded(batches)):
-            batch = self._check_csr_batch(batch, n)
-            k = batch.shape[0]
-            self._check_count(frame + k, total, n)
-            pos = 0
-            while pos < k:
-                scan, in_scan = divmod(frame, scan_frames)
-                p = (in_scan // slices[0].shape[0])
-                size = slices[p].shape[0]
-                take = min(k - pos, size - filled)
-                pieces.append(batch if take == k else batch[pos:pos + take])
-                filled += take
-                frame += take
-                pos += take
-                if filled == size:
-                    done = pieces[0] if len(pieces) == 1 else sp.vstack(pieces, format="csr")
-                    pieces, filled = [], 0
-                    yield scan * per_scan + p, done
-        self._check_end(frame, total)
+        pieces: list[Any] = []  # the rows of the partition being filled
+        for piece in self._pieces(batches, self._check_csr_batch):
+            whole = piece.start == 0 and piece.stop == piece.batch.shape[0]
+            pieces.append(piece.batch if whole else piece.batch[piece.start:piece.stop])
+            if piece.completes:
+                done = pieces[0] if len(pieces) == 1 else sp.vstack(pieces, format="csr")
+                pieces = []
+                yield piece.index, done
 
     def _check_count(self, count: int, total: int | None, n: int) -> None:
         if total is not None and count > total:
@@ -558,6 +545,23 @@ def _until(batches: Iterator[Any], stop: Callable[[], bool]) -> Iterator[Any]:
         close = getattr(batches, "close", None)
         if close is not None:
             close()
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """Frames ``start:stop`` of ``batch`` go to partition ``index`` (``size`` frames) from its frame ``offset``."""
+
+    batch: Any
+    start: int
+    stop: int
+    index: int
+    size: int
+    offset: int
+
+    @property
+    def completes(self) -> bool:
+        """Whether the partition is full with this piece."""
+        return self.offset + self.stop - self.start == self.size
 
 
 def _guarded(batches: Iterator[Any]) -> Iterator[Any]:
