@@ -8,7 +8,7 @@ import numpy as np
 
 from raytile.udf._tiles import TILE_BACKENDS, dense, flat2d, is_pydata_sparse, is_scipy_like, sparse_entries
 from raytile.udf.base import UDF
-from raytile.udf.integer_tiles import is_real_tile, pixel_moments_into
+from raytile.udf.integer_tiles import is_real_tile, merge_pixel_sums_into, pixel_moments_into, pixel_sums_into
 
 __all__ = ["StdDevUDF", "merge_moments", "run_stddev", "consolidate_result", "process_tile", "merge"]
 
@@ -47,7 +47,12 @@ class StdDevUDF(UDF):
     and across partitions, so that data with a large offset (e.g. ``1e6`` plus
     small noise) keeps its precision. Dense numpy tiles are read once as they
     come, without a float copy (:func:`~raytile.udf.integer_tiles.pixel_moments_into`);
-    sparse tiles are handled without densifying them.
+    8- and 16-bit integer tiles (detector data) are added up per pixel in
+    exact integers instead, sum and sum of squares, and merged into the
+    float moments once a partition
+    (:func:`~raytile.udf.integer_tiles.pixel_sums_into`): the variance of
+    constant frames is exactly 0. Sparse tiles are handled without
+    densifying them.
 
     Results: ``var``, ``std``, ``mean``, ``sum`` (sig, float64) and
     ``num_frames`` (single). ``var`` is the population variance (``ddof=0``,
@@ -78,6 +83,11 @@ class StdDevUDF(UDF):
             "num_frames": self.buffer(kind="single", dtype="int64"),
             # frames seen per pixel within this partition (robust to any tile order)
             "count": self.buffer(kind="sig", dtype="int64", where="device", use="private"),
+            # 8- and 16-bit tiles: frames, sum and sum of squares per pixel in exact integers, merged into
+            # count, sum and var at the end of the partition (postprocess)
+            "int_frames": self.buffer(kind="sig", dtype="int64", where="device", use="private"),
+            "int_sum": self.buffer(kind="sig", dtype="int64", where="device", use="private"),
+            "int_squares": self.buffer(kind="sig", dtype="int64", where="device", use="private"),
             "std": self.buffer(kind="sig", dtype="float64", use="result_only"),
             "mean": self.buffer(kind="sig", dtype=self._sum_dtype(), use="result_only"),
             # LiberTEM's name for the sum of squared deviations (what consolidate_result reads)
@@ -121,12 +131,23 @@ class StdDevUDF(UDF):
     def process_tile(self, tile) -> None:
         r = self.results
         flat = flat2d(tile)
-        if is_real_tile(flat, 2) and all(isinstance(b, np.ndarray) and b.flags.c_contiguous
-                                         for b in (r.count, r.sum, r.var)):
+        if not (is_real_tile(flat, 2) and all(isinstance(b, np.ndarray) and b.flags.c_contiguous
+                                              for b in (r.count, r.sum, r.var))):
+            self._merge_tile(tile)
+        elif flat.dtype.kind in "ui" and flat.dtype.itemsize <= 2 and all(
+                isinstance(b, np.ndarray) and b.flags.c_contiguous for b in (r.int_frames, r.int_sum, r.int_squares)):
+            # integer sums and sums of squares, exact, merged into the float moments once a partition
+            # (measured 1.5x less time a frame than pixel_moments_into on 256x256 uint16 from the page cache)
+            pixel_sums_into(flat, r.int_frames.reshape(-1), r.int_sum.reshape(-1), r.int_squares.reshape(-1),
+                            r.count.reshape(-1), r.sum.reshape(-1), r.var.reshape(-1))
+        else:
             # one pass over the tile as it is, merged per pixel (measured 25x less time a frame than the
             # float64 copy, deviations and merge below, on 256x256 uint16 frames)
             pixel_moments_into(flat, r.count.reshape(-1), r.sum.reshape(-1), r.var.reshape(-1))
-            return
+
+    def _merge_tile(self, tile) -> None:
+        """Any tile (sparse, complex, on a GPU): its moments in float64 (or complex128), merged with numpy."""
+        r = self.results
         shape = r.sum.shape
         s_b, m2_b, n_b = self._tile_moments(tile)
         s_b = dense(s_b, shape, xp=self.xp)
@@ -137,6 +158,10 @@ class StdDevUDF(UDF):
         r.count[...] += n_b
 
     def postprocess(self) -> None:
+        r = self.results
+        if isinstance(r.int_frames, np.ndarray) and r.sum.dtype == np.float64:  # (complex data: never int)
+            merge_pixel_sums_into(*(b.reshape(-1) for b in (r.int_frames, r.int_sum, r.int_squares, r.count,
+                                                            r.sum, r.var)))
         count = self.results.count
         self.results.num_frames[:] = int(count.reshape(-1)[0]) if count.size else 0
 
