@@ -601,8 +601,10 @@ _SUMS_CHUNK = 2**12
 
 # A pixel's exact integer sums (frames, sum v, sum v**2) into its running float (count, sum, M2), by Chan et
 # al.'s formula; the integer sums start again from 0. M2 of the integer part is (n * sum v**2 - (sum v)**2) / n:
-# the numerator is an exact integer (see INT_MOMENT_FRAMES), rounded once to float64 and divided.
-@cached_njit(nogil=True, fastmath=_FLOAT_FASTMATH)
+# the numerator is an exact integer (see INT_MOMENT_FRAMES), rounded once to float64 and divided. No fastmath:
+# true divisions, so that the means of constant frames are exact and their M2 stays exactly 0 (the loop is
+# bound by memory: 0.15 ms for 65536 pixels).
+@cached_njit(nogil=True)
 def _merge_pixel_sums(frames, sums, squares, count, total, m2):  # pragma: no cover (numba)
     for i in range(frames.shape[0]):
         n_b = frames[i]
