@@ -307,6 +307,27 @@ def test_stddev_merge_combines_partitions_like_numpy(rng):
 
 
 
+def test_stddev_merge_in_place_gives_merge_moments_values(rng):
+    # StdDevUDF.merge of float64 partitions works in place: the same values as merge_moments, to the bit
+    # (and not into the read-only arrays that partitions arrive in); complex sums keep merge_moments
+    from raytile.udf.base import MergeAttrMapping
+    from raytile.udf.stddev import merge_moments
+
+    for dtype in (np.float64, np.complex128):
+        a_sum, a_m2 = (rng.normal(3e5, 50, size=(5, 7)) for _ in range(2))
+        b_sum, b_m2 = (rng.normal(2e5, 50, size=(5, 7)) for _ in range(2))
+        if dtype == np.complex128:
+            a_sum, b_sum = a_sum + 1j * b_sum, b_sum - 2j * a_sum
+        src_arrays = {"sum": b_sum.astype(dtype), "var": b_m2.copy(), "num_frames": np.array([11])}
+        for arr in src_arrays.values():
+            arr.flags.writeable = False  # as partition results arrive
+        dest = MergeAttrMapping({"sum": a_sum.astype(dtype), "var": a_m2.copy(), "num_frames": np.array([7])})
+        StdDevUDF().merge(dest, MergeAttrMapping(src_arrays))
+        _, want_sum, want_m2 = merge_moments(7, a_sum.astype(dtype), a_m2, 11, b_sum.astype(dtype), b_m2)
+        np.testing.assert_array_equal(dest.sum, want_sum)
+        np.testing.assert_array_equal(dest.var, want_m2)
+        assert dest.num_frames[0] == 18
+
 class _FrameTileStdDev(StdDevUDF):
     def get_tiling_preferences(self):
         return {"depth": 1}  # tiles of one frame
