@@ -633,9 +633,12 @@ def _merge_pixel_sums(frames, sums, squares, count, total, m2):  # pragma: no co
 # integer sums are nearly full (more than INT_MOMENT_FRAMES - _SUMS_CHUNK frames, checked after the block's
 # frames are added: checked before, with the merge's call ahead of the loop, the kernel took 1.3 us/frame
 # more) or at the end of a partition (merge_pixel_sums_into); _pixel_moments merges once a tile (3 us of its
-# 16 a frame at 32 frames a tile). Measured on 256x256 uint16, 32 frames a tile: 9.9 us/frame hot, 15-16
-# from the page cache, against 16.5-16.9 and 20-21 for _pixel_moments (the sum kernel 5.5 and 12-13), in
-# the same process.
+# 16 a frame at 32 frames a tile). Measured on 256x256 uint16, 32 frames a tile, through pixel_sums_into:
+# 9.5-9.9 us/frame hot, 14.9-15.2 from the page cache, against 16.1-16.4 and 19.3-19.8 for _pixel_moments
+# (the sum kernel 5.1-5.3 and 11.7-11.9), in the same process. Tried and dropped: sums and squares in
+# uint32 lanes a tile and block (exact while a pixel's sum stays below 65537, else the block again in
+# int64): 8.3-8.7 hot but 14.4-14.8 from the page cache against 13.8-14.2 for the same loop in int64;
+# blocks of 2048 to 65536 pixels (8192-16384 best).
 @cached_njit(nogil=True, fastmath=True)
 def _pixel_sums(tile, frames, sums, squares, count, total, m2):  # pragma: no cover (numba)
     n, px = tile.shape
