@@ -18,8 +18,9 @@ from raytile.runtime.plan import input_dtype
 from raytile.udf import UDF, ApplyMasksUDF, CoMUDF, LogsumUDF, StdDevUDF, SumSigUDF, SumUDF
 from raytile.udf import integer_tiles
 from raytile.udf.integer_tiles import (
-    dot_rows_into, frame_moments_into, is_integer_tile, load_kernels, multiply_frames_into, pixel_moments_into,
-    region_lanes, region_moments_into, split_exponents_into, sum_frames_into, sum_pixels_into,
+    INT_MOMENT_FRAMES, dot_rows_into, frame_moments_into, is_integer_tile, load_kernels, merge_pixel_sums_into,
+    multiply_frames_into, pixel_moments_into, pixel_sums_into, region_lanes, region_moments_into, split_exponents_into,
+    sum_frames_into, sum_pixels_into,
 )
 
 SMALL_INTS = ["uint8", "int8", "uint16", "int16"]
@@ -338,6 +339,115 @@ def test_pixel_moments_keep_nan_and_merge_into_running_values(rng):
     np.testing.assert_allclose(sums[keep], data[:, keep].sum(axis=0), rtol=1e-14)
 
 
+
+def _pixel_sums_state(px):
+    """(frames, sums, squares) int64 and (count, total, m2) for :func:`pixel_sums_into`, all zero."""
+    return tuple(np.zeros(px, np.int64) for _ in range(4)) + (np.zeros(px), np.zeros(px))
+
+
+def _exact_moments(frames):
+    """Per pixel: the sum (exact) and n * M2 (exact) of integer ``frames``, as Python integers."""
+    ints = frames.astype(object)
+    n = frames.shape[0]
+    s = ints.sum(axis=0)
+    return s, n * (ints * ints).sum(axis=0) - s * s
+
+
+def _assert_moments(count, total, m2, frames):
+    """count, total and m2 are those of ``frames`` (integers): sums exact, M2 within two roundings."""
+    n = frames.shape[0]
+    s, nm2 = _exact_moments(frames)
+    assert np.all(count == n)
+    np.testing.assert_array_equal(total, s.astype(np.float64))
+    want = (nm2.astype(np.float64) / n)
+    np.testing.assert_allclose(m2, want, rtol=4e-16, atol=0)
+    np.testing.assert_allclose(m2 / n, frames.astype(np.float64).var(axis=0), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("dtype", SMALL_INTS)
+@pytest.mark.parametrize("split", [(1,), (4,), (9,), (1, 8), (4, 1, 4), (6, 3), (1, 1, 1, 1, 1, 1, 1, 1, 1)])
+def test_pixel_sums_match_numpy(rng, dtype, split):
+    # 20001 pixels: two whole blocks of 8192 and a short one, an odd count; tiles of 1 frame, of a multiple
+    # of four frames and of others (four frames a pass, then the rest)
+    info = np.iinfo(dtype)
+    data = rng.integers(info.min, info.max, size=(sum(split), 20001), endpoint=True).astype(dtype)
+    data[:, :50] = info.max  # a constant pixel at the top of the dtype: M2 exactly 0
+    data[:, 50:100] = info.min
+    data[:, 100] = info.max * (np.arange(sum(split)) % 2)  # the largest spread there is
+    state = _pixel_sums_state(20001)
+    start = 0
+    for depth in split:
+        pixel_sums_into(data[start:start + depth], *state)
+        start += depth
+    frames, sums, squares, count, total, m2 = state
+    assert np.all(frames == sum(split)) and np.all(count == 0)  # nothing merged yet
+    np.testing.assert_array_equal(sums, data.astype(np.int64).sum(axis=0))
+    np.testing.assert_array_equal(squares, (data.astype(np.int64) ** 2).sum(axis=0))
+    merge_pixel_sums_into(*state)
+    assert not frames.any() and not sums.any() and not squares.any()  # ready for the next frames
+    _assert_moments(count, total, m2, data)
+    assert np.all(m2[:100] == 0.0)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16"])
+def test_pixel_sums_merge_into_running_moments_of_other_frames(rng, dtype):
+    # float moments from pixel_moments_into (0, 3 or 5 frames per pixel), then integer sums of 6 more frames,
+    # merged: the moments of all frames of each pixel
+    px = 20000
+    info = np.iinfo(dtype)
+    data = rng.integers(info.max - 300, info.max, size=(11, px), endpoint=True).astype(dtype)
+    seen = np.where(np.arange(px) % 3 == 0, 0, np.where(np.arange(px) < 13000, 3, 5))
+    state = _pixel_sums_state(px)
+    frames, sums, squares, count, total, m2 = state
+    for c in (3, 5):
+        part = seen == c
+        sub = (np.zeros(part.sum(), np.int64), np.zeros(part.sum()), np.zeros(part.sum()))
+        pixel_moments_into(np.ascontiguousarray(data[:c, part]), *sub)
+        count[part], total[part], m2[part] = sub
+    pixel_sums_into(data[5:], *state)
+    merge_pixel_sums_into(*state)
+    np.testing.assert_array_equal(count, seen + 6)
+    for j in range(0, px, 7):
+        f = np.concatenate([data[:seen[j], j], data[5:, j]]).astype(np.float64)
+        assert total[j] == f.sum()  # integers: exact
+        np.testing.assert_allclose(m2[j], ((f - f.mean()) ** 2).sum(), rtol=1e-12)
+
+
+def test_pixel_sums_of_many_frames_at_the_top_of_uint16_stay_exact():
+    # more frames than the integer sums hold (they are merged on the way) in tiles deeper than a kernel call
+    # takes, values at the top of uint16: n * sum(v**2) near 2**62 before each merge
+    n = INT_MOMENT_FRAMES + 9000
+    data = np.full((n, 3), 65535, np.uint16)
+    data[::3, 1] = 65534
+    data[1::2, 2] = 0
+    state = _pixel_sums_state(3)
+    frames, sums, squares, count, total, m2 = state
+    for start in range(0, n, 10000):
+        pixel_sums_into(data[start:start + 10000], *state)
+        assert frames.max() <= INT_MOMENT_FRAMES
+    assert count.max() > 0  # merged on the way
+    merge_pixel_sums_into(*state)
+    np.testing.assert_array_equal(count, [n] * 3)
+    f = data.astype(np.float64)
+    np.testing.assert_array_equal(total, f.sum(axis=0))
+    assert m2[0] == 0.0  # constant: exactly 0
+    np.testing.assert_allclose(m2 / n, f.var(axis=0), rtol=1e-12)
+
+
+def test_pixel_sums_refuse_what_they_do_not_do():
+    state = _pixel_sums_state(4)
+    for bad in (np.zeros((2, 4), np.uint32), np.zeros((2, 4), np.float32), np.zeros((2, 8), np.uint16)[:, ::2]):
+        with pytest.raises(ValueError, match="8- or 16-bit"):
+            pixel_sums_into(bad, *state)
+    with pytest.raises(ValueError, match="squares"):
+        pixel_sums_into(np.zeros((2, 4), np.uint16), *state[:2], np.zeros(4), *state[3:])
+    with pytest.raises(ValueError, match="total"):
+        pixel_sums_into(np.zeros((2, 4), np.uint16), *state[:4], np.zeros(5), state[5])
+    with pytest.raises(ValueError, match="frames"):
+        merge_pixel_sums_into([0, 0, 0, 0], *state[1:])
+    with pytest.raises(ValueError, match="m2"):
+        merge_pixel_sums_into(*state[:5], np.zeros(4, np.float32))
+
 def test_load_kernels_readies_the_detector_dtypes_as_runs_call_them():
     load_kernels()
     ready = {(str(sig[0].dtype), sig[0].layout, str(sig[1].dtype), sig[1].layout)
@@ -347,7 +457,7 @@ def test_load_kernels_readies_the_detector_dtypes_as_runs_call_them():
         ready = {str(sig[0].dtype) for sig in kernel.signatures if sig[1].layout == "C"}
         assert {"uint8", "uint16"} <= ready
     for kernel in (integer_tiles._frame_moments, integer_tiles._pixel_moments, integer_tiles._sum_pixels,
-                   integer_tiles._multiply_frames, integer_tiles._region_moments):
+                   integer_tiles._multiply_frames, integer_tiles._region_moments, integer_tiles._pixel_sums):
         ready = {str(sig[0].dtype) for sig in kernel.signatures
                  if all(a.layout == "C" for a in sig if hasattr(a, "layout"))}
         assert {"uint8", "uint16"} <= ready

@@ -306,6 +306,101 @@ def test_stddev_merge_combines_partitions_like_numpy(rng):
     np.testing.assert_allclose(q0, m2(b), rtol=1e-12)
 
 
+
+def test_stddev_merge_in_place_gives_merge_moments_values(rng):
+    # StdDevUDF.merge of float64 partitions works in place: the same values as merge_moments, to the bit
+    # (and not into the read-only arrays that partitions arrive in); complex sums keep merge_moments
+    from raytile.udf.base import MergeAttrMapping
+    from raytile.udf.stddev import merge_moments
+
+    for dtype in (np.float64, np.complex128):
+        a_sum, a_m2 = (rng.normal(3e5, 50, size=(5, 7)) for _ in range(2))
+        b_sum, b_m2 = (rng.normal(2e5, 50, size=(5, 7)) for _ in range(2))
+        if dtype == np.complex128:
+            a_sum, b_sum = a_sum + 1j * b_sum, b_sum - 2j * a_sum
+        src_arrays = {"sum": b_sum.astype(dtype), "var": b_m2.copy(), "num_frames": np.array([11])}
+        for arr in src_arrays.values():
+            arr.flags.writeable = False  # as partition results arrive
+        dest = MergeAttrMapping({"sum": a_sum.astype(dtype), "var": a_m2.copy(), "num_frames": np.array([7])})
+        StdDevUDF().merge(dest, MergeAttrMapping(src_arrays))
+        _, want_sum, want_m2 = merge_moments(7, a_sum.astype(dtype), a_m2, 11, b_sum.astype(dtype), b_m2)
+        np.testing.assert_array_equal(dest.sum, want_sum)
+        np.testing.assert_array_equal(dest.var, want_m2)
+        assert dest.num_frames[0] == 18
+
+class _FrameTileStdDev(StdDevUDF):
+    def get_tiling_preferences(self):
+        return {"depth": 1}  # tiles of one frame
+
+
+def _stddev_data(rng, dtype):
+    """35 frames (not a multiple of four) of 9x13 pixels (an odd count) that reach the dtype's ends, with
+    constant pixels at the top and bottom of the range (variance exactly 0)."""
+    nav, sig = (5, 7), (9, 13)
+    if np.dtype(dtype).kind == "f":
+        data = (1e5 + rng.normal(0, 3, size=nav + sig)).astype(dtype)
+        data[..., 0, :4] = data[0, 0, 0, 0]
+        return data
+    info = np.iinfo(dtype)
+    low = info.min if info.min < 0 or info.max <= 255 else info.max - 600  # uint16: near 65535
+    data = rng.integers(low, info.max, size=nav + sig, endpoint=True).astype(dtype)
+    data[..., 0, :4] = info.max
+    data[..., 0, 4:8] = info.min
+    data[::2, :, 1, 0] = info.min  # the widest spread there is
+    data[1::2, :, 1, 0] = info.max
+    return data
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "int16", "int32", "float32", "float64"])
+@pytest.mark.parametrize("frame_tiles", [False, True])
+def test_stddev_equals_numpy_at_the_ends_of_the_dtype(ctx, rng, dtype, frame_tiles):
+    # 8- and 16-bit data take exact integer sums (pixel_sums_into), the others float64 moments a tile
+    # (pixel_moments_into): both equal numpy's float64 var, with an ROI, over partitions merged on Ray
+    data = _stddev_data(rng, dtype)
+    roi = rng.random(data.shape[:2]) > 0.3
+    frames = data[roi].astype(np.float64)
+    ds = ctx.load("memory", data=data, num_partitions=3)
+    udf = _FrameTileStdDev() if frame_tiles else StdDevUDF()
+    for res, want in ((ctx.run_udf(dataset=ds, udf=udf, roi=roi), frames),
+                      (ctx.run_udf(dataset=ds, udf=udf), data.reshape(-1, *data.shape[2:]).astype(np.float64))):
+        assert res["num_frames"].data[0] == want.shape[0]
+        if np.dtype(dtype).kind == "f":
+            np.testing.assert_allclose(res["sum"].data, want.sum(axis=0), rtol=1e-14)
+        else:  # integers: exact
+            np.testing.assert_array_equal(res["sum"].data, want.sum(axis=0))
+        np.testing.assert_allclose(res["mean"].data, want.mean(axis=0), rtol=1e-14)
+        atol = 1e-12 if np.dtype(dtype).kind == "f" else 0  # (numpy's var of a constant float is not 0 either)
+        np.testing.assert_allclose(res["var"].data, want.var(axis=0), rtol=1e-9, atol=atol)
+        np.testing.assert_allclose(res["std"].data, want.std(axis=0), rtol=1e-9, atol=atol ** 0.5)
+        np.testing.assert_allclose(res["varsum"].data, want.var(axis=0) * want.shape[0], rtol=1e-9, atol=atol * 50)
+        if np.dtype(dtype).kind != "f":  # constant integer pixels: exactly 0
+            assert np.all(res["var"].data[0, :8] == 0.0) and np.all(res["std"].data[0, :8] == 0.0)
+        assert set(res) == {"var", "std", "mean", "sum", "varsum", "num_frames"}  # private sums are no results
+
+
+def test_stddev_takes_integer_sums_for_8_and_16_bit_tiles_only(inline_ctx, rng, monkeypatch):
+    import raytile.udf.stddev as stddev
+
+    calls = {"int": 0, "float": 0}
+
+    def counting(name, fn):
+        def wrapper(*args):
+            calls[name] += 1
+            return fn(*args)
+        return wrapper
+
+    monkeypatch.setattr(stddev, "pixel_sums_into", counting("int", stddev.pixel_sums_into))
+    monkeypatch.setattr(stddev, "pixel_moments_into", counting("float", stddev.pixel_moments_into))
+    for dtype, path in (("uint8", "int"), ("uint16", "int"), ("int16", "int"), ("int8", "int"),
+                        ("uint32", "float"), ("float32", "float")):
+        calls.update(int=0, float=0)
+        data = _stddev_data(rng, dtype)
+        ds = inline_ctx.load("memory", data=data, num_partitions=2)
+        res = inline_ctx.run_udf(dataset=ds, udf=StdDevUDF())
+        assert calls[path] > 0 and calls["int" if path == "float" else "float"] == 0, (dtype, calls)
+        np.testing.assert_allclose(res["var"].data, data.reshape(35, 9, 13).astype(np.float64).var(axis=0),
+                                   rtol=1e-9)
+
 # -- ApplyMasksUDF options ---------------------------------------------------------
 
 @pytest.mark.parametrize("use_sparse", [None, True, False])

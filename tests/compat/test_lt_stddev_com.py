@@ -47,6 +47,29 @@ def test_stddev_of_complex_data_as_libertem(lt_ctx, ctx, with_roi):
     assert rt.StdDevUDF().get_result_buffers()["sum"].dtype == np.float64
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "int16"])
+def test_stddev_of_small_integers_as_libertem(lt_ctx, ctx, dtype):
+    # raytile adds 8- and 16-bit frames up in exact integers (LiberTEM: float deviations a tile)
+    from libertem.udf.stddev import run_stddev as lt_run_stddev
+
+    from raytile.udf.stddev import run_stddev
+
+    rng = np.random.default_rng(5)
+    info = np.iinfo(dtype)
+    low = info.max - 500 if dtype == "uint16" else info.min  # uint16 near its top
+    data = rng.integers(low, info.max, size=(7, 5, 6, 9), endpoint=True).astype(dtype)
+    data[..., 0, :3] = info.max  # constant: variance 0
+    roi = rng.random((7, 5)) > 0.4
+    ref = lt_run_stddev(lt_ctx, lt_ctx.load("memory", data=data, num_partitions=3), roi=roi)
+    got = run_stddev(ctx, ctx.load("memory", data=data, num_partitions=3), roi=roi)
+    assert got["num_frames"] == ref["num_frames"] == roi.sum()
+    for key in ("sum", "mean", "var", "std", "varsum"):
+        assert got[key].dtype == ref[key].dtype, key
+        np.testing.assert_allclose(got[key], ref[key], rtol=1e-9, atol=1e-12, err_msg=key)
+    np.testing.assert_array_equal(got["sum"], data[roi].astype(np.int64).sum(axis=0))
+    assert np.all(got["var"][0, :3] == 0)  # exactly (LiberTEM's: within 1e-29 of it)
+
+
 @pytest.mark.parametrize("backend", ["sparse.COO", "scipy.sparse.csr_matrix"])
 def test_sparse_memory_data_with_an_roi_as_libertem(lt_ctx, inline_ctx, backend):
     import sparse
