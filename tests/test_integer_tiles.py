@@ -448,6 +448,7 @@ def test_pixel_sums_refuse_what_they_do_not_do():
     with pytest.raises(ValueError, match="m2"):
         merge_pixel_sums_into(*state[:5], np.zeros(4, np.float32))
 
+
 def test_load_kernels_readies_the_detector_dtypes_as_runs_call_them():
     load_kernels()
     ready = {(str(sig[0].dtype), sig[0].layout, str(sig[1].dtype), sig[1].layout)
@@ -456,8 +457,8 @@ def test_load_kernels_readies_the_detector_dtypes_as_runs_call_them():
     for kernel in (integer_tiles._dot_rows, integer_tiles._dot_rows_by_frames):
         ready = {str(sig[0].dtype) for sig in kernel.signatures if sig[1].layout == "C"}
         assert {"uint8", "uint16"} <= ready
-    for kernel in (integer_tiles._frame_moments, integer_tiles._pixel_moments, integer_tiles._sum_pixels,
-                   integer_tiles._multiply_frames, integer_tiles._region_moments, integer_tiles._pixel_sums):
+    for kernel in (integer_tiles._frame_moments, integer_tiles._sum_pixels, integer_tiles._multiply_frames,
+                   integer_tiles._multiply_frames_one_min, integer_tiles._region_moments, integer_tiles._pixel_sums):
         ready = {str(sig[0].dtype) for sig in kernel.signatures
                  if all(a.layout == "C" for a in sig if hasattr(a, "layout"))}
         assert {"uint8", "uint16"} <= ready

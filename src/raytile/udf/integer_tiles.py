@@ -1222,6 +1222,7 @@ def load_kernels() -> None:
     mask_spans(np.zeros((1, 1), np.float32))
     _count_runs(np.ones((1, 1), np.float32))  # mask_runs' kernels (it calls the second only where runs pay)
     _fill_runs(np.ones((1, 1), np.float32), np.zeros((1, 3), np.int64), np.zeros(1))
+    frames, sums, squares, count = (np.zeros(1, np.int64) for _ in range(4))
     for dtype in (np.uint8, np.uint16):
         tile = np.zeros((1, 1), dtype)
         sum_frames_into(tile, np.zeros(1, np.float32))
@@ -1231,11 +1232,9 @@ def load_kernels() -> None:
         _sum_runs(tile, np.zeros((1, 3), np.int64), np.ones(1), np.zeros((1, 1), np.float32))
         frame_moments_into(tile.reshape(1, 1, 1), np.zeros((1, 1)), np.zeros((1, 1)), 0, np.zeros((1, 3)))
         region_moments_into(tile.reshape(1, 1, 1), np.zeros((1, 1), np.int32), 0, 0, np.zeros((1, 3)))
-        pixel_moments_into(tile, np.zeros(1, np.int64), np.zeros(1), np.zeros(1))
         sum_pixels_into(tile, np.zeros(1, np.float32))
-        multiply_frames_into(tile, np.zeros(1), True)
+        for one_min in (True, False):  # LogsumUDF's one-pass kernel, and the two-pass one it hands over to
+            multiply_frames_into(tile, np.zeros(1), True, one_min=one_min)
+        pixel_sums_into(tile, frames, sums, squares, count, np.zeros(1), np.zeros(1))  # StdDevUDF's exact sums
     split_exponents_into(np.ones(1), np.zeros(1, np.int64))
-    frames, sums, squares, count = (np.zeros(1, np.int64) for _ in range(4))
-    for dtype in (np.uint8, np.uint16):  # StdDevUDF's exact integer sums
-        pixel_sums_into(np.zeros((1, 1), dtype), frames, sums, squares, count, np.zeros(1), np.zeros(1))
     merge_pixel_sums_into(frames, sums, squares, count, np.zeros(1), np.zeros(1))
